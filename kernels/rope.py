@@ -1,0 +1,58 @@
+"""Rotary position embedding (llama.cpp: ggml_rope_ext), NORM and NEOX modes.
+
+For rotary dimension pair i (0 <= i < n_rot/2) at position p the angle is
+    theta_i = p * freq_scale * base^(-2i / n_rot) / freq_factor_i
+NORM mode (llama) rotates adjacent pairs (x[2i], x[2i+1]); NEOX mode (qwen2) rotates
+(x[i], x[i + n_rot/2]). Dimensions beyond n_rot pass through unchanged.
+
+A row's rotation depends only on its own position, so it is batch invariant.
+"""
+import numpy as np
+from numba import njit
+
+ROPE_NORM = 0
+ROPE_NEOX = 2  # llama.cpp's LLAMA_ROPE_TYPE_NEOX value
+
+
+def rope_angles(pos, n_rot, base, freq_scale, freq_factors):
+    # [n_tokens] -> cos, sin [n_tokens, n_rot/2]  (float64, shared by the kernel and reference)
+    i = np.arange(n_rot // 2, dtype=np.float64)
+    inv = base ** (-2.0 * i / n_rot) * freq_scale
+    if freq_factors is not None:
+        inv = inv / freq_factors.astype(np.float64)
+    theta = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]
+    return np.cos(theta), np.sin(theta)
+
+
+def rope_ref(x, cos, sin, mode):
+    # [n_tokens, n_heads, head_dim], cos/sin [n_tokens, n_rot/2] -> [n_tokens, n_heads, head_dim]
+    x = x.astype(np.float64).copy()
+    half = cos.shape[1]
+    c, s = cos[:, None, :], sin[:, None, :]
+    if mode == ROPE_NEOX:
+        a, b = x[..., :half].copy(), x[..., half:2 * half].copy()
+        x[..., :half], x[..., half:2 * half] = a * c - b * s, a * s + b * c
+    else:
+        a, b = x[..., 0:2 * half:2].copy(), x[..., 1:2 * half:2].copy()
+        x[..., 0:2 * half:2], x[..., 1:2 * half:2] = a * c - b * s, a * s + b * c
+    return x.astype(np.float32)
+
+
+@njit(cache=True)
+def rope(x, cos, sin, mode):
+    # in place: [n_tokens, n_heads, head_dim], cos/sin [n_tokens, n_rot/2]
+    n, nh, hd = x.shape
+    half = cos.shape[1]
+    for t in range(n):
+        for h in range(nh):
+            for i in range(half):
+                c = cos[t, i]
+                s = sin[t, i]
+                if mode == 2:
+                    j0, j1 = i, i + half
+                else:
+                    j0, j1 = 2 * i, 2 * i + 1
+                a = np.float64(x[t, h, j0])
+                b = np.float64(x[t, h, j1])
+                x[t, h, j0] = np.float32(a * c - b * s)
+                x[t, h, j1] = np.float32(a * s + b * c)

@@ -1,0 +1,85 @@
+"""The CPU backend: one transformer forward pass over a batch of rows, on Numba njit kernels.
+
+This is the engine behind `Context.decode` (llama.cpp: the graph built by llm_build_llama and
+run by ggml-cpu). It owns the KV cache storage; the Context owns the bookkeeping (which cells
+of which sequence are valid). Weights are read straight from the quantized GGUF blocks by
+`kernels.quant.matmul`, which streams every weight row once for all rows of the batch.
+
+Every kernel computes a row from that row's inputs only, with a fixed reduction order, so a
+row's logits are bit-identical whether it is decoded alone or inside any batch.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels.activations import swiglu
+from .kernels.attention import attention
+from .kernels.norm import rmsnorm
+from .kernels.quant import dequant_row, matmul
+from .kernels.rope import rope, rope_angles
+
+
+class CpuBackend:
+    name = "cpu"
+
+    def __init__(self, model, n_ctx: int, n_seq_max: int):
+        h = model.hparams
+        self.model, self.h = model, h
+        kv_dim = h.n_head_kv * h.head_dim
+        # KV cache: [n_layer, n_seq, n_ctx, n_head_kv * head_dim]; cell index == position
+        self.k = np.zeros((h.n_layer, n_seq_max, n_ctx, kv_dim), dtype=np.float32)
+        self.v = np.zeros_like(self.k)
+        self._ff = None if model.rope_freqs is None else model.rope_freqs.astype(np.float64)
+
+    # ---- the forward pass -------------------------------------------------------------
+    def forward(self, tokens, pos, seq, valid, out_rows) -> np.ndarray:
+        # tokens/pos/seq [n], valid [n_seq, n_ctx] (already marking this batch's cells),
+        # out_rows [n_out] batch indices -> logits [n_out, n_vocab]
+        m, h = self.model, self.h
+        n = len(tokens)
+        x = np.empty((n, h.n_embd), dtype=np.float32)
+        for i in range(n):                                   # token embedding lookup
+            dequant_row(m.tok_embd.data[tokens[i]], m.tok_embd.qtype, x[i])
+        cos, sin = rope_angles(pos, h.n_rot, h.rope_freq_base, h.rope_freq_scale, self._ff)
+        a = np.empty_like(x)
+        attn = np.empty((n, h.n_head, h.head_dim), dtype=np.float32)
+        for il, L in enumerate(m.layers):
+            rmsnorm(x, L.attn_norm, h.norm_eps, a)
+            q = self._mm(a, L.wq, L.bq).reshape(n, h.n_head, h.head_dim)
+            k = self._mm(a, L.wk, L.bk).reshape(n, h.n_head_kv, h.head_dim)
+            v = self._mm(a, L.wv, L.bv)
+            rope(q, cos, sin, h.rope_mode)
+            rope(k, cos, sin, h.rope_mode)
+            self.k[il, seq, pos] = k.reshape(n, -1)           # store this batch's K/V rows
+            self.v[il, seq, pos] = v
+            attention(q, self.k[il], self.v[il], valid, seq, pos, h.n_head_kv, attn)
+            x += self._mm(attn.reshape(n, -1), L.wo)
+            rmsnorm(x, L.ffn_norm, h.norm_eps, a)
+            g = self._mm(a, L.w_gate)
+            u = self._mm(a, L.w_up)
+            x += self._mm(swiglu(g, u, g), L.w_down)
+        xo = x[out_rows]
+        rmsnorm(xo, m.output_norm, h.norm_eps, xo)
+        return self._mm(xo, m.output)
+
+    @staticmethod
+    def _mm(x, w, bias=None):
+        # [n, n_in] x QWeight[n_out, n_in] -> [n, n_out]
+        out = np.empty((x.shape[0], w.n_out), dtype=np.float32)
+        matmul(x, w.data, w.qtype, out)
+        if bias is not None:
+            out += bias
+        return out
+
+    # ---- KV storage for state save/load --------------------------------------------------
+    def read_cells(self, seq: int, n: int):
+        # -> (k, v) copies of cells [0, n) of one sequence: [n_layer, n, kv_dim] each
+        return self.k[:, seq, :n].copy(), self.v[:, seq, :n].copy()
+
+    def write_cells(self, seq: int, k, v) -> None:
+        n = k.shape[1]
+        self.k[:, seq, :n] = k
+        self.v[:, seq, :n] = v
+
+    def nbytes(self) -> int:
+        return self.k.nbytes + self.v.nbytes

@@ -7,6 +7,8 @@ NORM mode (llama) rotates adjacent pairs (x[2i], x[2i+1]); NEOX mode (qwen2) rot
 
 A row's rotation depends only on its own position, so it is batch invariant.
 """
+import math
+
 import numpy as np
 from numba import njit
 
@@ -15,13 +17,28 @@ ROPE_NEOX = 2  # llama.cpp's LLAMA_ROPE_TYPE_NEOX value
 
 
 def rope_angles(pos, n_rot, base, freq_scale, freq_factors):
-    # [n_tokens] -> cos, sin [n_tokens, n_rot/2]  (float64, shared by the kernel and reference)
+    # [n_tokens] -> cos, sin [n_tokens, n_rot/2]  (float64)
     i = np.arange(n_rot // 2, dtype=np.float64)
     inv = base ** (-2.0 * i / n_rot) * freq_scale
     if freq_factors is not None:
         inv = inv / freq_factors.astype(np.float64)
-    theta = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]
-    return np.cos(theta), np.sin(theta)
+    return _angles(np.asarray(pos, dtype=np.float64), inv)
+
+
+@njit(cache=True)
+def _angles(pos, inv):
+    # [n_tokens], [n_rot/2] -> cos, sin [n_tokens, n_rot/2], one scalar cos/sin per element:
+    # NumPy's vectorized cos can round a value differently depending on where it falls in
+    # the array, which would make a row's rotation depend on the batch around it.
+    n, h = pos.shape[0], inv.shape[0]
+    c = np.empty((n, h))
+    s = np.empty((n, h))
+    for t in range(n):
+        for i in range(h):
+            th = pos[t] * inv[i]
+            c[t, i] = math.cos(th)
+            s[t, i] = math.sin(th)
+    return c, s
 
 
 def rope_ref(x, cos, sin, mode):

@@ -48,13 +48,20 @@ class GenerationResult:
         return len(self.tokens) / self.t_gen_s if self.t_gen_s > 0 else 0.0
 
 
-def check_prompt(prompt, ctx: Context, need_extra: int = 1) -> list:
-    prompt = [int(t) for t in prompt]
+def check_prompt(prompt, ctx: Context) -> list:
+    """The prompt as a list of ints; it must hold at least one token and fit in the context."""
+    try:
+        prompt = [int(t) for t in prompt]
+    except (TypeError, ValueError):
+        raise ParamError(f"invalid prompt {prompt!r:.80}: expected a sequence of token ids") from None
     if not prompt:
         raise ParamError("the prompt is empty: it needs at least one token")
-    if len(prompt) + need_extra > ctx.n_ctx:
-        raise ContextFullError(f"prompt of {len(prompt)} tokens does not fit in n_ctx={ctx.n_ctx} "
-                               f"(room is needed for at least {need_extra} more)")
+    if len(prompt) > ctx.n_ctx:
+        raise ContextFullError(f"prompt of {len(prompt)} tokens is longer than the context "
+                               f"(n_ctx={ctx.n_ctx})")
+    bad = [t for t in prompt if not 0 <= t < ctx.model.n_vocab]
+    if bad:
+        raise ParamError(f"prompt token id {bad[0]} is outside the vocab [0, {ctx.model.n_vocab})")
     return prompt
 
 
@@ -272,8 +279,8 @@ class SpeculativeLoop:
         self.synth_rng = np.random.Generator(np.random.PCG64(self.p.synth_seed))
         self.slots: list[_Slot] = []
         for s, prompt in enumerate(prompts):
-            prompt = check_prompt(prompt, ctx_tgt, need_extra=1)
-            if len(prompt) > ctx_dft.n_ctx - 1:
+            prompt = check_prompt(prompt, ctx_tgt)
+            if len(prompt) > ctx_dft.n_ctx:
                 raise ContextFullError(f"prompt of {len(prompt)} tokens does not fit in the draft "
                                        f"context (n_ctx={ctx_dft.n_ctx})")
             smpl = Sampler(sampler_params[s], ctx_tgt.model.n_vocab)
@@ -343,7 +350,7 @@ class SpeculativeLoop:
                 if sl.draft and not self.can_rm_tgt:   # checkpoint both memories before verifying
                     sl.ckpt = (ctx_tgt.state_seq_get(sl.seq), ctx_dft.state_seq_get(sl.seq))
                     sl.smpl_save = sl.sampler.clone()
-            info = [] if replay[sl.seq] else list(impl.info[sl.seq][:len(sl.draft)])
+            info = [] if replay[sl.seq] else list(impl.info[sl.seq])
             records[sl.seq] = SlotRound(sl.seq, sl.n_past, sl.id_last, list(sl.draft), info, [],
                                         [], 0, [], [], (ctx_tgt.seq_pos_max(sl.seq),),
                                         (kv_dft_drafted,), replay=replay[sl.seq],
@@ -412,7 +419,7 @@ class SpeculativeLoop:
                 if len(sl.generated) >= sl.n_predict:
                     sl.done, sl.stop = True, "n_predict"
                     break
-            if not sl.done and sl.n_past + 1 >= ctx_tgt.n_ctx:
+            if not sl.done and sl.n_past >= ctx_tgt.n_ctx:     # id_last has no cell left
                 sl.done, sl.stop = True, "context_full"
             ctx_tgt.seq_rm(sl.seq, sl.n_past, -1)        # drop the rejected tail
             ctx_dft.seq_rm(sl.seq, sl.n_past, -1)

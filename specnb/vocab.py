@@ -512,8 +512,8 @@ class Vocab:
             if not parse_special and attr & (ATTR_CONTROL | ATTR_UNKNOWN):
                 continue        # user-defined tokens are matched even without parse_special
             tok = self.tokens[tid]
-            if not any(isinstance(f, str) and tok in f for f in frags):
-                continue
+            if tok not in text:
+                continue        # fragments are pieces of text: nothing to cut (the fast path)
             out: list = []
             for f in frags:
                 if not isinstance(f, str) or tok not in f:

@@ -1,0 +1,160 @@
+"""Context.decode against the NumPy reference; batch invariance; seq_rm; state save/load; bad batches."""
+import numpy as np
+import pytest
+
+from specnb import BatchError, ContextFullError, ParamError
+from specnb.context import Batch, Context, can_seq_rm
+from specnb.model import load_model
+from specnb.reference import Reference
+
+from conftest import TINY_TYPES
+
+# Tolerance of the engine against the float64 NumPy reference on tiny random models: the
+# kernels accumulate in float32, so logits (of order 1..10) agree to about 1e-4 relative.
+RTOL = 2e-4
+
+
+def _ids(model, n, seed=0):
+    return np.random.default_rng(seed).integers(0, model.n_vocab, n).tolist()
+
+
+@pytest.mark.parametrize("qtype", TINY_TYPES)
+def test_reference_agreement_every_type(tiny_path, qtype):
+    m = load_model(tiny_path(qtype))
+    ids = _ids(m, 12, seed=1)
+    ref = Reference(m).forward(ids)
+    ctx = Context(m, n_ctx=64)
+    got = ctx.decode(Batch.from_tokens(ids, 0, 0, "all"))
+    scale = np.abs(ref).max()
+    assert np.abs(got - ref).max() <= RTOL * scale + 1e-5, qtype
+    assert (got.argmax(-1) == ref.argmax(-1)).all()
+
+
+@pytest.mark.parametrize("arch,tied", [("qwen2", True), ("llama", False)])
+def test_reference_agreement_arch(tiny_path, arch, tied):
+    m = load_model(tiny_path("Q4_0", arch=arch, tied=tied))
+    assert m.hparams.tied_output == tied
+    ids = _ids(m, 10, seed=2)
+    ref = Reference(m).forward(ids)
+    got = Context(m, n_ctx=32).decode(Batch.from_tokens(ids, 0, 0, "all"))
+    assert np.abs(got - ref).max() <= RTOL * np.abs(ref).max() + 1e-5
+
+
+def test_incremental_equals_batch_bitwise(tiny_model):
+    """Batch invariance: one token at a time, in one batch, or in chunks: identical bits."""
+    m = tiny_model
+    ids = _ids(m, 20, seed=3)
+    full = Context(m, n_ctx=64).decode(Batch.from_tokens(ids, 0, 0, "all"))
+    ctx = Context(m, n_ctx=64)
+    rows = [ctx.decode(Batch().add(t, i, 0, True))[0] for i, t in enumerate(ids)]
+    assert np.array_equal(np.stack(rows), full)
+    ctx2 = Context(m, n_ctx=64)
+    parts = [ctx2.decode(Batch.from_tokens(ids[a:b], a, 0, "all")) for a, b in ((0, 7), (7, 8), (8, 20))]
+    assert np.array_equal(np.concatenate(parts), full)
+
+
+def test_batch_invariance_across_sequences(tiny_model):
+    """A row's logits do not depend on rows of other sequences in the same batch (up to 64 rows)."""
+    m = tiny_model
+    a, b = _ids(m, 9, 4), _ids(m, 40, 5)
+    alone = Context(m, n_ctx=64).decode(Batch.from_tokens(a, 0, 0, "all"))
+    ctx = Context(m, n_ctx=64, n_seq_max=3)
+    batch = Batch()
+    for i in range(40):                      # interleave: b on seq 1, a on seq 2, b on seq 0
+        batch.add(b[i], i, 1, False)
+        if i < 9:
+            batch.add(a[i], i, 2, True)
+        if i < 15:
+            batch.add(b[i], i, 0, False)
+    assert len(batch) == 64
+    mixed = ctx.decode(batch)
+    assert np.array_equal(mixed, alone)
+
+
+def test_seq_rm_then_redecode_matches_never_decoded(tiny_model):
+    m = tiny_model
+    ids = _ids(m, 12, 6)
+    other = _ids(m, 5, 7)
+    clean = Context(m, n_ctx=32).decode(Batch.from_tokens(ids, 0, 0, "all"))
+    ctx = Context(m, n_ctx=32)
+    ctx.decode(Batch.from_tokens(ids[:6] + other, 0, 0, "all"))     # wrong tail
+    assert ctx.seq_pos_max(0) == 10
+    assert ctx.seq_rm(0, 6, -1)
+    assert ctx.seq_pos_max(0) == 5
+    got = ctx.decode(Batch.from_tokens(ids[6:], 6, 0, "all"))
+    assert np.array_equal(got, clean[6:])
+
+
+def test_state_save_load_round_trip(tiny_model):
+    m = tiny_model
+    ids = _ids(m, 10, 8)
+    ctx = Context(m, n_ctx=32)
+    ctx.decode(Batch.from_tokens(ids[:6], 0, 0, "none"))
+    st = ctx.state_seq_get(0)
+    assert st.n_cells == 6
+    ref = ctx.decode(Batch.from_tokens(ids[6:], 6, 0, "all"))
+    ctx.seq_rm(0, 0, -1)
+    assert ctx.seq_pos_max(0) == -1
+    ctx.state_seq_set(0, st)
+    assert ctx.seq_pos_max(0) == 5
+    got = ctx.decode(Batch.from_tokens(ids[6:], 6, 0, "all"))
+    assert np.array_equal(got, ref)
+
+
+def test_recurrent_style_memory_refuses_partial_removal(tiny_model):
+    ctx = Context(tiny_model, n_ctx=32, partial_seq_rm=False)
+    assert can_seq_rm(ctx) is False
+    assert can_seq_rm(Context(tiny_model, n_ctx=32)) is True
+    ctx.decode(Batch.from_tokens([5, 6, 7, 8], 0, 0, "none"))
+    assert ctx.seq_rm(0, 2, -1) is False and ctx.seq_pos_max(0) == 3    # nothing changed
+    assert ctx.seq_rm(0, 10, -1) is True                                 # beyond the end: no-op
+    assert ctx.seq_rm(0, -1, -1) is True and ctx.seq_pos_max(0) == -1   # whole sequence
+
+
+def test_get_logits_ith(tiny_model):
+    ctx = Context(tiny_model, n_ctx=32)
+    b = Batch.from_tokens([5, 6, 7], 0, 0, "none")
+    b.logits[0] = b.logits[2] = True
+    out = ctx.decode(b)
+    assert np.array_equal(ctx.get_logits_ith(2), out[1])
+    assert np.array_equal(ctx.get_logits_ith(-1), out[1])
+    with pytest.raises(BatchError, match="row 1 did not request logits"):
+        ctx.get_logits_ith(1)
+
+
+def test_bad_batches(tiny_model):
+    ctx = Context(tiny_model, n_ctx=16, n_seq_max=2)
+    with pytest.raises(BatchError, match="empty batch"):
+        ctx.decode(Batch())
+    with pytest.raises(BatchError, match="not contiguous from 0"):
+        ctx.decode(Batch().add(5, 1, 0))
+    with pytest.raises(BatchError, match="not contiguous"):
+        ctx.decode(Batch().add(5, 0, 0).add(6, 2, 0))
+    with pytest.raises(BatchError, match="seq_id 2 .* n_seq_max=2"):
+        ctx.decode(Batch().add(5, 0, 2))
+    with pytest.raises(BatchError, match=f"token id {tiny_model.n_vocab}"):
+        ctx.decode(Batch().add(tiny_model.n_vocab, 0, 0))
+    with pytest.raises(ContextFullError, match="n_ctx=16"):
+        ctx.decode(Batch.from_tokens(list(range(5, 22)), 0, 0, "last"))
+    assert ctx.seq_pos_max(0) == -1        # failed batches leave the memory untouched
+    with pytest.raises(ParamError, match="seq_id"):
+        ctx.seq_rm(5, 0, -1)
+    with pytest.raises(ParamError, match="n_ctx"):
+        Context(tiny_model, n_ctx=0)
+    with pytest.raises(ParamError, match="n_seq_max"):
+        Context(tiny_model, n_seq_max=0)
+    with pytest.raises(ParamError, match="backend"):
+        Context(tiny_model, backend="tpu")
+
+
+@pytest.mark.slow
+def test_default_model_against_reference(default_model):
+    """The engine agrees with the NumPy reference on the real model over 300 positions."""
+    m = default_model
+    text = open(__file__.replace("test_context.py", "data/ppl_text.txt")).read()
+    ids = m.vocab.tokenize(text)[:300]
+    ref = Reference(m).forward(ids)
+    got = Context(m, n_ctx=512).decode(Batch.from_tokens(ids, 0, 0, "all"))
+    assert (got.argmax(-1) == ref.argmax(-1)).mean() == 1.0
+    # float32 accumulation over 30 layers: logits of order 10-20 agree to about 1e-2
+    assert np.abs(got - ref).max() < 5e-2

@@ -265,7 +265,7 @@ def _random_blocks(rng, qtype: int, n_out: int, n_in: int, scale: float) -> np.n
 
 def tiny_model(dst, qtype: str = "Q8_0", n_layer: int = 2, n_embd: int = 64, n_head: int = 4,
                n_head_kv: int = 2, n_ff: int = 128, seed: int = 0, arch: str = "llama",
-               tied: bool = True, n_ctx_train: int = 512) -> str:
+               tied: bool = True, n_ctx_train: int = 512, embd_scale: float = 0.3) -> str:
     """A random llama-family model with a tiny byte-level BPE vocab (fast unit tests)."""
     try:
         wq = QT[qtype]
@@ -307,8 +307,8 @@ def tiny_model(dst, qtype: str = "Q8_0", n_layer: int = 2, n_embd: int = 64, n_h
 
         def vec(name, n, base=1.0, jitter=0.1):
             w.add_tensor(name, (base + jitter * rng.standard_normal(n)).astype(np.float32))
-        # embeddings with a large scale so logits are peaked enough to be interesting
-        mat("token_embd.weight", n_embd, n_vocab, 1.0, QT.Q8_0 if n_embd % 32 == 0 else QT.F32)
+        # the tied embedding doubles as the output head: its scale sets how peaked the logits are
+        mat("token_embd.weight", n_embd, n_vocab, embd_scale, QT.Q8_0 if n_embd % 32 == 0 else QT.F32)
         if not tied:
             mat("output.weight", n_embd, n_vocab, 0.5)
         vec("output_norm.weight", n_embd)

@@ -471,34 +471,12 @@ class SpeculativeLoop:
         return ids, [float("nan")] * len(ids)
 
     def _verify_rejection(self, sl: _Slot, idxs: list) -> tuple[list, list]:
-        """Leviathan et al. 2023 / Chen et al. 2023: keep d with probability min(1, p(d)/q(d));
-        on rejection resample from norm(max(0, p - q)); after a full acceptance, a bonus from p."""
         T = sl.sampler.params.temp
-        rng = sl.sampler.rng
-        ids, probs = [], []
-        qs = self.impl.q[sl.seq]
-        for i, d in enumerate(sl.draft):
-            p = _target_dist(self.ctx_tgt.get_logits_ith(idxs[i]), T)
-            q = qs[i]
-            if rng.random() < min(1.0, p[d] / q[d]) if q[d] > 0 else 0.0:
-                ids.append(d)
-                probs.append(float(p[d]))
-                sl.sampler.accept(d)
-                continue
-            resid = np.maximum(p - q, 0.0)
-            tot = resid.sum()
-            resid = resid / tot if tot > 0 else p
-            tok = int(rng.choice(len(resid), p=resid))
-            ids.append(tok)
-            probs.append(float(p[tok]))
-            sl.sampler.accept(tok)
-            return ids, probs
-        p = _target_dist(self.ctx_tgt.get_logits_ith(idxs[len(sl.draft)]), T)
-        tok = int(rng.choice(len(p), p=p))
-        ids.append(tok)
-        probs.append(float(p[tok]))
-        sl.sampler.accept(tok)
-        return ids, probs
+        p_rows = [_target_dist(self.ctx_tgt.get_logits_ith(i), T) for i in idxs]
+        ids = rejection_verify(sl.draft, self.impl.q[sl.seq], p_rows, sl.sampler.rng)
+        for t in ids:
+            sl.sampler.accept(t)
+        return ids, [float(p_rows[i][t]) for i, t in enumerate(ids)]
 
     # ---- results --------------------------------------------------------------------------
     def run(self, on_round=None) -> list[SpecResult]:
@@ -519,6 +497,30 @@ class SpeculativeLoop:
         rate = 100.0 * self.n_accept / self.n_drafted if self.n_drafted else 0.0
         return (f"n_draft   = {self.p.n_max}\nn_predict = {n_pred}\nn_drafted = {self.n_drafted}\n"
                 f"n_accept  = {self.n_accept}\naccept    = {rate:.3f}%")
+
+
+def rejection_verify(draft, q_rows, p_rows, rng) -> list:
+    """Speculative sampling (Leviathan et al. 2023, Chen et al. 2023).
+
+    draft[i] was sampled from the draft's distribution q_rows[i]; p_rows[i] is the target's
+    distribution at the same position (len(draft) + 1 rows). Keep draft[i] with probability
+    min(1, p(d) / q(d)); on the first rejection sample a replacement from norm(max(0, p - q))
+    and stop; after a full acceptance add a bonus token from the last p row. The returned ids
+    are distributed exactly as sampling from p one token at a time.
+    """
+    ids = []
+    for i, d in enumerate(draft):
+        p, q = p_rows[i], q_rows[i]
+        if q[d] > 0 and rng.random() < min(1.0, p[d] / q[d]):
+            ids.append(int(d))
+            continue
+        resid = np.maximum(p - q, 0.0)
+        tot = resid.sum()
+        ids.append(int(rng.choice(len(p), p=resid / tot if tot > 0 else p)))
+        return ids
+    p = p_rows[len(draft)]
+    ids.append(int(rng.choice(len(p), p=p)))
+    return ids
 
 
 def _target_dist(logits, temp: float) -> np.ndarray:

@@ -6,8 +6,9 @@ What llama.cpp does (src/llama-vocab.cpp, src/unicode.cpp) and how it maps here:
    and unknown token text is cut out of the raw text, longest text first, each one over all
    the fragments left by the longer ones. With `parse_special=False` control and unknown
    tokens are not looked for, but user-defined ones still are. We do this in plain Python
-   (`Vocab._partition`) and hand each plain-text fragment separately to the `tokenizers`
-   model, which has no added tokens of its own, so it cannot do anything different.
+   (`Vocab._partition`) and hand each plain-text fragment separately to the tokenizer below
+   (for BPE a `tokenizers` model with no added tokens of its own, so it cannot do anything
+   different).
 2. **BPE vocabs** (`tokenizer.ggml.model == "gpt2"`): the fragment is split by the
    pre-tokenizer regexes of `tokenizer.ggml.pre`, applied one after the other, each keeping
    both what it matched and the gaps between (llama.cpp's `unicode_regex_split`), then every
@@ -24,7 +25,7 @@ What llama.cpp does (src/llama-vocab.cpp, src/unicode.cpp) and how it maps here:
    and `add_eos`; the defaults per vocab type and pre-tokenizer are llama.cpp's, and the
    `tokenizer.ggml.add_bos_token` / `add_eos_token` keys override them.
 
-The BPE pre-tokenizer regexes are the strings llama.cpp uses (see `_PRE`); llama.cpp runs
+The BPE pre-tokenizer regexes are the strings llama.cpp uses (see `_PRE_REGEXES`); llama.cpp runs
 GPT-2's and Llama-3's with hand-written matchers that behave as the regexes with a final
 `|\\s+`, which is what we give the `tokenizers` regex engine (Oniguruma).
 """
@@ -128,8 +129,10 @@ _PRE_NAMES: dict[str, tuple[str, dict]] = {
 }
 
 # --- token texts llama.cpp recognises (llama_vocab::impl::load) --------------------------
-# In llama.cpp the first match in an unordered_map walk wins; we take the first text of each
-# list that the vocab has, which is deterministic (see the module notes in Vocab.__init__).
+# When a vocab has several of one list (SmolLM2 has both <|im_end|> and <|endoftext|>),
+# llama.cpp takes whichever its unordered_map walk meets first, which depends on hashing; we
+# take the first text of the list that the vocab has. For EOT/EOM that only changes which id
+# is reported: the end-of-generation set below holds every one of these texts anyway.
 _EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
               "<EOT>", "<｜end▁of▁sentence｜>")
 _EOM_TEXTS = ("<|eom_id|>",)
@@ -206,7 +209,11 @@ class Vocab:
         """From a `GGUFFile` (or a path to one)."""
         if isinstance(gguf_file, (str, os.PathLike)):
             from .gguf_file import GGUFFile
-            gguf_file = GGUFFile(gguf_file)
+            f = GGUFFile(gguf_file)
+            try:
+                return cls.from_metadata(f.metadata, source=f.path)
+            finally:
+                f.close()
         return cls.from_metadata(gguf_file.metadata, source=getattr(gguf_file, "path", ""))
 
     @classmethod
@@ -382,7 +389,7 @@ class Vocab:
         if val is None:
             return None
         try:
-            arr = np.asarray(val, dtype=dtype)
+            arr = np.array(val, dtype=dtype)     # a copy: token types get overridden below
         except (TypeError, ValueError):
             raise VocabError(f"{self._where}{key} is not a numeric array") from None
         if arr.shape != (n,):
@@ -423,18 +430,16 @@ class Vocab:
                              f"expected an array of strings")
         # texts that are not valid UTF-8 can never be matched by text; leave them out of the
         # model (the Rust side refuses lone surrogates)
-        vocab = {t: i for i, t in enumerate(self.tokens) if not _has_surrogate(t)}
-        merges, dropped = [], 0
-        for m in raw:
-            p = m.find(" ", 1)               # as llama.cpp: split at the first space after 0
-            a, b = (m[:p], m[p + 1:]) if p != -1 else ("", "")
-            if a in vocab and b in vocab and a + b in vocab:
-                merges.append((a, b))
-            else:
-                dropped += 1
-        if dropped:
-            warnings.warn(f"{self._where}{dropped} of {len(raw)} merges name texts that are not "
-                          f"in the vocab; they are ignored", stacklevel=4)
+        vocab = self._token_to_id
+        if _has_surrogate("".join(self.tokens)):
+            vocab = {t: i for t, i in vocab.items() if not _has_surrogate(t)}
+        # split as llama.cpp does, at the first space after position 0; a merge whose parts
+        # or result are not tokens would make `tokenizers` panic, so those are left out
+        pairs = [(m[:p], m[p + 1:]) if p > 0 else ("", "") for m in raw for p in (m.find(" ", 1),)]
+        merges = [(a, b) for a, b in pairs if a in vocab and b in vocab and a + b in vocab]
+        if len(merges) != len(pairs):
+            warnings.warn(f"{self._where}{len(pairs) - len(merges)} of {len(pairs)} merges name "
+                          f"texts that are not in the vocab; they are ignored", stacklevel=4)
         tk = Tokenizer(models.BPE(vocab, merges, ignore_merges=self.ignore_merges))
         tk.pre_tokenizer = pre_tokenizers.Sequence(
             [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in self.pre_regexes]
@@ -449,8 +454,10 @@ class Vocab:
         is not a token is written as its UTF-8 bytes' `<0xXX>` tokens.
 
         This is a direct port rather than a `tokenizers` BPE with merges ranked by score (HF's
-        LlamaConverter): BPE ranks are strict, so equal scores (Gemma's whitespace-run tokens
-        all score 0) would merge in a different order than llama.cpp's leftmost-first rule.
+        LlamaConverter): BPE ranks are strict, so when two tokens share a score (SPM vocabs
+        give whole families of tokens one score: byte, control and user-defined ones, often
+        0 or -1000) the BPE would merge them in rank order, not leftmost first as llama.cpp
+        does, and split some texts differently (test_spm_segmentations has such a case).
         """
         syms = list(text)
         n = len(syms)

@@ -1,0 +1,89 @@
+"""The command line: JSON outputs, exit codes, one-line errors without tracebacks."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specnb import forge
+from specnb.cli import main
+
+
+def run_cli(*args, timeout=600):
+    p = subprocess.run([sys.executable, "-m", "specnb", *args], capture_output=True, text=True,
+                       timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_bad_inputs_exit_2_without_traceback(tmp_path, tiny_path, capsys):
+    notgguf = tmp_path / "x.gguf"
+    notgguf.write_bytes(b"hello world, not a model" * 10)
+    before = notgguf.read_bytes()
+    cases = [
+        (["generate", "-m", str(tmp_path / "missing.gguf"), "-p", "hi"], "not found"),
+        (["generate", "-m", str(notgguf), "-p", "hi"], "magic"),
+        (["generate", "-m", tiny_path("Q8_0"), "-p", "hi", "--temp", "-1"], "temp=-1"),
+        (["generate", "-m", tiny_path("Q8_0"), "-p", "hi", "--top-p", "1.5"], "top_p=1.5"),
+        (["generate", "-m", tiny_path("Q8_0"), "-p", "hi " * 100, "-c", "16"], "longer than the context"),
+        (["generate", "-m", tiny_path("Q8_0"), "-p", "hi", "-t", "999"], "n_threads=999"),
+        (["tokenize", "-m", tiny_path("Q8_0"), "-f", str(tmp_path / "nofile.txt")], "cannot read"),
+        (["gate", tiny_path("Q8_0"), str(notgguf)], "magic"),
+    ]
+    for args, msg in cases:
+        code = main(args)
+        err = capsys.readouterr().err
+        assert code == 2, (args, err)
+        assert msg in err, (args, err)
+        assert "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1, err
+    assert notgguf.read_bytes() == before
+
+
+def test_generate_json_and_tokenize(tiny_path, capsys):
+    m = tiny_path("Q8_0")
+    assert main(["generate", "-m", m, "-p", "the cat", "-n", "5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for k in ("tokens", "text", "n_prompt", "t_prompt_s", "t_gen_s"):
+        assert k in out
+    assert 1 <= len(out["tokens"]) <= 5
+    assert main(["tokenize", "-m", m, "-p", "the cat", "--json"]) == 0
+    ids = json.loads(capsys.readouterr().out)["ids"]
+    assert main(["tokenize", "-m", m, "-p", "the cat", "--ids"]) == 0
+    assert capsys.readouterr().out.strip() == "[" + ", ".join(map(str, ids)) + "]"
+
+
+def test_gate_exit_codes(tiny_path, tmp_path, capsys):
+    m = tiny_path("Q8_0")
+    assert main(["gate", m, m]) == 0
+    assert capsys.readouterr().out.strip().endswith("compatible")
+    bad = forge.mutate_vocab(m, tmp_path / "bos.gguf", "bos-flag")
+    assert main(["gate", m, bad]) == 1
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("incompatible: BOS")
+
+
+def test_speculative_simple_json(tiny_path, tmp_path, capsys):
+    t = tiny_path("Q8_0", seed=11)
+    d = forge.requantize(t, tmp_path / "d.gguf", "Q4_0")
+    assert main(["speculative-simple", "-m", t, "-md", d, "-p", "the cat sat", "-n", "12",
+                 "--json", "--draft-max", "4"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for k in ("tokens", "text", "n_drafted", "n_accept", "n_rounds", "acc_rate_per_pos", "t_gen_s"):
+        assert k in out
+    assert out["n_accept"] <= out["n_drafted"]
+    assert len(out["acc_rate_per_pos"]) == 4
+    # same tokens as plain greedy decoding
+    assert main(["generate", "-m", t, "-p", "the cat sat", "-n", "12", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"] == out["tokens"]
+    # a draft-min above draft-max is refused
+    assert main(["speculative-simple", "-m", t, "-md", d, "-p", "x", "--draft-min", "5"]) == 2
+    assert "draft_min" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_generate_default_model_subprocess():
+    code, out, err = run_cli("generate", "-p", "The capital of France is", "-n", "8", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["text"].startswith(" Paris")

@@ -17,6 +17,7 @@ checkpoints instead (common_context_can_seq_rm probes for this).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -25,6 +26,9 @@ import numpy as np
 from .errors import BatchError, ContextFullError, ParamError, UnsupportedError, check_param
 
 BACKENDS = ("auto", "cpu", "cuda")
+# Numba's parallel kernels share one thread pool per process: forward passes of different
+# contexts (e.g. two runs in two Python threads) take turns rather than race for it.
+_DECODE_LOCK = threading.Lock()
 
 
 @dataclass
@@ -196,7 +200,8 @@ class Context:
                 self.valid[s, p] = True
                 self.cell_tokens[s, p] = t
                 out_rows = np.nonzero(flags[sl])[0]
-                logits = self.backend.forward(t, p, s, self.valid, out_rows)
+                with _DECODE_LOCK:
+                    logits = self.backend.forward(t, p, s, self.valid, out_rows)
                 for si in np.unique(s):
                     self._pos_max[si] = max(self._pos_max[si], p[s == si].max())
                 if len(out_rows):

@@ -337,6 +337,7 @@ class SpeculativeLoop:
             dps[sl.seq] = DraftParams(drafting=n_draft_max > 0 and self.p.n_max > 0,
                                       n_max=n_draft_max, n_past=sl.n_past, id_last=sl.id_last,
                                       prompt=sl.prompt, result=[])
+        asked = {s: dp.drafting for s, dp in enumerate(dps)}
         t0 = time.perf_counter()
         self.spec.draft(dps)
         ev.t_draft = time.perf_counter() - t0
@@ -350,7 +351,7 @@ class SpeculativeLoop:
                 if sl.draft and not self.can_rm_tgt:   # checkpoint both memories before verifying
                     sl.ckpt = (ctx_tgt.state_seq_get(sl.seq), ctx_dft.state_seq_get(sl.seq))
                     sl.smpl_save = sl.sampler.clone()
-            info = [] if replay[sl.seq] else list(impl.info[sl.seq])
+            info = list(impl.info[sl.seq]) if asked[sl.seq] else []   # this round's draft only
             records[sl.seq] = SlotRound(sl.seq, sl.n_past, sl.id_last, list(sl.draft), info, [],
                                         [], 0, [], [], (ctx_tgt.seq_pos_max(sl.seq),),
                                         (kv_dft_drafted,), replay=replay[sl.seq],

@@ -14,8 +14,6 @@ Colours follow the live view: accepted green, rejected red, the target's own tok
 """
 from __future__ import annotations
 
-import math
-
 import plotly.graph_objects as go
 
 from .cost import alpha_from_counts, conditional_rates, examined_counts
@@ -237,7 +235,3 @@ def figures(stats_or_events, n_max: int | None = None) -> dict:
     if not isinstance(stats_or_events, dict):
         out["round_timeline"] = fig_round_timeline(stats_or_events)
     return out
-
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)

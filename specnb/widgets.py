@@ -178,28 +178,29 @@ def slot_view(rec, round_: int, vocab, verify: str = "exact") -> SlotView:
     states = chip_states(rec)
     chips = []
     d = len(rec.draft)
+    info = list(rec.draft_info)
+    k = len(rec.ids) - 1                  # the target's own token: ids[k], at n_past + 1 + k
     for i, st in enumerate(states):
-        tok = rec.draft[i] if i < d else rec.ids[-1]
-        c = Chip(round_, rec.seq, i, int(tok), piece(vocab, tok), st, rec.n_past + 1 + i)
-        if i < len(rec.draft_info):
-            info = rec.draft_info[i]
-            c.top = [(int(t), piece(vocab, t), float(p)) for t, p in zip(info.top_ids, info.top_p)]
-            c.draft_p = next((p for t, _, p in c.top if t == c.token), float(info.p)
-                             if info.token == c.token else 0.0)
-        if i < len(rec.ids) and st != "unexamined":
-            c.target_token = int(rec.ids[i])
-            c.target_text = piece(vocab, rec.ids[i])
-            if i < len(rec.target_p):
-                c.target_p = float(rec.target_p[i])
+        j = i if i < d else k             # which target sample this chip shows
+        tok = rec.draft[i] if i < d else rec.ids[k]
+        c = Chip(round_, rec.seq, i, int(tok), piece(vocab, tok), st, rec.n_past + 1 + j)
+        if i < d and i < len(info):
+            c.top = [(int(t), piece(vocab, t), float(p)) for t, p in zip(info[i].top_ids, info[i].top_p)]
+            c.draft_p = next((p for t, _, p in c.top if t == c.token), 0.0)
+        if j <= k and st != "unexamined":
+            c.target_token = int(rec.ids[j])
+            c.target_text = piece(vocab, rec.ids[j])
+            if j < len(rec.target_p):
+                c.target_p = float(rec.target_p[j])
         chips.append(c)
-    # a DraftTokenInfo beyond the draft that p_min stopped (when the loop hands it over)
-    for info in rec.draft_info[d:]:
-        if getattr(info, "stopped_by_p_min", False):
-            c = Chip(round_, rec.seq, d, int(info.token), piece(vocab, info.token), "p-min-stop",
-                     rec.n_past + 1 + d, float(info.p),
-                     [(int(t), piece(vocab, t), float(p)) for t, p in zip(info.top_ids, info.top_p)])
-            chips.append(c)
-            break
+    # the draft's next candidate when p_min stopped the draft: one DraftTokenInfo past the
+    # drafted tokens, flagged stopped_by_p_min (only when the info lines up with this draft)
+    if not rec.replay and len(info) == d + 1 and getattr(info[d], "stopped_by_p_min", False) \
+            and [int(x.token) for x in info[:d]] == [int(t) for t in rec.draft]:
+        x = info[d]
+        chips.append(Chip(round_, rec.seq, d, int(x.token), piece(vocab, x.token), "p-min-stop",
+                          rec.n_past + 1 + d, float(x.p),
+                          [(int(t), piece(vocab, t), float(p)) for t, p in zip(x.top_ids, x.top_p)]))
     n_tgt = max(rec.n_past + d + 1, max(rec.kv_tgt) + 1)
     n_dft = max(rec.n_past + d + 1, max(rec.kv_dft) + 1)
     return SlotView(round_, rec.seq, rec.n_past, rec.id_last, chips,
@@ -274,15 +275,15 @@ KV_LEGEND = ('<div style="font-size:11px;color:#455a64;margin:2px 0 0 52px">'
 
 def committed_html(vocab, prompt: list, committed: list, n_new: int) -> str:
     """The prompt (grey), then each committed token: green when it came from an accepted draft
-    token, blue when only the target produced it; this round's tokens outlined."""
+    token, blue when only the target produced it; this round's tokens in bold."""
     parts = [f'<span class="specnb-prompt" style="color:#78909c">{_e(vocab.detokenize(prompt))}</span>']
     n = len(committed)
     for i, (tok, from_draft) in enumerate(committed):
         kind = "draft" if from_draft else "target"
         style = ("background:#c8e6c9;border-bottom:2px solid #2e7d32;" if from_draft
                  else "color:#0d47a1;border-bottom:2px solid #90caf9;")
-        if i >= n - n_new:
-            style += "outline:1px dashed #37474f;"
+        if i >= n - n_new:                    # committed this round
+            style += "font-weight:bold;"
         who = "an accepted draft token" if from_draft else "the target's own token"
         parts.append(f'<span class="specnb-tok specnb-tok-{kind}" title="id {tok}: {who}" '
                      f'style="{style}">{_e(piece(vocab, tok))}</span>')
@@ -307,8 +308,8 @@ def counters_html(c: dict) -> str:
             row("mean_acc_len", "mean accepted length", f'{c["mean_acc_len"]:.3f}'),
             row("tokens_per_call", "tokens per target call", f'{c["tokens_per_call"]:.3f}'),
             row("committed", "tokens committed", c["committed"]),
-            row("t_round_ms", "time per round (last / mean)",
-                f'{c["t_round_ms"]:.1f} / {c["t_round_mean_ms"]:.1f} ms')]
+            row("t_round_ms", "time per round", f'{c["t_round_ms"]:.1f} ms'),
+            row("t_round_mean_ms", "mean time per round", f'{c["t_round_mean_ms"]:.1f} ms')]
     return ('<div class="specnb-counters" style="font-size:12px;min-width:230px">'
             '<b>counters</b><table style="border-collapse:collapse">' + "".join(rows) + "</table>"
             '<div style="margin-top:4px;color:#455a64">acceptance per position</div>'
@@ -363,7 +364,7 @@ def detail_html(c: Chip | None, p_min: float, verify: str) -> str:
 def slot_header_html(sv: SlotView, vocab) -> str:
     badges = []
     if sv.checkpoint == "saved":
-        badges.append(("specnb-ckpt-saved", "#5d4037", "💾 checkpoint saved: both contexts' state and "
+        badges.append(("specnb-ckpt-saved", "#5d4037", "⤓ checkpoint saved: both contexts' state and "
                        "the sampler, before verifying"))
     if sv.checkpoint == "restored":
         badges.append(("specnb-ckpt-restored", "#c62828", "⟲ restored from the checkpoint (partial "
@@ -400,6 +401,10 @@ class LiveView:
     is also a control, and changing a control restarts the run from the prompt.
     `checkpoints=True` makes the target memory refuse partial removal (the checkpoint and
     replay path). `n_ctx=None` sizes the contexts to the prompt, n_predict and draft-max.
+    `reeval`, `n_threads`, `sampler_extra` (more SamplerParams fields, e.g. min_p) and
+    `synth_rates` / `synth_len` (synthetic acceptance: the output is not valid text) are passed
+    through to the loop. `speed` is the play speed in rounds per second; `history` how many
+    earlier rounds are listed under the current one.
     """
 
     def __init__(self, target, draft, prompt="The capital of France is", *, n_predict: int = 32,
@@ -407,11 +412,12 @@ class LiveView:
                  top_k: int = 40, top_p: float = 0.95, seed: int = 1, verify: str = "exact",
                  checkpoints: bool = False, reeval: bool = True, n_ctx: int | None = None,
                  n_threads: int | None = None, speed: float = 2.0, history: int = 8,
-                 sampler_extra: dict | None = None):
+                 sampler_extra: dict | None = None, synth_rates=None, synth_len=None):
         self.target, self.draft = target, draft
         self.vocab = target.vocab
         self.n_ctx_opt, self.n_threads, self.reeval = n_ctx, n_threads, bool(reeval)
         self.sampler_extra = dict(sampler_extra or {})
+        self.synth_rates, self.synth_len = synth_rates, synth_len
         self.history = int(history)
         self._lock = threading.RLock()
         self._player: threading.Thread | None = None
@@ -461,9 +467,9 @@ class LiveView:
             b.add_class(cls)
             b.on_click(lambda _b: self._guard(cb))
             return b
-        self.b_step = button("⏭ step", "specnb-btn-step", "run one round", self.step)
+        self.b_step = button("▸ step", "specnb-btn-step", "run one round", self.step)
         self.b_play = button("▶ play", "specnb-btn-play", "play / pause", self.toggle_play)
-        self.b_run = button("⏩ run to end", "specnb-btn-run", "run every remaining round",
+        self.b_run = button("▶▶ run to end", "specnb-btn-run", "run every remaining round",
                             lambda: self.run_to_end(block=False), "130px")
         self.b_reset = button("⟲ reset", "specnb-btn-reset", "restart from the prompt", self.reset)
         self.w_speed = W.FloatSlider(value=speed, min=0.25, max=20.0, step=0.25,
@@ -489,7 +495,7 @@ class LiveView:
             row(self.w_verify, self.w_checkpoints)])
         buttons = row(self.b_step, self.b_play, self.w_speed, self.b_run, self.b_reset)
         main = W.HBox([W.VBox([self.w_slots], layout=W.Layout(flex="1 1 auto", min_width="360px")),
-                       W.VBox([self.w_counters], layout=W.Layout(flex="0 0 250px", margin="0 0 0 10px"))],
+                       W.VBox([self.w_counters], layout=W.Layout(flex="0 0 270px", margin="0 0 0 10px"))],
                       layout=W.Layout(align_items="flex-start"))
         self.widget = W.VBox([title, settings, buttons, self.w_status, self.w_error, main,
                               W.VBox([self.w_detail_pick, self.w_detail]), self.w_history],
@@ -497,6 +503,7 @@ class LiveView:
         self.widget.add_class("specnb-live-view")
         self._chip_buttons: list = []
         self._slots_w: list = []
+        self._rendered_rounds = -1
 
     def _repr_mimebundle_(self, **kw):
         return self.widget._repr_mimebundle_(**kw)
@@ -595,7 +602,8 @@ class LiveView:
         sps = [SamplerParams(temp=float(s["temp"]), top_k=int(s["top_k"]), top_p=float(s["top_p"]),
                              seed=int(s["seed"]) + i, **self.sampler_extra).validate() for i in range(n)]
         spec = SpecParams(n_max=s["draft_max"], n_min=s["draft_min"], p_min=float(s["p_min"]),
-                          reeval=self.reeval, verify=s["verify"]).validate()
+                          reeval=self.reeval, verify=s["verify"], synth_rates=self.synth_rates,
+                          synth_len=self.synth_len).validate()
         n_predict = s["n_predict"]
         n_ctx = self.n_ctx_opt
         if n_ctx is None:
@@ -614,6 +622,7 @@ class LiveView:
             self.done, self.selected, self._stopped = False, None, set()
             self.error = ""
             self.w_error.value = ""
+            self.prompts = []
             try:
                 self.loop = self._build_loop()
                 self.committed = {s: [] for s in range(len(self.prompts))}
@@ -711,7 +720,7 @@ class LiveView:
                 self.b_play.description = "▶ play"
 
         self._player = threading.Thread(target=run, name="specnb-live-view", daemon=True)
-        self.b_play.description = "⏸ pause"
+        self.b_play.description = "❚❚ pause"
         self._player.start()
 
     def pause(self, timeout: float = 60.0) -> None:
@@ -734,8 +743,16 @@ class LiveView:
         return True
 
     def close(self) -> None:
+        """Stop playing and close every widget of the view."""
         self.pause()
-        self.widget.close()
+
+        def close_tree(w):
+            for c in getattr(w, "children", ()):
+                close_tree(c)
+            w.close()
+        for b in self._chip_buttons:
+            b.close()
+        close_tree(self.widget)
 
     # ---- the state the view shows -----------------------------------------------------------
     @property
@@ -743,16 +760,17 @@ class LiveView:
         """Per round: {seq: [chip state per draft token..., the target's token]}."""
         return [{s: sv.chip_states for s, sv in views.items()} for views in self.slot_views]
 
+    def latest_views(self) -> dict:
+        """{seq: SlotView} of each sequence's latest round (a finished one keeps its last)."""
+        latest = {}
+        for views in self.slot_views:
+            latest.update(views)
+        return latest
+
     @property
     def kv_cells(self) -> dict:
-        """The latest round: {seq: {"target": [state per position], "draft": [...]}}."""
-        if not self.slot_views:
-            return {}
-        latest = {}
-        for views in self.slot_views:         # a finished sequence keeps its last round
-            for s, sv in views.items():
-                latest[s] = sv.kv
-        return latest
+        """Each sequence's latest round: {seq: {"target": [state per position], "draft": [...]}}."""
+        return {s: sv.kv for s, sv in self.latest_views().items()}
 
     @property
     def counters(self) -> dict:
@@ -768,16 +786,15 @@ class LiveView:
 
     @property
     def current_chips(self) -> list:
-        return [c for views in self.slot_views[-1:] for sv in views.values() for c in sv.chips]
+        """The chips on show: each sequence's latest round."""
+        return [c for _, sv in sorted(self.latest_views().items()) for c in sv.chips]
 
-    def select(self, seq: int = 0, index: int = 0) -> Chip | None:
-        """Show one chip of the latest round in the detail panel."""
+    def select(self, seq: int = 0, index: int = 0, p_min_stop: bool = False) -> Chip:
+        """Show one chip of the latest round in the detail panel (index: its place in the row;
+        p_min_stop=True: the draft candidate p_min stopped, which shares the target's index)."""
+        key = (seq, index, bool(p_min_stop))
         for c in self.current_chips:
-            if c.seq == seq and c.index == index and (c.state != "p-min-stop" or
-                                                      not any(d.seq == seq and d.index == index and
-                                                              d.state != "p-min-stop"
-                                                              for d in self.current_chips)):
-                key = (c.seq, c.index, c.state == "p-min-stop")
+            if (c.seq, c.index, c.state == "p-min-stop") == key:
                 self.w_detail_pick.value = key
                 return c
         raise ParamError(f"no chip {index} for sequence {seq} in the latest round")
@@ -844,12 +861,10 @@ class LiveView:
         self._render_status()
         p_min = float(self.loop.p.p_min) if self.loop is not None else 0.0
         old_buttons, self._chip_buttons = self._chip_buttons, []
-        latest = self.slot_views[-1] if self.slot_views else {}
+        newest = self.slot_views[-1] if self.slot_views else {}
+        latest = self.latest_views()
         for s, (w_head, w_chips, w_text, w_kv) in enumerate(self._slot_widgets()):
             sv = latest.get(s)
-            if sv is None:            # this sequence finished in an earlier round
-                prev = [v[s] for v in self.slot_views if s in v]
-                sv = prev[-1] if prev else None
             if sv is None:
                 w_head.value = (f'<div class="specnb-round-header" style="font-size:12px;margin-top:4px">'
                                 f'<b>sequence {s}</b>: no round yet · prompt of {len(self.prompts[s])} '
@@ -860,7 +875,7 @@ class LiveView:
                 continue
             chips = [self._chip_button(c, p_min) for c in sv.chips]
             self._chip_buttons += chips
-            n_new = len(sv.committed) if sv is latest.get(s) else 0
+            n_new = len(sv.committed) if sv is newest.get(s) else 0
             w_head.value = slot_header_html(sv, self.vocab)
             w_chips.children = chips
             w_text.value = committed_html(self.vocab, self.prompts[s], self.committed.get(s, []), n_new)
@@ -877,7 +892,9 @@ class LiveView:
                          (c.seq, c.index, c.state == "p-min-stop")))
         keys = [k for _, k in opts]
         cur = self.w_detail_pick.value
-        pick = cur if cur in keys and cur is not None else self._default_pick(keys)
+        fresh = len(self.events) != self._rendered_rounds     # a new round: show its first rejection
+        self._rendered_rounds = len(self.events)
+        pick = cur if cur in keys and cur is not None and not fresh else self._default_pick(keys)
         self.w_detail_pick.unobserve(self._on_pick, names="value")
         self.w_detail_pick.options = opts
         self.w_detail_pick.value = pick
@@ -897,7 +914,7 @@ class LiveView:
         rows = []
         for views in reversed(self.slot_views[-self.history - 1:-1] if self.slot_views else []):
             for s, sv in sorted(views.items()):
-                tags = ("💾" if sv.checkpoint == "saved" else "") + ("⟲" if sv.checkpoint == "restored" else "") \
+                tags = ("⤓" if sv.checkpoint == "saved" else "") + ("⟲" if sv.checkpoint == "restored" else "") \
                     + ("↻" if sv.replay else "")
                 rows.append(f'<div class="specnb-history-row" style="font-size:11px;margin:1px 0">'
                             f'<span style="display:inline-block;width:150px;color:#546e7a">round {sv.round} · '

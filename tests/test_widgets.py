@@ -1,0 +1,455 @@
+"""The live view, checked by model state: chips, KV cells and counters against the RoundEvents
+and llama.cpp's statistics; controls restart the run; bad settings show an error."""
+import re
+import time
+
+import pytest
+
+pytest.importorskip("ipywidgets")
+
+from specnb import forge  # noqa: E402
+from specnb.model import load_model  # noqa: E402
+from specnb.speculative import impl_stats  # noqa: E402
+from specnb.widgets import CHIP_STATES, KV_STATES, LiveView  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """A tiny target with an untied output (varied text) and its Q4_0 requantization as draft:
+    rounds with full acceptance, rejections at several positions, and replacements."""
+    d = tmp_path_factory.mktemp("lv")
+    tgt = forge.tiny_model(d / "t.gguf", qtype="Q8_0", n_layer=2, seed=0, tied=False)
+    dft = forge.requantize(tgt, d / "d.gguf", "Q4_0")
+    return load_model(tgt), load_model(dft)
+
+
+PROMPT = "Once upon a time"
+
+
+# ---- what the events say, computed independently of the view -------------------------------
+def expected_chips(rec):
+    """Chip states straight from a SlotRound: the target's samples against the draft."""
+    d, ids = len(rec.draft), rec.ids
+    n_acc = len(ids) - 1
+    out = []
+    for i in range(d):
+        if i < n_acc:
+            out.append("replayed" if rec.replay else "accepted")
+        elif i == n_acc:
+            out.append("rejected")
+        else:
+            out.append("unexamined")
+    out.append("bonus" if n_acc == d else "replaced")
+    return out
+
+
+def expected_target_kv(rec):
+    """Target cells: [0, n_past) committed; the verification rows [n_past, n_past + d] are
+    kept up to the new n_past and rolled back after it (all of them when restored)."""
+    n, d = rec.n_past, len(rec.draft)
+    keep = 0 if rec.checkpoint == "restored" else len(rec.committed)
+    return ["committed"] * n + ["written"] * keep + ["rolled-back"] * (d + 1 - keep)
+
+
+def check_round(view, ev, exact: bool):
+    views = view.slot_views[-1]
+    assert sorted(views) == sorted(r.seq for r in ev.slots)
+    for rec in ev.slots:
+        sv = views[rec.seq]
+        assert sv.n_past == rec.n_past and sv.id_last == rec.id_last
+        assert view.chip_states[-1][rec.seq] == expected_chips(rec)
+        assert all(s in CHIP_STATES for s in sv.chip_states)
+        draft_chips = [c for c in sv.chips if c.is_draft]
+        assert [c.token for c in draft_chips] == list(rec.draft)
+        target_chip = [c for c in sv.chips if c.state in ("bonus", "replaced")]
+        assert len(target_chip) == 1 and target_chip[0].token == rec.ids[-1]
+        assert target_chip[0].target_token == rec.ids[-1]
+        assert target_chip[0].pos == rec.n_past + len(rec.ids)     # the new id_last's position
+        for i, c in enumerate(draft_chips):
+            if c.state in ("accepted", "replayed"):
+                assert c.target_token == rec.ids[i]
+                if exact:
+                    assert c.target_token == c.token
+            elif c.state == "rejected":
+                assert c.target_token == rec.ids[i]
+                if exact:
+                    assert c.target_token != c.token
+            else:
+                assert c.target_token is None
+            if not rec.replay:    # the draft's candidates: top-10-renormalized, argmax first
+                info = rec.draft_info[i]
+                assert [t for t, _, _ in c.top] == list(info.top_ids)
+                assert [p for _, _, p in c.top] == pytest.approx(list(info.top_p))
+                assert sum(p for _, _, p in c.top) == pytest.approx(1.0, abs=1e-6) or len(c.top) < 10
+        kv = view.kv_cells[rec.seq]
+        assert kv["target"] == expected_target_kv(rec)
+        assert all(s in KV_STATES for s in kv["target"] + kv["draft"])
+        # with draft re-evaluation (llama.cpp's default) the draft KV ends as the target's
+        if view.reeval:
+            assert kv["draft"] == kv["target"]
+
+
+def check_counters(view):
+    loop = view.loop
+    st = impl_stats(loop.impl)
+    c = view.counters
+    assert c["rounds"] == loop.n_rounds == len(view.events)
+    assert c["drafted"] == loop.n_drafted == st["n_gen_tokens"]
+    assert c["accepted"] == loop.n_accept == st["n_acc_tokens"]
+    assert c["acc_per_pos"] == st["acc_rate_per_pos"]
+    assert c["mean_acc_len"] == st["mean_acc_len"]
+    n_committed = sum(len(r.committed) for ev in view.events for r in ev.slots)
+    assert c["committed"] == n_committed
+    assert c["tokens_per_call"] == pytest.approx(n_committed / len(view.events)) if view.events else True
+    assert c["t_round_ms"] == pytest.approx(1e3 * view.events[-1].t_round) if view.events else True
+    html = view.w_counters.value
+    assert f'data-counter="rounds">{c["rounds"]}<' in html
+    assert f'data-counter="drafted">{c["drafted"]}<' in html
+
+
+def check_committed(view):
+    for s, res in enumerate(view.loop.results()):
+        assert [t for t, _ in view.committed[s]] == res.tokens[:len(view.committed[s])]
+        assert [f for _, f in view.committed[s]] == res.accepted[:len(view.committed[s])]
+
+
+def check_rendered(view):
+    """The widgets show what the state says: chip buttons with their classes, KV cells."""
+    chips = view.current_chips
+    assert chips == [c for _, sv in sorted(view.latest_views().items()) for c in sv.chips]
+    assert len(view._chip_buttons) == len(chips)
+    for b, c in zip(view._chip_buttons, chips):
+        assert f"specnb-chip-{c.state}" in b._dom_classes
+        assert b.description.startswith({"accepted": "✓", "rejected": "✗", "unexamined": "·",
+                                         "replaced": "→", "bonus": "★", "replayed": "↻",
+                                         "p-min-stop": "✂"}[c.state])
+        assert "draft top candidates" in b.tooltip or not c.top
+    latest = view.latest_views()
+    for s, (head, _chips, text, kv) in enumerate(view._slots_w):
+        if s not in latest:
+            continue
+        assert f'specnb-n-past">{latest[s].n_past}<' in head.value
+        tgt_html, dft_html = kv.value.split('specnb-kv-strip specnb-kv-draft')
+        for part, name in ((tgt_html, "target"), (dft_html, "draft")):
+            cells = re.findall(r'class="specnb-kv-cell specnb-kv-([a-z-]+)" data-pos="(\d+)"', part)
+            want = latest[s].kv[name]
+            assert [st for st, _ in cells] == want[len(want) - len(cells):]
+            assert [int(p) for _, p in cells] == list(range(len(want) - len(cells), len(want)))
+
+
+def run_checked(view, exact=True, max_rounds=200):
+    for _ in range(max_rounds):
+        ev = view.step()
+        if ev is None:
+            break
+        check_round(view, ev, exact)
+        check_counters(view)
+        check_committed(view)
+        check_rendered(view)
+    assert view.done
+    assert not view.error
+    res = view.loop.results()
+    for s, r in enumerate(res):
+        assert [t for t, _ in view.committed[s]] == r.tokens
+        assert [f for _, f in view.committed[s]] == r.accepted
+    return [st for views in view.chip_states for sts in views.values() for st in sts]
+
+
+# ---- the modes --------------------------------------------------------------------------------
+def test_exact_match_greedy(pair):
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0)
+    assert view.counters["rounds"] == 0 and "ready" in view.w_status.value
+    seen = run_checked(view)
+    assert {"accepted", "rejected", "unexamined", "replaced", "bonus"} <= set(seen)
+    assert "finished" in view.w_status.value
+    assert view.step() is None       # finished: nothing more to do
+
+
+def test_exact_match_sampled(pair):
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=3, temp=1.0, top_k=0, top_p=1.0, seed=3)
+    seen = run_checked(view)
+    assert "rejected" in seen and "accepted" in seen
+
+
+def test_rejection_sampling(pair):
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=1.0, top_k=0, top_p=1.0,
+                    seed=3, verify="rejection")
+    seen = run_checked(view, exact=False)
+    assert "accepted" in seen
+    # the target's probability of every examined token is shown
+    for views in view.slot_views:
+        for sv in views.values():
+            for c in sv.chips:
+                if c.target_token is not None:
+                    assert 0.0 < c.target_p <= 1.0
+    assert "rejection" in view.w_status.value
+
+
+def test_several_sequences(pair):
+    tgt, dft = pair
+    prompts = "Once upon a time\nthe cat\nhello world"
+    view = LiveView(tgt, dft, prompts, n_predict=16, draft_max=3, temp=0.8, top_k=0, top_p=1.0, seed=5)
+    assert len(view.prompts) == 3 and len(view._slots_w) == 3
+    run_checked(view)
+    # one target call per round serves every sequence
+    assert view.loop.ctx_tgt.n_decode == 1 + len(view.events)
+    assert set(view.committed) == {0, 1, 2}
+    for s in range(3):
+        assert len(view.committed[s]) == 16
+    # seeds differ per sequence (seed + s)
+    assert [sp.params.seed for sp in (sl.sampler for sl in view.loop.slots)] == [5, 6, 7]
+
+
+def test_checkpoint_and_replay(pair):
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0, checkpoints=True)
+    run_checked(view)
+    recs = [(ev, r) for ev in view.events for r in ev.slots]
+    restored = [i for i, (_, r) in enumerate(recs) if r.checkpoint == "restored"]
+    assert restored, "this pair should have a partial acceptance"
+    i = restored[0]
+    _, r = recs[i]
+    # the restored round commits nothing and rolls every verification row back
+    sv = view.slot_views[i][r.seq]
+    assert sv.committed == [] and set(sv.kv["target"][r.n_past:]) == {"rolled-back"}
+    # the next round replays the approved tokens and takes a bonus token
+    _, nxt = recs[i + 1]
+    assert nxt.replay and nxt.draft == r.ids and nxt.n_past == r.n_past
+    assert view.chip_states[i + 1][0] == ["replayed"] * len(r.ids) + ["bonus"]
+    assert any(rr.checkpoint == "saved" for _, rr in recs)
+
+
+def test_checkpoint_badges_rendered(pair):
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0, checkpoints=True)
+    seen = set()
+    for _ in range(40):
+        ev = view.step()
+        if ev is None:
+            break
+        head = view._slots_w[0][0].value
+        r = ev.slot
+        if r.checkpoint == "restored":
+            assert "specnb-ckpt-restored" in head
+            seen.add("restored")
+        elif r.checkpoint == "saved":
+            assert "specnb-ckpt-saved" in head
+            seen.add("saved")
+        if r.replay:
+            assert "specnb-replay" in head
+            seen.add("replay")
+    assert seen == {"restored", "saved", "replay"}
+
+
+def test_p_min_at_work(pair):
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0, p_min=0.5)
+    run_checked(view)
+    drafted = [c for views in view.slot_views for sv in views.values() for c in sv.chips if c.is_draft]
+    assert drafted and all(c.draft_p >= 0.5 for c in drafted)
+    assert any(len(ev.slot.draft) < 4 for ev in view.events)   # p_min cut some drafts short
+    # the candidate that p_min stopped is shown, with its probability under p_min
+    stops = [c for views in view.slot_views for sv in views.values() for c in sv.chips
+             if c.state == "p-min-stop"]
+    assert stops and all(c.draft_p < 0.5 for c in stops)
+    for ev, views in zip(view.events, view.slot_views):
+        sv = views[0]
+        if any(c.state == "p-min-stop" for c in sv.chips):
+            assert len(ev.slot.draft) < 4 and sv.chip_states == expected_chips(ev.slot)
+    view.reset()
+    for _ in range(30):
+        view.step()
+        if any(c.state == "p-min-stop" for c in view.current_chips):
+            break
+    stop = next(c for c in view.current_chips if c.state == "p-min-stop")
+    assert view.select(0, stop.index, p_min_stop=True) is stop
+    assert "drafting stopped here" in view.w_detail.value
+    assert "specnb-chip-p-min-stop" in view._chip_buttons[-1]._dom_classes
+
+
+def test_no_reeval_draft_strip(pair):
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=16, draft_max=4, temp=0.0, reeval=False)
+    run_checked(view)
+    for ev, views in zip(view.events, view.slot_views):
+        r = ev.slot
+        kv = views[0].kv["draft"]
+        assert kv[:r.n_past] == ["committed"] * r.n_past
+        assert kv.count("written") == len(r.committed)
+
+
+# ---- controls -----------------------------------------------------------------------------------
+def test_controls_restart_the_run(pair):
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0)
+    changes = [("w_draft_max", 2), ("w_draft_min", 1), ("w_p_min", 0.1), ("w_temp", 0.7),
+               ("w_top_k", 20), ("w_top_p", 0.9), ("w_seed", 9), ("w_verify", "rejection"),
+               ("w_checkpoints", True), ("w_n_predict", 12), ("w_prompt", "the cat\nhello")]
+    for name, value in changes:
+        view.step()
+        view.step()
+        assert view.counters["rounds"] == 2
+        old = view.loop
+        getattr(view, name).value = value
+        assert view.loop is not old and not view.error, (name, view.error)
+        assert view.events == [] and view.counters["rounds"] == 0 and view.chip_states == []
+        assert "ready" in view.w_status.value
+        assert view._chip_buttons == []
+    p = view.loop.p
+    assert (p.n_max, p.n_min, p.p_min, p.verify) == (2, 1, 0.1, "rejection")
+    assert not view.loop.ctx_tgt.partial_seq_rm and view.loop.n_predict == 12
+    sp = view.loop.slots[0].sampler.params
+    assert (sp.temp, sp.top_k, sp.top_p, sp.seed) == (0.7, 20, 0.9, 9)
+    assert len(view.loop.slots) == 2
+    # the buttons: reset restarts; step steps
+    view.b_step.click()
+    view.b_step.click()
+    assert view.counters["rounds"] == 2
+    view.b_reset.click()
+    assert view.counters["rounds"] == 0
+    # set() changes several settings with one restart
+    view.set(draft_max=3, temp=0.0, verify="exact", checkpoints=False, prompt=PROMPT)
+    assert view.loop.p.n_max == 3 and len(view.loop.slots) == 1
+
+
+def test_bad_settings_show_an_error(pair):
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=8, draft_max=3)
+    view.step()
+    view.w_p_min.value = 1.5                 # raises ParamError inside: shown, not raised
+    assert "draft_p_min" in view.error and "1.5" in view.error
+    assert "specnb-error" in view.w_error.value and "draft_p_min" in view.w_error.value
+    assert view.loop is None and view.step() is None
+    view.b_step.click()                      # the buttons do nothing harmful
+    view.b_play.click()
+    view.b_run.click()
+    assert view.counters["rounds"] == 0
+    view.w_p_min.value = 0.2                 # fixed: the error goes away
+    assert view.error == "" and view.w_error.value == "" and view.loop is not None
+    for name, value, word in [("w_draft_min", 5, "draft_min"), ("w_top_p", 0.0, "top_p"),
+                              ("w_temp", -1.0, "temp"), ("w_n_predict", 0, "n_predict"),
+                              ("w_prompt", "   ", "prompt"), ("w_prompt", "ids: 1 99999", "token ids")]:
+        getattr(view, name).value = value
+        assert word in view.error, (name, view.error)
+        assert view.loop is None and view.w_slots.children == () or name != "w_prompt"
+        getattr(view, name).value = {"w_draft_min": 0, "w_top_p": 0.95, "w_temp": 0.0,
+                                     "w_n_predict": 8, "w_prompt": PROMPT}[name]
+        assert view.error == ""
+    with pytest.raises(Exception, match="unknown live-view setting"):
+        view.set(colour="red")
+
+
+def test_token_id_prompts(pair):
+    tgt, dft = pair
+    view = LiveView(tgt, dft, [[5, 9, 14], [20, 21]], n_predict=6)
+    assert view.w_prompt.value == "ids: 5 9 14\nids: 20 21"
+    assert view.prompts == [[5, 9, 14], [20, 21]]
+    run_checked(view)
+
+
+def test_play_pause_and_run_to_end(pair):
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=40, draft_max=2, temp=0.0, speed=20.0)
+    view.b_play.click()
+    assert view.playing and "pause" in view.b_play.description
+    deadline = time.time() + 60
+    while view.counters["rounds"] < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    view.b_play.click()                      # pause
+    assert not view.playing and "play" in view.b_play.description
+    n = view.counters["rounds"]
+    assert n >= 2
+    time.sleep(0.3)
+    assert view.counters["rounds"] == n      # paused: nothing moves
+    check_counters(view)
+    view.b_run.click()                       # run to the end, in the background
+    assert view.wait(120)
+    assert view.done and not view.error
+    check_counters(view)
+    check_committed(view)
+    assert len(view.committed[0]) == 40
+    # a setting changed while playing stops the player and restarts
+    view.w_draft_max.value = 3
+    view.play()
+    view.w_temp.value = 0.5
+    assert not view.playing and view.counters["rounds"] == 0
+
+
+def test_detail_panel(pair):
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0, p_min=0.05)
+    for _ in range(30):
+        view.step()
+        if "rejected" in view.chip_states[-1][0]:
+            break
+    chips = view.current_chips
+    rej = next(c for c in chips if c.state == "rejected")
+    # a rejected chip is selected by default; its panel shows both models' view
+    assert view.selected is rej
+    d = view.w_detail.value
+    assert "rejected" in d and f"id {rej.token}" in d
+    assert f"{rej.top[0][2]:.3f}" in d                         # the draft's top candidate p
+    assert f"id {rej.target_token}" in d and f"{rej.target_p:.3f}" in d
+    assert "p_min = 0.05" in d
+    # clicking a chip selects it
+    i_acc = next(i for i, c in enumerate(chips) if c.state == "accepted")
+    view._chip_buttons[i_acc].click()
+    assert view.selected is chips[i_acc]
+    assert "accepted" in view.w_detail.value
+    # and the list does too
+    un = next((c for c in chips if c.state == "unexamined"), None)
+    if un is not None:
+        view.select(un.seq, un.index)
+        assert "did not examine" in view.w_detail.value
+    tgt_chip = chips[-1]
+    view.select(0, tgt_chip.index)
+    assert "target sampled" in view.w_detail.value
+    # hover text: the chip's tooltip lists the candidates and the target's sample
+    tip = view._chip_buttons[0].tooltip
+    assert "draft top candidates" in tip and "target sampled" in tip
+
+
+def test_history_and_text(pair):
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0, history=3)
+    for _ in range(5):
+        view.step()
+    h = view.w_history.value
+    assert h.count("specnb-history-row") == 3          # the 3 rounds before the latest
+    assert "round 3" in h and "round 0" not in h
+    text = view._slots_w[0][2].value
+    n_draft = sum(f for _, f in view.committed[0])
+    assert text.count("specnb-tok-draft") == n_draft
+    assert text.count("specnb-tok-target") == len(view.committed[0]) - n_draft
+    assert 'class="specnb-prompt"' in text
+
+
+def test_display_bundle(pair):
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=4)
+    b = view._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in b
+    view.step()
+    buttons = list(view._chip_buttons)
+    view.close()
+    assert view.widget.comm is None and all(b.comm is None for b in buttons)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["exact", "rejection", "checkpoints", "two-sequences"])
+def test_default_pair(default_model, default_draft_model, mode):
+    kw = dict(n_predict=12, draft_max=4, temp=0.0)
+    prompt = "The capital of France is"
+    if mode == "rejection":
+        kw.update(temp=0.8, verify="rejection", seed=3)
+    if mode == "checkpoints":
+        kw.update(checkpoints=True)
+    if mode == "two-sequences":
+        prompt = "The capital of France is\ndef fibonacci(n):"
+        kw.update(n_predict=8)
+    view = LiveView(default_model, default_draft_model, prompt, **kw)
+    seen = run_checked(view, exact=mode != "rejection")
+    assert "accepted" in seen

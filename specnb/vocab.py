@@ -229,6 +229,13 @@ class Vocab:
         model = meta.get("tokenizer.ggml.model")
         if model is None:
             raise VocabError(f"{where}no tokenizer.ggml.model in the metadata: the file has no vocab")
+        for key in ("tokenizer.ggml.model", "tokenizer.ggml.pre"):
+            if key in meta and not isinstance(meta[key], str):
+                raise VocabError(f"{where}{key} must be a string, not {type(meta[key]).__name__}")
+        for key in ("tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token",
+                    "tokenizer.ggml.add_space_prefix"):
+            if key in meta and not isinstance(meta[key], (bool, int, np.integer)):
+                raise VocabError(f"{where}{key} must be a boolean, not {type(meta[key]).__name__}")
         if model == "gpt2":
             self.type = "bpe"
         elif model == "llama":

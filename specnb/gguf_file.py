@@ -32,6 +32,7 @@ MAX_NAME_LEN = 65536
 # forged header cannot make the pure-Python parser spend more than about a second on entries
 MAX_TENSORS = 1 << 16
 MAX_KV = 1 << 16
+MAX_STRINGS = 1 << 21   # a string array (a vocab's tokens or merges)
 
 # gguf_type ids -> (struct format, size); 8 = string, 9 = array
 _SCALAR = {0: ("<B", 1), 1: ("<b", 1), 2: ("<H", 2), 3: ("<h", 2), 4: ("<I", 4),
@@ -119,6 +120,9 @@ class _Cursor:
                 self.pos += n * size
                 return arr
             if et == _STRING:
+                if n > MAX_STRINGS:
+                    raise GGUFError(f"{self.path}: array {key} claims {n} strings; specnb reads at "
+                                    f"most {MAX_STRINGS} (the largest real vocabs hold ~262k)")
                 if n > (self.size - self.pos) // 8:   # each string needs at least its length
                     raise GGUFError(f"{self.path}: array {key} claims {n} strings, more than "
                                     f"the {self.size - self.pos} bytes left can hold")

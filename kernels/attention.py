@@ -69,3 +69,96 @@ def attention(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out):
                 for d in range(hd):
                     out[t, h, d] += w * v_cache[s, j, off + d]
     return out
+
+
+# ---- CUDA ------------------------------------------------------------------------------------
+# The same attention on a GPU (numba-cuda): one thread block per (row, head), three passes over
+# the row's cache cells [0, pos], as the CPU kernel:
+#   1. threads over the cells: score_j = (q . k_j) * scale into a global scratch row, and the max;
+#   2. threads over the cells: e_j = exp(score_j - max) (float64, stored as float32), their sum;
+#   3. threads over the head dimension: out_d = sum_j (e_j / sum) * v_jd, j in order.
+# Sums and maxima are block reductions by a fixed tree (block size only), so a row's result never
+# depends on the batch. The scratch holds one score row per (row, head) of the launch: the caller
+# sizes it [n_tokens * n_head, >= max(pos) + 1] (or launches fewer rows at a time).
+import math  # noqa: E402
+
+import numba  # noqa: E402
+from numba import cuda  # noqa: E402
+
+from .norm import MAX_THREADS, block_max, block_sum, block_sync  # noqa: E402
+
+
+@cuda.jit
+def attention_cuda_kernel(q, k_cache, v_cache, valid, seq, pos, n_head_kv, scratch, out):
+    # q [n_tokens, n_head, hd], k/v_cache [n_seq, n_ctx, n_head_kv*hd], valid [n_seq, n_ctx],
+    # scratch [n_tokens * n_head, >= max(pos) + 1] -> out [n_tokens, n_head, hd];
+    # grid: n_tokens * n_head
+    n, n_head, hd = q.shape
+    item = cuda.blockIdx.x
+    t = item // n_head
+    h = item % n_head
+    tid = cuda.threadIdx.x
+    T = cuda.blockDim.x
+    s = seq[t]
+    p = pos[t]
+    off = (h // (n_head // n_head_kv)) * hd
+    scale = np.float32(1.0 / math.sqrt(hd))
+    sh32 = cuda.shared.array(MAX_THREADS, dtype=numba.float32)
+    sh64 = cuda.shared.array(MAX_THREADS, dtype=numba.float64)
+    mx = np.float32(-np.inf)
+    for j in range(tid, p + 1, T):
+        if valid[s, j]:
+            acc = np.float32(0.0)
+            for d in range(hd):
+                acc += q[t, h, d] * k_cache[s, j, off + d]
+            acc *= scale
+            scratch[item, j] = acc
+            if acc > mx:
+                mx = acc
+    sh32[tid] = mx
+    mx = block_max(sh32, tid, T)
+    tot = 0.0
+    for j in range(tid, p + 1, T):
+        if valid[s, j]:
+            e = math.exp(np.float64(scratch[item, j] - mx))
+            scratch[item, j] = np.float32(e)
+            tot += e
+    sh64[tid] = tot
+    tot = block_sum(sh64, tid, T)          # (its barriers also publish the scratch writes)
+    inv = np.float32(1.0 / tot)
+    for d in range(tid, hd, T):
+        acc = np.float32(0.0)
+        for j in range(p + 1):
+            if valid[s, j]:
+                acc += (scratch[item, j] * inv) * v_cache[s, j, off + d]
+        out[t, h, d] = acc
+
+
+@cuda.jit
+def kv_store_cuda_kernel(k, v, k_cache, v_cache, seq, pos):
+    # k_cache[seq[t], pos[t]] = k[t], v_cache[seq[t], pos[t]] = v[t]; k/v [n_tokens, kv_dim]
+    # (the CPU backend's `self.k[il, seq, pos] = k`; a grid-stride loop)
+    n, kv_dim = k.shape
+    for i in range(cuda.grid(1), n * kv_dim, cuda.gridsize(1)):
+        t = i // kv_dim
+        c = i % kv_dim
+        k_cache[seq[t], pos[t], c] = k[t, c]
+        v_cache[seq[t], pos[t], c] = v[t, c]
+
+
+def attention_cuda(q, k_cache, v_cache, valid, seq, pos, n_head_kv, scratch, out,
+                   threads: int = 64, stream=0):
+    """Launch attention_cuda_kernel on device arrays (see its comment for the shapes)."""
+    n_items = q.shape[0] * q.shape[1]
+    if n_items:
+        attention_cuda_kernel[n_items, threads, stream](q, k_cache, v_cache, valid, seq, pos,
+                                                        n_head_kv, scratch, out)
+    return out
+
+
+def kv_store_cuda(k, v, k_cache, v_cache, seq, pos, threads: int = 128, blocks: int | None = None,
+                  stream=0):
+    n = k.shape[0] * k.shape[1]
+    if n:
+        blocks = blocks or (n + threads - 1) // threads
+        kv_store_cuda_kernel[blocks, threads, stream](k, v, k_cache, v_cache, seq, pos)

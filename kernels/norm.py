@@ -29,3 +29,89 @@ def rmsnorm(x, w, eps, out):
         for i in range(d):
             out[t, i] = x[t, i] * scale * w[i]
     return out
+
+
+# ---- CUDA ------------------------------------------------------------------------------------
+# The same operation on a GPU (numba-cuda): one thread block per row. Each thread sums the squares
+# of its strided elements in float64, a fixed shared-memory tree adds the partial sums, and every
+# thread scales its elements. The sum's order depends on the block size only, never on the batch.
+#
+# `block_sum` / `block_max` below are the block reductions the other CUDA kernels use too. Every
+# barrier is skipped when the block has a single thread (the same result, and the CUDA simulator
+# runs barriers very slowly).
+import math  # noqa: E402
+
+import numba  # noqa: E402
+from numba import cuda  # noqa: E402
+
+MAX_THREADS = 1024
+
+
+@cuda.jit(device=True, inline=True)
+def block_sync(T):
+    if T > 1:
+        cuda.syncthreads()
+
+
+@cuda.jit(device=True, inline=True)
+def block_sum(sh, tid, T):
+    # -> sum of sh[0:T] by a fixed tree (every thread of the block calls this after writing
+    # sh[tid]; sh is free again once every thread has read the result: call block_sync first)
+    block_sync(T)
+    p2 = 1
+    while p2 < T:
+        p2 *= 2
+    stride = p2 // 2
+    while stride > 0:
+        if tid < stride and tid + stride < T:
+            sh[tid] += sh[tid + stride]
+        block_sync(T)
+        stride //= 2
+    return sh[0]
+
+
+@cuda.jit(device=True, inline=True)
+def block_max(sh, tid, T):
+    # -> max of sh[0:T] (same protocol as block_sum)
+    block_sync(T)
+    p2 = 1
+    while p2 < T:
+        p2 *= 2
+    stride = p2 // 2
+    while stride > 0:
+        if tid < stride and tid + stride < T and sh[tid + stride] > sh[tid]:
+            sh[tid] = sh[tid + stride]
+        block_sync(T)
+        stride //= 2
+    return sh[0]
+
+
+@cuda.jit
+def rmsnorm_cuda_kernel(x, rows, w, eps, out):
+    # out[j] = rmsnorm(x[rows[j]]) * w: x [n_tokens, n_embd], rows [n_out], w [n_embd]
+    # -> out [n_out, n_embd] (may be x itself when rows is 0, 1, 2, ...); grid: n_out
+    j = cuda.blockIdx.x
+    t = rows[j]
+    tid = cuda.threadIdx.x
+    T = cuda.blockDim.x
+    d = x.shape[1]
+    sh = cuda.shared.array(MAX_THREADS, dtype=numba.float64)
+    acc = 0.0
+    for i in range(tid, d, T):
+        v = np.float64(x[t, i])
+        acc += v * v
+    sh[tid] = acc
+    tot = block_sum(sh, tid, T)
+    scale = np.float32(1.0 / math.sqrt(tot / d + eps))
+    for i in range(tid, d, T):
+        out[j, i] = x[t, i] * scale * w[i]
+
+
+def rmsnorm_cuda(x, w, eps, out, rows=None, threads: int = 128, stream=0):
+    """Launch rmsnorm_cuda_kernel on device arrays: out [n_out, d] <- the rows `rows` (a device
+    int64 array; None: all rows in order) of x [n, d], normalized and scaled by w [d]."""
+    if rows is None:
+        rows = cuda.to_device(np.arange(x.shape[0], dtype=np.int64), stream=stream)
+    if rows.shape[0]:
+        rmsnorm_cuda_kernel[rows.shape[0], threads, stream](x, rows, w, eps, out)
+    return out

@@ -127,10 +127,23 @@ def _check_shapes(n_in, w_row_bytes, qtype):
 
 
 # ---- a tiny explicit-SIMD layer ----------------------------------------------------------------
-# Vec(float32, 8) / Vec(int32, 8) are LLVM <8 x float> / <8 x i32> values in jitted code. Loads
-# and stores take a 1-D C-contiguous array and an element index (a byte offset for uint8 arrays);
-# they do no bounds checks, so callers validate shapes first. Float ops are plain IEEE (no
-# fast-math flags, no contraction) except vfma; + - * & | >> << work on vectors and scalars.
+# Vec types are LLVM vectors held in jitted code's local variables: f32x8 = <8 x float>,
+# i32x8 = <8 x i32>, i8x32 = <32 x i8>. The functions below are Numba intrinsics that emit plain
+# LLVM vector IR (x86 AVX2 instructions for the int8 dot products where the CPU has them).
+# Loads and stores take a 1-D C-contiguous array and an element index (a byte offset for byte
+# arrays) and do no bounds checks: callers validate the shapes first. Float ops are IEEE, with no
+# fast-math flags and no contraction, except vfma (one rounding where the CPU has FMA).
+# Operators + - * & | >> << work lane-wise on a vector and a vector or a scalar (>> is logical).
+#
+#   vload(a, i) vstore(a, i, v)      f32x8 <-> float32 a[i:i+8]
+#   vload_u8 / vload_i8 (a, i)       i32x8 <- 8 bytes zero / sign extended
+#   vload_u16 / vload_u32 (a, i)     i32x8 <- 8 little-endian uint16 / uint32 (the bits)
+#   vload_b32(a, i)                  i8x32 <- 32 bytes;  vstore_i8(a, i, v): 8 lanes as int8
+#   vnibbles(a, i)                   i8x32 <- 16 bytes as 32 nibbles (low ones, then high ones)
+#   vbits(word, j0) / vbits32(word)  i32x8 / i8x32 of single bits of an integer
+#   vzero() vsplat(s) vfloat(v) vbitcast(v) vrint(v) vabs(v) vmax(a, b) vfma(a, b, c)
+#   vhsum(v) vhmax(v) vhsum_i(v)     reductions to one scalar (vhsum in a fixed order)
+#   vdot_u8i8(a, b) vdot_i8i8(a, b)  i32x8 of sums of 4 adjacent byte products
 
 class Vec(types.Type):
     def __init__(self, dtype, lanes):
@@ -147,13 +160,20 @@ class _VecModel(models.PrimitiveModel):
 
 f32x8 = Vec(types.float32, 8)
 i32x8 = Vec(types.int32, 8)
+i8x32 = Vec(types.int8, 32)
 _i32 = ir.IntType(32)
 _V8F = ir.VectorType(ir.FloatType(), 8)
 _V8I = ir.VectorType(_i32, 8)
+_V32B = ir.VectorType(ir.IntType(8), 32)
+_HOST_AVX2 = bool(llvm_binding.get_host_cpu_features().get("avx2", False))
 
 
 def _is_1d_c(a, dtype):
     return isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" and a.dtype == dtype
+
+
+def _is_bytes(a):
+    return _is_1d_c(a, types.uint8) or _is_1d_c(a, types.int8)
 
 
 def _ptr(context, builder, aryty, ary, idx, vty):
@@ -168,9 +188,16 @@ def _splat(builder, s, vty):
                                   ir.Constant(ir.VectorType(_i32, vty.count), [0] * vty.count))
 
 
+def _call(builder, name, ret, args):
+    # call the LLVM intrinsic `name`
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, [a.type for a in args]), name)
+    return builder.call(fn, args)
+
+
+# -- loads and stores
+
 @intrinsic
 def vload(typingctx, a, i):
-    """f32x8 <- a[i : i+8] of a float32 array."""
     if _is_1d_c(a, types.float32) and isinstance(i, types.Integer):
         def codegen(context, builder, sig, args):
             return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V8F), align=4)
@@ -179,7 +206,6 @@ def vload(typingctx, a, i):
 
 @intrinsic
 def vstore(typingctx, a, i, v):
-    """a[i : i+8] <- v, a float32 array."""
     if _is_1d_c(a, types.float32) and isinstance(i, types.Integer) and v == f32x8:
         def codegen(context, builder, sig, args):
             builder.store(args[2], _ptr(context, builder, sig.args[0], args[0], args[1], _V8F), align=4)
@@ -187,16 +213,14 @@ def vstore(typingctx, a, i, v):
         return types.none(a, i, v), codegen
 
 
-def _byte_load(nbytes, signed):
+def _int_load(nbytes, signed):
     # i32x8 <- 8 little-endian integers of `nbytes` bytes each, at byte offset i of a uint8 array
     @intrinsic
     def load(typingctx, a, i):
         if _is_1d_c(a, types.uint8) and isinstance(i, types.Integer):
             def codegen(context, builder, sig, args):
                 vty = ir.VectorType(ir.IntType(8 * nbytes), 8)
-                data = context.make_array(sig.args[0])(context, builder, args[0]).data
-                p = builder.bitcast(builder.gep(data, [args[1]], inbounds=True), vty.as_pointer())
-                v = builder.load(p, align=1)
+                v = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], vty), align=1)
                 if nbytes == 4:
                     return v
                 return (builder.sext if signed else builder.zext)(v, _V8I)
@@ -204,160 +228,14 @@ def _byte_load(nbytes, signed):
     return load
 
 
-vload_u8 = _byte_load(1, False)    # 8 x uint8 -> i32x8
-vload_i8 = _byte_load(1, True)     # 8 x int8  -> i32x8
-vload_u16 = _byte_load(2, False)   # 8 x uint16 -> i32x8
-vload_u32 = _byte_load(4, False)   # 8 x uint32 -> i32x8 (bits)
-
-
-@intrinsic
-def vzero(typingctx):
-    """f32x8 of +0.0."""
-    def codegen(context, builder, sig, args):
-        return ir.Constant(_V8F, None)
-    return f32x8(), codegen
-
-
-@intrinsic
-def vfloat(typingctx, v):
-    """i32x8 -> f32x8 by value (exact for |v| < 2**24)."""
-    if v == i32x8:
-        def codegen(context, builder, sig, args):
-            return builder.sitofp(args[0], _V8F)
-        return f32x8(v), codegen
-
-
-@intrinsic
-def vbitcast(typingctx, v):
-    """i32x8 -> f32x8 reinterpreting the bits."""
-    if v == i32x8:
-        def codegen(context, builder, sig, args):
-            return builder.bitcast(args[0], _V8F)
-        return f32x8(v), codegen
-
-
-@intrinsic
-def vbits(typingctx, word, j0):
-    """i32x8 whose lane l is bit (j0 + l) of the integer `word`."""
-    if isinstance(word, types.Integer) and isinstance(j0, types.Integer):
-        def codegen(context, builder, sig, args):
-            w = _splat(builder, context.cast(builder, args[0], sig.args[0], types.int32), _V8I)
-            j = _splat(builder, context.cast(builder, args[1], sig.args[1], types.int32), _V8I)
-            j = builder.add(j, ir.Constant(_V8I, list(range(8))))
-            return builder.and_(builder.lshr(w, j), ir.Constant(_V8I, [1] * 8))
-        return i32x8(word, j0), codegen
-
-
-@intrinsic
-def vfma(typingctx, a, b, c):
-    """a * b + c lane-wise (llvm.fmuladd: one fused op where the CPU has FMA)."""
-    if a == f32x8 and b == f32x8 and c == f32x8:
-        def codegen(context, builder, sig, args):
-            fn = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(_V8F, [_V8F] * 3), "llvm.fmuladd.v8f32")
-            return builder.call(fn, args)
-        return f32x8(a, b, c), codegen
-
-
-@intrinsic
-def vhsum(typingctx, v):
-    """float32 sum of the 8 lanes in a fixed order: ((0+4)+(2+6)) + ((1+5)+(3+7))."""
-    if v == f32x8:
-        def codegen(context, builder, sig, args):
-            def part(x, lo, n):
-                return builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, n),
-                                                                list(range(lo, lo + n))))
-            s4 = builder.fadd(part(args[0], 0, 4), part(args[0], 4, 4))
-            s2 = builder.fadd(part(s4, 0, 2), part(s4, 2, 2))
-            return builder.fadd(builder.extract_element(s2, _i32(0)),
-                                builder.extract_element(s2, _i32(1)))
-        return types.float32(v), codegen
-
-
-@intrinsic
-def vsplat(typingctx, s):
-    """f32x8 with every lane = s."""
-    if isinstance(s, (types.Float, types.Integer)):
-        def codegen(context, builder, sig, args):
-            return _splat(builder, context.cast(builder, args[0], sig.args[0], types.float32), _V8F)
-        return f32x8(s), codegen
-
-
-def _vec_unary(name, vt_in, vt_out, build):
-    @intrinsic
-    def op(typingctx, v):
-        if v == vt_in:
-            def codegen(context, builder, sig, args):
-                return build(builder, args[0])
-            return vt_out(v), codegen
-    op.__name__ = name
-    return op
-
-
-def _call_intrinsic(builder, name, vty, args):
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [a.type for a in args]), name)
-    return builder.call(fn, args)
-
-
-vabs = _vec_unary("vabs", f32x8, f32x8, lambda b, v: _call_intrinsic(b, "llvm.fabs.v8f32", _V8F, [v]))
-# nearest integer, ties to even (as llama.cpp's AVX2 quantize_row_q8_0)
-vrint = _vec_unary("vrint", f32x8, i32x8,
-                   lambda b, v: b.fptosi(_call_intrinsic(b, "llvm.rint.v8f32", _V8F, [v]), _V8I))
-
-
-@intrinsic
-def vmax(typingctx, a, b):
-    """lane-wise max of two f32x8 (no nans here)."""
-    if a == f32x8 and b == f32x8:
-        def codegen(context, builder, sig, args):
-            return _call_intrinsic(builder, "llvm.maxnum.v8f32", _V8F, list(args))
-        return f32x8(a, b), codegen
-
-
-@intrinsic
-def vhmax(typingctx, v):
-    """float32 max of the 8 lanes."""
-    if v == f32x8:
-        def codegen(context, builder, sig, args):
-            return _call_intrinsic(builder, "llvm.vector.reduce.fmax.v8f32", ir.FloatType(), [args[0]])
-        return types.float32(v), codegen
-
-
-@intrinsic
-def vhsum_i(typingctx, v):
-    """int64 sum of the 8 lanes of an i32x8."""
-    if v == i32x8:
-        def codegen(context, builder, sig, args):
-            s = _call_intrinsic(builder, "llvm.vector.reduce.add.v8i32", _i32, [args[0]])
-            return builder.sext(s, ir.IntType(64))
-        return types.int64(v), codegen
-
-
-@intrinsic
-def vstore_i8(typingctx, a, i, v):
-    """a[i : i+8] <- the 8 lanes of an i32x8 truncated to bytes (an int8 array)."""
-    if _is_1d_c(a, types.int8) and isinstance(i, types.Integer) and v == i32x8:
-        def codegen(context, builder, sig, args):
-            v8 = ir.VectorType(ir.IntType(8), 8)
-            builder.store(builder.trunc(args[2], v8), _ptr(context, builder, sig.args[0], args[0], args[1], v8), align=1)
-            return context.get_dummy_value()
-        return types.none(a, i, v), codegen
-
-
-# 32 bytes as one value, for the int8 dot products of matmul_q8
-i8x32 = Vec(types.int8, 32)
-_V32B = ir.VectorType(ir.IntType(8), 32)
-_HOST_AVX2 = bool(llvm_binding.get_host_cpu_features().get("avx2", False))
-
-
-def _is_bytes(a):
-    return (isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C"
-            and a.dtype in (types.uint8, types.int8))
+vload_u8 = _int_load(1, False)
+vload_i8 = _int_load(1, True)
+vload_u16 = _int_load(2, False)
+vload_u32 = _int_load(4, False)
 
 
 @intrinsic
 def vload_b32(typingctx, a, i):
-    """i8x32 <- the 32 bytes a[i : i+32] of a uint8 or int8 array."""
     if _is_bytes(a) and isinstance(i, types.Integer):
         def codegen(context, builder, sig, args):
             return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V32B), align=1)
@@ -366,8 +244,7 @@ def vload_b32(typingctx, a, i):
 
 @intrinsic
 def vnibbles(typingctx, a, i):
-    """i8x32 <- the 16 bytes a[i : i+16] split into nibbles: lanes 0..15 the low nibbles, lanes
-    16..31 the high ones (the Q4/Q5 element order)."""
+    # lanes 0..15: the low nibbles of a[i:i+16], lanes 16..31: the high ones (Q4 / Q5 order)
     if _is_bytes(a) and isinstance(i, types.Integer):
         def codegen(context, builder, sig, args):
             v16 = ir.VectorType(ir.IntType(8), 16)
@@ -379,8 +256,48 @@ def vnibbles(typingctx, a, i):
 
 
 @intrinsic
+def vstore_i8(typingctx, a, i, v):
+    if _is_1d_c(a, types.int8) and isinstance(i, types.Integer) and v == i32x8:
+        def codegen(context, builder, sig, args):
+            v8 = ir.VectorType(ir.IntType(8), 8)
+            p = _ptr(context, builder, sig.args[0], args[0], args[1], v8)
+            builder.store(builder.trunc(args[2], v8), p, align=1)
+            return context.get_dummy_value()
+        return types.none(a, i, v), codegen
+
+
+# -- making and converting vectors
+
+@intrinsic
+def vzero(typingctx):
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_V8F, None)
+    return f32x8(), codegen
+
+
+@intrinsic
+def vsplat(typingctx, s):
+    if isinstance(s, (types.Float, types.Integer)):
+        def codegen(context, builder, sig, args):
+            return _splat(builder, context.cast(builder, args[0], sig.args[0], types.float32), _V8F)
+        return f32x8(s), codegen
+
+
+@intrinsic
+def vbits(typingctx, word, j0):
+    # lane l = bit (j0 + l) of the integer word
+    if isinstance(word, types.Integer) and isinstance(j0, types.Integer):
+        def codegen(context, builder, sig, args):
+            w = _splat(builder, context.cast(builder, args[0], sig.args[0], types.int32), _V8I)
+            j = _splat(builder, context.cast(builder, args[1], sig.args[1], types.int32), _V8I)
+            j = builder.add(j, ir.Constant(_V8I, list(range(8))))
+            return builder.and_(builder.lshr(w, j), ir.Constant(_V8I, [1] * 8))
+        return i32x8(word, j0), codegen
+
+
+@intrinsic
 def vbits32(typingctx, word):
-    """i8x32 whose lane j is bit j of the integer `word`."""
+    # lane j = bit j of the integer word
     if isinstance(word, types.Integer):
         def codegen(context, builder, sig, args):
             v32 = ir.VectorType(_i32, 32)
@@ -390,53 +307,40 @@ def vbits32(typingctx, word):
         return i8x32(word), codegen
 
 
-def _dot_bytes_codegen(signed_a):
-    # i32x8 lane l = sum_k a[4l+k] * b[4l+k] (k = 0..3), b signed; a signed or unsigned (< 128).
-    # With AVX2: pmaddubsw + pmaddwd as llama.cpp (for signed a: |a| and b with a's sign, its
-    # mul_sum_i8_pairs); elsewhere plain widening IR. No case here saturates pmaddubsw, so both
-    # give the same integers.
-    def codegen(context, builder, sig, args):
-        a, b = args
-        if _HOST_AVX2:
-            v16s = ir.VectorType(ir.IntType(16), 16)
-            if signed_a:
-                psign = cgutils.get_or_insert_function(
-                    builder.module, ir.FunctionType(_V32B, [_V32B, _V32B]), "llvm.x86.avx2.psign.b")
-                a, b = builder.call(psign, [a, a]), builder.call(psign, [b, a])
-            maddubs = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(v16s, [_V32B, _V32B]), "llvm.x86.avx2.pmadd.ub.sw")
-            madd = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(_V8I, [v16s, v16s]), "llvm.x86.avx2.pmadd.wd")
-            return builder.call(madd, [builder.call(maddubs, [a, b]), ir.Constant(v16s, [1] * 16)])
-        v32 = ir.VectorType(_i32, 32)
-        p = builder.mul(builder.sext(a, v32) if signed_a else builder.zext(a, v32), builder.sext(b, v32))
-        parts = [builder.shuffle_vector(p, p, ir.Constant(_V8I, list(range(k, 32, 4)))) for k in range(4)]
-        return builder.add(builder.add(parts[0], parts[1]), builder.add(parts[2], parts[3]))
-    return codegen
+def _vec_unary(vt_in, vt_out, build):
+    @intrinsic
+    def op(typingctx, v):
+        if v == vt_in:
+            def codegen(context, builder, sig, args):
+                return build(builder, args[0])
+            return vt_out(v), codegen
+    return op
 
+
+vfloat = _vec_unary(i32x8, f32x8, lambda b, v: b.sitofp(v, _V8F))        # by value
+vbitcast = _vec_unary(i32x8, f32x8, lambda b, v: b.bitcast(v, _V8F))      # the bits
+vrint = _vec_unary(f32x8, i32x8,                                          # nearest, ties to even
+                   lambda b, v: b.fptosi(_call(b, "llvm.rint.v8f32", _V8F, [v]), _V8I))
+vabs = _vec_unary(f32x8, f32x8, lambda b, v: _call(b, "llvm.fabs.v8f32", _V8F, [v]))
+
+
+# -- arithmetic
 
 @intrinsic
-def vdot_u8i8(typingctx, a, b):
-    """i32x8: sums of 4 adjacent products, a's lanes read as unsigned (must be < 128)."""
-    if a == i8x32 and b == i8x32:
-        return i32x8(a, b), _dot_bytes_codegen(False)
-
-
-@intrinsic
-def vdot_i8i8(typingctx, a, b):
-    """i32x8: sums of 4 adjacent products of signed bytes (b must not hold -128)."""
-    if a == i8x32 and b == i8x32:
-        return i32x8(a, b), _dot_bytes_codegen(True)
-
-
-@intrinsic
-def _f32_from_bits(typingctx, u):
-    """float32 with the bit pattern of the low 32 bits of integer u."""
-    if isinstance(u, types.Integer):
+def vfma(typingctx, a, b, c):
+    # a * b + c (llvm.fmuladd: one fused op where the CPU has FMA, the same choice everywhere)
+    if a == f32x8 and b == f32x8 and c == f32x8:
         def codegen(context, builder, sig, args):
-            b = context.cast(builder, args[0], sig.args[0], types.uint32)
-            return builder.bitcast(b, ir.FloatType())
-        return types.float32(u), codegen
+            return _call(builder, "llvm.fmuladd.v8f32", _V8F, list(args))
+        return f32x8(a, b, c), codegen
+
+
+@intrinsic
+def vmax(typingctx, a, b):
+    if a == f32x8 and b == f32x8:
+        def codegen(context, builder, sig, args):
+            return _call(builder, "llvm.maxnum.v8f32", _V8F, list(args))
+        return f32x8(a, b), codegen
 
 
 def _vec_binop(float_op, int_op):
@@ -456,7 +360,7 @@ def _vec_binop(float_op, int_op):
 
 
 def _register_operator(pyop, impl):
-    @overload(pyop)
+    @overload(pyop, jit_options={"fastmath": False})
     def _ov(a, b):
         if isinstance(a, Vec) or isinstance(b, Vec):
             return lambda a, b: impl(a, b)
@@ -467,6 +371,79 @@ for _pyop, _fop, _iop in ((operator.add, "fadd", "add"), (operator.sub, "fsub", 
                           (operator.or_, None, "or_"), (operator.rshift, None, "lshr"),
                           (operator.lshift, None, "shl")):
     _register_operator(_pyop, _vec_binop(_fop, _iop))
+
+
+# -- reductions
+
+@intrinsic
+def vhsum(typingctx, v):
+    # float32: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), always this order
+    if v == f32x8:
+        def codegen(context, builder, sig, args):
+            def part(x, lo, n):
+                return builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, n), list(range(lo, lo + n))))
+            s4 = builder.fadd(part(args[0], 0, 4), part(args[0], 4, 4))
+            s2 = builder.fadd(part(s4, 0, 2), part(s4, 2, 2))
+            return builder.fadd(builder.extract_element(s2, _i32(0)), builder.extract_element(s2, _i32(1)))
+        return types.float32(v), codegen
+
+
+@intrinsic
+def vhmax(typingctx, v):
+    if v == f32x8:
+        def codegen(context, builder, sig, args):
+            return _call(builder, "llvm.vector.reduce.fmax.v8f32", ir.FloatType(), [args[0]])
+        return types.float32(v), codegen
+
+
+@intrinsic
+def vhsum_i(typingctx, v):
+    if v == i32x8:
+        def codegen(context, builder, sig, args):
+            s = _call(builder, "llvm.vector.reduce.add.v8i32", _i32, [args[0]])
+            return builder.sext(s, ir.IntType(64))
+        return types.int64(v), codegen
+
+
+def _dot_bytes(signed_a):
+    # i32x8 lane l = sum_k a[4l+k] * b[4l+k] (k = 0..3), b signed, a signed or unsigned. With AVX2
+    # it is llama.cpp's pmaddubsw + pmaddwd (for a signed: |a| times b with a's sign); elsewhere
+    # plain widening IR. Both give the same integers as long as pmaddubsw cannot saturate: a
+    # unsigned < 128, or a signed and b never -128, which is how matmul_q8 uses them.
+    def codegen(context, builder, sig, args):
+        a, b = args
+        if _HOST_AVX2:
+            v16s = ir.VectorType(ir.IntType(16), 16)
+            if signed_a:
+                a, b = (_call(builder, "llvm.x86.avx2.psign.b", _V32B, [a, a]),
+                        _call(builder, "llvm.x86.avx2.psign.b", _V32B, [b, a]))
+            pairs = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", v16s, [a, b])
+            return _call(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [pairs, ir.Constant(v16s, [1] * 16)])
+        v32 = ir.VectorType(_i32, 32)
+        p = builder.mul(builder.sext(a, v32) if signed_a else builder.zext(a, v32), builder.sext(b, v32))
+        parts = [builder.shuffle_vector(p, p, ir.Constant(_V8I, list(range(k, 32, 4)))) for k in range(4)]
+        return builder.add(builder.add(parts[0], parts[1]), builder.add(parts[2], parts[3]))
+
+    @intrinsic
+    def dot(typingctx, a, b):
+        if a == i8x32 and b == i8x32:
+            return i32x8(a, b), codegen
+    return dot
+
+
+vdot_u8i8 = _dot_bytes(False)
+vdot_i8i8 = _dot_bytes(True)
+
+
+# -- scalars
+
+@intrinsic
+def _f32_from_bits(typingctx, u):
+    # float32 with the bit pattern of the low 32 bits of the integer u
+    if isinstance(u, types.Integer):
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(context.cast(builder, args[0], sig.args[0], types.uint32), ir.FloatType())
+        return types.float32(u), codegen
 
 
 # ---- half floats -------------------------------------------------------------------------------
@@ -679,7 +656,7 @@ def _finish(a, x, buf, n):
     return s
 
 
-def _specialize(gfn):
+def _specialize(gfn, inline=True):
     """The row kernels for one group function (one weight type): Numba compiles them with gfn as
     a constant, like a C++ template, so the type is decided once per row, outside the loops.
     (They are not cached on their own but compiled into their cached callers. Jitted code must
@@ -723,7 +700,7 @@ def _specialize(gfn):
             c = _fma4(x2, 32 * g, v, c)
         return a, b, c
 
-    @_inline
+    @(_inline if inline else njit(fastmath=False))
     def dot_rows(w, x, r, nr, out, o, buf, n):
         if nr == 3:
             a, b, c = dots3(w, x[r], x[r + 1], x[r + 2], n)
@@ -760,7 +737,7 @@ def _specialize(gfn):
     return deq, rows, dot_rows
 
 
-_, _, _buf_dot_rows = _specialize(_g_buf)
+_, _, _buf_dot_rows = _specialize(_g_buf, inline=False)   # one shared copy
 _deq_f32, _, _ = _specialize(_g_f32)
 _deq_bf16, _, _ = _specialize(_g_bf16)
 _deq_q4_1, _rows_q4_1, _ = _specialize(_g_q4_1)
@@ -1057,34 +1034,36 @@ def _q8_rows(qx, dx, sx, w, qtype, out, lo, hi):
 
 
 @njit(parallel=True, fastmath=True, cache=True)
-def matmul_q8(x, w, qtype, out):
-    # [n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out], activations rounded to int8
+def _matmul_q8(x, w, qtype, out):
+    # [n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out]; qtype in Q8_QTYPES
     n_rows, n_in = x.shape
     n_out = w.shape[0]
     _check_shapes(n_in, w.shape[1], qtype)
     if out.shape[0] != n_rows or out.shape[1] != n_out:
         raise ValueError("specnb.kernels.quant.matmul_q8: out must be [n_rows, n_out]")
-    xc = np.ascontiguousarray(x)
-    wc = np.ascontiguousarray(w)
     if qtype != Q8_0 and qtype != Q4_0 and qtype != Q4_1 and qtype != Q5_0 and qtype != Q5_1:
-        if n_out * n_in <= SERIAL_MAX_ELEMENTS:
-            _matmul_rows(xc, wc, qtype, out, 0, n_out, np.empty(n_in, np.float32))
-            return
-        n_chunks = min(n_out, _N_CHUNKS)
-        bufs = np.empty((n_chunks, n_in), np.float32)
-        for c in prange(n_chunks):
-            _matmul_rows(xc, wc, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, bufs[c])
-        return
+        raise ValueError("specnb.kernels.quant.matmul_q8: no int8 kernel for this type:", qtype)
+    wc = np.ascontiguousarray(w)
     qx = np.empty((n_rows, n_in), np.int8)
     dx = np.empty((n_rows, n_in // 32), np.float32)
     sx = np.empty((n_rows, n_in // 32), np.float32)
-    _quantize_q8(xc, qx, dx, sx)
+    _quantize_q8(np.ascontiguousarray(x), qx, dx, sx)
     if n_out * n_in <= SERIAL_MAX_ELEMENTS:
         _q8_rows(qx, dx, sx, wc, qtype, out, 0, n_out)
         return
     n_chunks = min(n_out, _N_CHUNKS)
     for c in prange(n_chunks):
         _q8_rows(qx, dx, sx, wc, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks)
+
+
+def matmul_q8(x: np.ndarray, w: np.ndarray, qtype: int, out: np.ndarray) -> None:
+    """[n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out] with the activations rounded to
+    int8 (llama.cpp's CPU numerics); types without an int8 kernel go to `matmul`."""
+    # (a Python-level switch: one jitted function holding both kernel sets compiles much longer)
+    if int(qtype) in Q8_QTYPES:
+        _matmul_q8(x, w, int(qtype), out)
+    else:
+        matmul(x, w, int(qtype), out)
 
 
 def matmul_ref(x: np.ndarray, w: np.ndarray, qtype: int, n_in: int) -> np.ndarray:
@@ -1173,3 +1152,560 @@ if __name__ == "__main__":
     # they pickle must name specnb.kernels.quant, not __main__
     from specnb.kernels import quant as _quant
     _quant._main()
+
+
+# ---- CUDA ------------------------------------------------------------------------------------
+# The quantized matrix products on a GPU (numba-cuda), twins of `matmul` / `dequant_row` above.
+# (llama.cpp: ggml-cuda's mmvq.cu / dequantize.cuh, with float32 activations instead of q8_1.)
+#
+# Weights stay raw GGUF blocks on the device: one flat buffer per matrix holding the n_out rows
+# back to back, each row padded to a multiple of 4 bytes (`upload_weight`), read through three
+# views of the same memory: uint32 words (the quants, 4 bytes per load), float16 (the block
+# scales d, m, dmin) and float32 (F32 weights).
+#
+# A "slot" is the unit of work of one thread: the K weights it can decode from one 4-byte word of
+# quants (plus its block's scales):
+#
+#   type              K  slots/block  slot q of block b holds elements (i = 0..3)
+#   F32 / F16 / BF16  1      1        the element s itself
+#   Q8_0              4      8        32b + 4q + i
+#   Q4_0 Q4_1 Q5_*    8      4        32b + 4q + i (low nibbles), 32b + 16 + 4q + i (high)
+#   Q4_K              8     32        256b + 64c + 4u + i (low), + 32 (high); c = q // 8, u = q % 8
+#   Q6_K              8     32        256b + 32(4h + t) + 4u + i (low), + 64 (high);
+#                                     h = q // 16, t = (q // 8) % 2, u = q % 8
+#
+# The activations are first permuted into the same order, xp[r, k, s] = x[r, elem(s, k)], so that
+# consecutive threads (consecutive slots) read consecutive floats: every load of the hot loop is
+# coalesced. (For K = 1 the permutation is the identity and x is used as it is.)
+#
+# matmul: thread-block layout. A block of TG * R threads computes R output rows; the TG threads of
+# a row group stride over the row's S slots (thread t takes slots t, t + TG, ...). For each slot a
+# thread decodes its K weights once into registers and multiplies them with CUDA_ROWS_PER_PASS (8)
+# activation rows kept in local accumulators; more rows take further passes over the same weight
+# row (from L1/L2). A thread decodes 4 slots back to back before their multiplications, so that
+# the loads of 4 slots are in flight together. The TG partial sums of a (row, output) pair are
+# then added by a fixed shared-memory tree. The order of every (row, output) sum depends on (TG,
+# the weight shape) only, never on n_rows or on the position of the row in the batch: a row's
+# result is bit-identical in any batch.
+# TG and R are picked from the weight shape alone (`mm_config`).
+#
+# Small integers become floats through their bits (2**23 + q, minus 2**23: exact, and no slow
+# integer-to-float conversion), and the dequantized weights equal the CPU's bit for bit.
+#
+# Kernels hold no Python objects, raise nothing and print nothing. Two libdevice calls are swapped
+# for NumPy twins under the CUDA simulator (where libdevice is not implemented).
+import numba as _cu_numba  # noqa: E402
+from numba import cuda as _cu_cuda  # noqa: E402
+
+_CU_SIM = bool(_cu_numba.config.ENABLE_CUDASIM)
+if _CU_SIM:
+    def _cu_fmul(a, b):
+        # a * b rounded once (never fused into a following add)
+        return np.float32(a) * np.float32(b)
+
+    import struct as _cu_struct
+    _CU_I32, _CU_F32 = _cu_struct.Struct("<i"), _cu_struct.Struct("<f")
+
+    def _cu_as_f32(bits):
+        # float32 with the bit pattern of the int32 `bits`
+        return np.float32(_CU_F32.unpack(_CU_I32.pack(int(bits)))[0])
+
+else:
+    from numba.cuda import libdevice as _cu_libdevice
+    _cu_fmul = _cu_libdevice.fmul_rn
+    _cu_as_f32 = _cu_libdevice.int_as_float
+
+_cu_f32 = np.float32
+# array indices as unsigned: Numba then skips its negative-index wraparound (a plain int under
+# the simulator, where it only costs time)
+_cu_ix = int if _CU_SIM else np.uint64
+_cu_u32 = np.uint32
+_CU_U15, _CU_U16, _CU_U255 = np.uint32(15), np.uint32(16), np.uint32(255)
+_CU_MAGIC = np.uint32(0x4B000000)   # float32 bits of 2**23: (it | b) is 2**23 + b for b < 2**23
+
+CUDA_ROWS_PER_PASS = 8      # activation rows that share one decode of a weight slot
+CUDA_SLOTS_PER_STEP = 4     # slots a thread decodes back to back (their loads overlap)
+CUDA_MAX_THREADS = 1024
+
+# Device functions, inlined into the kernels. Under the simulator they stay plain Python functions:
+# it runs them the same, and its own device-function wrapper costs ~40 us a call.
+_cu_dev = (lambda f: f) if _CU_SIM else _cu_cuda.jit(device=True, inline=True)
+
+
+@_cu_dev
+def _cu_w4(wq, p):
+    # uint32 <- the 4 bytes at byte p (p % 4 == 0)
+    return wq[_cu_ix(p >> 2)]
+
+
+@_cu_dev
+def _cu_w2(wq, p):
+    # uint32 <- the 4 bytes at byte p (p % 2 == 0): two aligned words, funnel-shifted
+    i = p >> 2
+    sh = _cu_u32((p & 2) * 8)
+    return _cu_u32((wq[_cu_ix(i)] >> sh) | ((wq[_cu_ix(i + 1)] << _CU_U16) << (_CU_U16 - sh)))
+
+
+@_cu_dev
+def _cu_half(wh, p):
+    # float32 <- the float16 at byte p (p % 2 == 0)
+    return _cu_f32(wh[_cu_ix(p >> 1)])
+
+
+@_cu_dev
+def _cu_byte(wq, p):
+    # uint32 <- the byte at p
+    return _cu_u32((wq[_cu_ix(p >> 2)] >> _cu_u32((p & 3) * 8)) & _CU_U255)
+
+
+@_cu_dev
+def _cu_nib(v, j):
+    # uint32 <- nibble j (0..7) of the word v
+    return _cu_u32((v >> _cu_u32(4 * j)) & _CU_U15)
+
+
+@_cu_dev
+def _cu_bits(v, j, n):
+    # uint32 <- n bits of v from bit j
+    return _cu_u32((v >> _cu_u32(j)) & _cu_u32((1 << n) - 1))
+
+
+@_cu_dev
+def _cu_fl(b, off):
+    # float32(b - off), exactly, for 0 <= b < 2**23 and small off: 2**23 + b is built from its
+    # bits and 2**23 + off subtracted (one float op instead of a slow integer->float convert)
+    return _cu_as_f32(np.int32(_CU_MAGIC | b)) - _cu_f32(8388608 + off)
+
+
+# ---- slots: decode the K weights of slot s of the row starting at byte `base` into wv ------------
+# Each weight is computed with the float32 operations, in the order, of the CPU dequantization
+# (d * (q - 8), d * q + m, ...), so wv holds exactly the values gguf.quants.dequantize gives.
+
+@_cu_dev
+def _cu_slot_f32(wq, wh, wf, base, s, wv, j):
+    wv[j] = wf[_cu_ix((base >> 2) + s)]
+
+
+@_cu_dev
+def _cu_slot_f16(wq, wh, wf, base, s, wv, j):
+    wv[j] = _cu_half(wh, base + 2 * s)
+
+
+@_cu_dev
+def _cu_slot_bf16(wq, wh, wf, base, s, wv, j):
+    p = base + 2 * s
+    wv[j] = _cu_as_f32(np.int32(_cu_u32((wq[_cu_ix(p >> 2)] >> _cu_u32((p & 2) * 8)) << _CU_U16)))
+
+
+@_cu_dev
+def _cu_slot_q8_0(wq, wh, wf, base, s, wv, j):
+    p = base + 34 * (s >> 3)
+    d = _cu_half(wh, p)
+    v = _cu_w2(wq, p + 2 + 4 * (s & 7))
+    for i in range(4):                 # int8 q: (q + 128) is the byte with its top bit flipped
+        wv[j + i] = _cu_fl(_cu_bits(v, 8 * i, 8) ^ _cu_u32(128), 128) * d
+
+
+@_cu_dev
+def _cu_slot_q4_0(wq, wh, wf, base, s, wv, j):
+    p = base + 18 * (s >> 2)
+    d = _cu_half(wh, p)
+    v = _cu_w2(wq, p + 2 + 4 * (s & 3))
+    for i in range(4):
+        wv[j + i] = d * _cu_fl(_cu_nib(v, 2 * i), 8)
+        wv[j + 4 + i] = d * _cu_fl(_cu_nib(v, 2 * i + 1), 8)
+
+
+@_cu_dev
+def _cu_slot_q4_1(wq, wh, wf, base, s, wv, j):
+    p = base + 20 * (s >> 2)
+    d = _cu_half(wh, p)
+    m = _cu_half(wh, p + 2)
+    v = _cu_w4(wq, p + 4 + 4 * (s & 3))
+    for i in range(4):
+        wv[j + i] = _cu_fmul(d, _cu_fl(_cu_nib(v, 2 * i), 0)) + m
+        wv[j + 4 + i] = _cu_fmul(d, _cu_fl(_cu_nib(v, 2 * i + 1), 0)) + m
+
+
+@_cu_dev
+def _cu_q5(v, qh, q, i, hi):
+    # uint32 <- the 5-bit value of element i of slot q: nibble (low or high) | bit 4 from qh
+    return (_cu_nib(v, 2 * i + hi) | (_cu_bits(qh, 16 * hi + 4 * q + i, 1) << _cu_u32(4)))
+
+
+@_cu_dev
+def _cu_slot_q5_0(wq, wh, wf, base, s, wv, j):
+    p = base + 22 * (s >> 2)
+    q = s & 3
+    d = _cu_half(wh, p)
+    qh = _cu_w2(wq, p + 2)
+    v = _cu_w2(wq, p + 6 + 4 * q)
+    for i in range(4):
+        wv[j + i] = d * _cu_fl(_cu_q5(v, qh, q, i, 0), 16)
+        wv[j + 4 + i] = d * _cu_fl(_cu_q5(v, qh, q, i, 1), 16)
+
+
+@_cu_dev
+def _cu_slot_q5_1(wq, wh, wf, base, s, wv, j):
+    p = base + 24 * (s >> 2)
+    q = s & 3
+    d = _cu_half(wh, p)
+    m = _cu_half(wh, p + 2)
+    qh = _cu_w4(wq, p + 4)
+    v = _cu_w4(wq, p + 8 + 4 * q)
+    for i in range(4):
+        wv[j + i] = _cu_fmul(d, _cu_fl(_cu_q5(v, qh, q, i, 0), 0)) + m
+        wv[j + 4 + i] = _cu_fmul(d, _cu_fl(_cu_q5(v, qh, q, i, 1), 0)) + m
+
+
+@_cu_dev
+def _cu_k4_byte(sc0, sc1, sc2, j):
+    # byte j (0..11) of the 12 packed Q4_K scale bytes held in three words
+    w = sc0 if j < 4 else (sc1 if j < 8 else sc2)
+    return _cu_bits(w, 8 * (j & 3), 8)
+
+
+@_cu_dev
+def _cu_k4_scale_min(sc0, sc1, sc2, sb):
+    # (scale, min) of sub-block sb (0..7), 6 bits each (ggml's get_scale_min_k4)
+    if sb < 4:
+        sc = _cu_k4_byte(sc0, sc1, sc2, sb) & _cu_u32(63)
+        mn = _cu_k4_byte(sc0, sc1, sc2, sb + 4) & _cu_u32(63)
+        return sc, mn
+    hi = _cu_k4_byte(sc0, sc1, sc2, sb + 4)
+    sc = (hi & _CU_U15) | ((_cu_k4_byte(sc0, sc1, sc2, sb - 4) >> _cu_u32(6)) << _cu_u32(4))
+    mn = (hi >> _cu_u32(4)) | ((_cu_k4_byte(sc0, sc1, sc2, sb) >> _cu_u32(6)) << _cu_u32(4))
+    return _cu_u32(sc), _cu_u32(mn)
+
+
+@_cu_dev
+def _cu_slot_q4_k(wq, wh, wf, base, s, wv, j):
+    p = base + 144 * (s >> 5)
+    q = s & 31
+    c = q >> 3
+    d = _cu_half(wh, p)
+    dmin = _cu_half(wh, p + 2)
+    sc0 = _cu_w4(wq, p + 4)
+    sc1 = _cu_w4(wq, p + 8)
+    sc2 = _cu_w4(wq, p + 12)
+    v = _cu_w4(wq, p + 16 + 4 * q)
+    sc, mn = _cu_k4_scale_min(sc0, sc1, sc2, 2 * c)
+    dl = d * _cu_fl(sc, 0)
+    ml = dmin * _cu_fl(mn, 0)
+    for i in range(4):
+        wv[j + i] = _cu_fmul(dl, _cu_fl(_cu_nib(v, 2 * i), 0)) - ml
+    sc, mn = _cu_k4_scale_min(sc0, sc1, sc2, 2 * c + 1)
+    dl = d * _cu_fl(sc, 0)
+    ml = dmin * _cu_fl(mn, 0)
+    for i in range(4):
+        wv[j + 4 + i] = _cu_fmul(dl, _cu_fl(_cu_nib(v, 2 * i + 1), 0)) - ml
+
+
+@_cu_dev
+def _cu_slot_q6_k(wq, wh, wf, base, s, wv, j):
+    p = base + 210 * (s >> 5)
+    q = s & 31
+    h = q >> 4
+    t = (q >> 3) & 1
+    u = q & 7
+    ql = _cu_w2(wq, p + 4 * q)
+    qh = _cu_w2(wq, p + 128 + 32 * h + 4 * u)
+    d = _cu_half(wh, p + 208)
+    sb = 4 * h + t                     # sub-block of the low nibbles; + 2 for the high ones
+    half16 = 1 if u >= 4 else 0        # elements 16..31 of a sub-block use its second scale
+    d0 = d * _cu_fl(_cu_byte(wq, p + 192 + 2 * sb + half16) ^ _cu_u32(128), 128)
+    d1 = d * _cu_fl(_cu_byte(wq, p + 192 + 2 * (sb + 2) + half16) ^ _cu_u32(128), 128)
+    for i in range(4):
+        lo = _cu_nib(ql, 2 * i) | (_cu_bits(qh, 8 * i + 2 * t, 2) << _cu_u32(4))
+        hi = _cu_nib(ql, 2 * i + 1) | (_cu_bits(qh, 8 * i + 2 * t + 4, 2) << _cu_u32(4))
+        wv[j + i] = d0 * _cu_fl(lo, 32)
+        wv[j + 4 + i] = d1 * _cu_fl(hi, 32)
+
+
+# ---- element order of the slots (the activation permutation) -----------------------------------
+
+@_cu_dev
+def _cu_elem_1(s, k):
+    return s
+
+
+@_cu_dev
+def _cu_elem_q8_0(s, k):
+    return 4 * s + k
+
+
+@_cu_dev
+def _cu_elem_q4(s, k):
+    # Q4_0 / Q4_1 / Q5_0 / Q5_1
+    return 32 * (s >> 2) + 4 * (s & 3) + (k & 3) + (16 if k >= 4 else 0)
+
+
+@_cu_dev
+def _cu_elem_q4_k(s, k):
+    q = s & 31
+    return 256 * (s >> 5) + 64 * (q >> 3) + 4 * (q & 7) + (k & 3) + (32 if k >= 4 else 0)
+
+
+@_cu_dev
+def _cu_elem_q6_k(s, k):
+    q = s & 31
+    return (256 * (s >> 5) + 32 * (4 * (q >> 4) + ((q >> 3) & 1)) + 4 * (q & 7) + (k & 3)
+            + (64 if k >= 4 else 0))
+
+
+# ---- the kernels, one set per type (compiled with the slot function as a constant) -------------
+
+def _cu_cuda_kernels(slot, elem, K):
+    RC = CUDA_ROWS_PER_PASS
+    UK = CUDA_SLOTS_PER_STEP * K
+
+    @_cu_dev
+    def fma_rows(acc, xp, wv, j, s, r0, n_rows, S):
+        # acc[rr] += xp[r0 + rr, :, s] . wv[j : j + K] for the rows of this pass, k in order
+        for rr in range(RC):
+            if r0 + rr >= n_rows:
+                break
+            a = acc[rr]
+            xb = (r0 + rr) * K * S + s
+            for k in range(K):
+                a = _cu_cuda.fma(xp[_cu_ix(xb + k * S)], wv[j + k], a)
+            acc[rr] = a
+
+    @_cu_cuda.jit
+    def mm(wq, wh, wf, row_bytes, n_out, xp, n_rows, S, TG, bias, flags, out):
+        # out[r, o] (=, += or + bias) sum_s sum_k xp[r, k, s] * w[o, elem(s, k)]
+        # wq/wh/wf: views of the weight buffer; xp: [n_rows, K, S] flat; out: [n_rows, n_out] flat;
+        # flags: 1 = add bias[o], 2 = accumulate into out (out += product)
+        tid = _cu_cuda.threadIdx.x
+        T = _cu_cuda.blockDim.x
+        g = tid // TG                   # output row of this thread within the block
+        t = tid - g * TG                # this thread's place among the row's TG threads
+        o = _cu_cuda.blockIdx.x * (T // TG) + g
+        live = o < n_out and g < T // TG
+        base = o * row_bytes
+        sh = _cu_cuda.shared.array(0, dtype=_cu_numba.float32)      # [RC, T]
+        acc = _cu_cuda.local.array(RC, dtype=_cu_numba.float32)
+        wv = _cu_cuda.local.array(UK, dtype=_cu_numba.float32)
+        p2 = 1
+        while p2 < TG:
+            p2 *= 2
+        for r0 in range(0, n_rows, RC):
+            for rr in range(RC):
+                acc[rr] = _cu_f32(0)
+            if live:
+                # slots t, t + TG, t + 2 TG, ... in this order; 4 at a time while 4 are left
+                # (their loads are then in flight together), then one at a time
+                s = t
+                while s + 3 * TG < S:           # (written out: CUDA_SLOTS_PER_STEP = 4)
+                    slot(wq, wh, wf, base, s, wv, 0)
+                    slot(wq, wh, wf, base, s + TG, wv, K)
+                    slot(wq, wh, wf, base, s + 2 * TG, wv, 2 * K)
+                    slot(wq, wh, wf, base, s + 3 * TG, wv, 3 * K)
+                    fma_rows(acc, xp, wv, 0, s, r0, n_rows, S)
+                    fma_rows(acc, xp, wv, K, s + TG, r0, n_rows, S)
+                    fma_rows(acc, xp, wv, 2 * K, s + 2 * TG, r0, n_rows, S)
+                    fma_rows(acc, xp, wv, 3 * K, s + 3 * TG, r0, n_rows, S)
+                    s += 4 * TG
+                while s < S:
+                    slot(wq, wh, wf, base, s, wv, 0)
+                    fma_rows(acc, xp, wv, 0, s, r0, n_rows, S)
+                    s += TG
+            if TG > 1:                  # the fixed tree over the TG partial sums
+                for rr in range(RC):
+                    sh[_cu_ix(rr * T + tid)] = acc[rr]
+                _cu_cuda.syncthreads()
+                stride = p2 // 2
+                while stride > 0:
+                    if t < stride and t + stride < TG:
+                        for rr in range(RC):
+                            sh[_cu_ix(rr * T + tid)] += sh[_cu_ix(rr * T + tid + stride)]
+                    _cu_cuda.syncthreads()
+                    stride //= 2
+                for rr in range(RC):
+                    acc[rr] = sh[_cu_ix(rr * T + g * TG)]
+            if live:
+                for rr in range(RC):    # thread t writes rows t, t + TG, ... of the pass
+                    r = r0 + rr
+                    if rr % TG == t and r < n_rows:
+                        v = acc[rr]
+                        if flags & 1:
+                            v = v + bias[_cu_ix(o)]
+                        if flags & 2:
+                            v = out[_cu_ix(r * n_out + o)] + v
+                        out[_cu_ix(r * n_out + o)] = v
+            if TG > 1:
+                _cu_cuda.syncthreads()     # sh is reused by the next pass
+
+    @_cu_cuda.jit
+    def permute(x, n_in, n_rows, S, xp):
+        # xp[r, k, s] = x[r, elem(s, k)]   (flat; a grid-stride loop)
+        for i in range(_cu_cuda.grid(1), n_rows * n_in, _cu_cuda.gridsize(1)):
+            r = i // n_in
+            j = i - r * n_in
+            k = j // S
+            s = j - k * S
+            xp[_cu_ix(i)] = x[_cu_ix(r * n_in + elem(s, k))]
+
+    @_cu_cuda.jit
+    def rows(wq, wh, wf, row_bytes, ids, S, n_in, out):
+        # out[r, :] = row ids[r] of the weight, dequantized (the embedding lookup)
+        r = _cu_cuda.blockIdx.x
+        base = ids[_cu_ix(r)] * row_bytes
+        wv = _cu_cuda.local.array(K, dtype=_cu_numba.float32)
+        for s in range(_cu_cuda.threadIdx.x, S, _cu_cuda.blockDim.x):
+            slot(wq, wh, wf, base, s, wv, 0)
+            for k in range(K):
+                out[_cu_ix(r * n_in + elem(s, k))] = wv[k]
+
+    return mm, permute, rows
+
+
+_CU_CUDA_TYPES = {          # qtype -> (slot, elem, K)
+    F32: (_cu_slot_f32, _cu_elem_1, 1), F16: (_cu_slot_f16, _cu_elem_1, 1),
+    BF16: (_cu_slot_bf16, _cu_elem_1, 1),
+    Q8_0: (_cu_slot_q8_0, _cu_elem_q8_0, 4),
+    Q4_0: (_cu_slot_q4_0, _cu_elem_q4, 8), Q4_1: (_cu_slot_q4_1, _cu_elem_q4, 8),
+    Q5_0: (_cu_slot_q5_0, _cu_elem_q4, 8), Q5_1: (_cu_slot_q5_1, _cu_elem_q4, 8),
+    Q4_K: (_cu_slot_q4_k, _cu_elem_q4_k, 8), Q6_K: (_cu_slot_q6_k, _cu_elem_q6_k, 8),
+}
+_CU_CUDA_KERNELS = {}
+
+
+def cuda_kernels(qtype: int):
+    """(K, matmul kernel, permute kernel, rows kernel) of one type (built on first use)."""
+    _check_qtype(qtype)
+    qtype = int(qtype)
+    if qtype not in _CU_CUDA_KERNELS:
+        slot, elem, K = _CU_CUDA_TYPES[qtype]
+        _CU_CUDA_KERNELS[qtype] = (K,) + _cu_cuda_kernels(slot, elem, K)
+    return _CU_CUDA_KERNELS[qtype]
+
+
+class DeviceWeight:
+    """A quantized matrix on the device: its raw GGUF rows, each padded to a multiple of 4 bytes,
+    in one flat buffer (plus 8 spare bytes, read but unused by the last 2-aligned word loads)."""
+
+    def __init__(self, data, qtype: int, n_in: int, stream=0):
+        data = np.ascontiguousarray(data, dtype=np.uint8)
+        self.qtype, self.n_in, self.n_out = int(qtype), int(n_in), data.shape[0]
+        rb = row_bytes(qtype, n_in)
+        if data.ndim != 2 or data.shape[1] != rb:
+            raise ValueError(f"{qtype_name(qtype)} rows of {n_in} elements take {rb} bytes, "
+                             f"got an array of shape {data.shape}")
+        self.row_bytes = (rb + 3) // 4 * 4
+        host = np.zeros(self.n_out * self.row_bytes + 8, np.uint8)
+        host[:self.n_out * self.row_bytes].reshape(self.n_out, self.row_bytes)[:, :rb] = data
+        self.buf = _cu_cuda.to_device(host, stream=stream)
+        self.wq = self.buf.view(np.uint32)
+        self.wh = self.buf.view(np.float16)
+        self.wf = self.buf.view(np.float32)
+        self.K = _CU_CUDA_TYPES[self.qtype][2]
+        self.S = n_in // self.K
+        self.nbytes = self.n_out * rb        # the GGUF bytes a product reads
+
+    def __repr__(self):
+        return f"DeviceWeight({qtype_name(self.qtype)}, {self.n_out}x{self.n_in})"
+
+
+def upload_weight(data, qtype: int, n_in: int, stream=0) -> DeviceWeight:
+    """uint8 [n_out, row_bytes] GGUF rows -> DeviceWeight (copied to the device once)."""
+    return DeviceWeight(data, qtype, n_in, stream)
+
+
+def mm_config(qtype: int, n_in: int, threads: int | None = None):
+    """(TG, R): threads per output row and output rows per thread block, from the weight shape
+    only (the reduction order depends on TG, so it must not depend on the batch). TG is about
+    S/8 (each thread takes about 8 slots), a power of two in [32, 256], and R fills 128 threads.
+    `threads` forces TG. Under the simulator (where every thread and every barrier is slow) one
+    thread per row and 32 rows per block."""
+    if threads is not None:
+        tg = int(threads)
+    elif _CU_SIM:
+        return 1, 32
+    else:
+        S = n_in // _CU_CUDA_TYPES[int(qtype)][2]
+        tg = 32
+        while tg < 256 and tg * 8 < S:
+            tg *= 2
+    if not 1 <= tg <= CUDA_MAX_THREADS:
+        raise ValueError(f"threads per output row must be in [1, {CUDA_MAX_THREADS}], got {tg}")
+    return tg, max(1, 128 // tg)
+
+
+def matmul_cuda(x, w: DeviceWeight, out, bias=None, accumulate: bool = False,
+                threads: int | None = None, rows_per_block: int | None = None,
+                scratch=None, stream=0):
+    """out [n_rows, n_out] (=, or += when accumulate) x [n_rows, n_in] @ W^T (+ bias [n_out]),
+    all device float32 arrays, C-contiguous. scratch: a device float32 array of at least
+    n_rows * n_in elements for the permuted activations (allocated when None)."""
+    K, mm, permute, _ = cuda_kernels(w.qtype)
+    n_rows = x.shape[0]
+    if x.shape[1] != w.n_in or out.shape[0] != n_rows or out.shape[1] != w.n_out:
+        raise ValueError(f"matmul_cuda: x {x.shape} @ {w} -> out {out.shape} do not fit")
+    if n_rows == 0:
+        return out
+    tg, r = mm_config(w.qtype, w.n_in, threads)
+    if rows_per_block is not None:
+        r = int(rows_per_block)
+    if tg * r > CUDA_MAX_THREADS:
+        raise ValueError(f"matmul_cuda: {tg} x {r} threads per block is more than "
+                         f"{CUDA_MAX_THREADS}")
+    xf = x.reshape(n_rows * w.n_in)
+    if K > 1:
+        n = n_rows * w.n_in
+        if scratch is None:
+            scratch = _cu_cuda.device_array(n, np.float32, stream=stream)
+        xp = scratch[:n]
+        grid = (1, 1) if _CU_SIM else ((n + 255) // 256, 256)
+        permute[grid[0], grid[1], stream](xf, w.n_in, n_rows, w.S, xp)
+    else:
+        xp = xf
+    flags = (1 if bias is not None else 0) | (2 if accumulate else 0)
+    b = bias if bias is not None else xp[:1]
+    T = tg * r
+    shmem = 4 * CUDA_ROWS_PER_PASS * T if tg > 1 else 0
+    mm[(w.n_out + r - 1) // r, T, stream, shmem](
+        w.wq, w.wh, w.wf, w.row_bytes, w.n_out, xp, n_rows, w.S, tg, b, flags,
+        out.reshape(n_rows * w.n_out))
+    return out
+
+
+def dequant_rows_cuda(w: DeviceWeight, ids, out, threads: int = 128, stream=0):
+    """out [n, n_in] (device float32) <- rows ids [n] (device int32/int64) of w, dequantized."""
+    _, _, _, rows = cuda_kernels(w.qtype)
+    n = ids.shape[0]
+    if n:
+        rows[n, threads, stream](w.wq, w.wh, w.wf, w.row_bytes, ids, w.S, w.n_in,
+                                 out.reshape(n * w.n_in))
+    return out
+
+
+def matmul_bandwidth(shapes=((4096, 4096), (4096, 14336), (14336, 4096)),
+                     qtypes=(Q4_0, Q8_0, Q4_K), n_rows: int = 1, reps: int = 50,
+                     peak_gbs: float = 4800.0, seed: int = 0) -> list:
+    """Time matmul_cuda on random weights of each (n_out, n_in) and type with CUDA events;
+    -> [{type, n_out, n_in, n_rows, us, gbs, frac_peak}] where gbs counts the GGUF weight bytes
+    read once per call. (A GPU only: under the simulator this would take hours.)"""
+    rng = np.random.default_rng(seed)
+    res = []
+    for qt in qtypes:
+        qt = int(qt)
+        for n_out, n_in in shapes:
+            w = upload_weight(_random_weights(qt, n_out, n_in, rng), qt, n_in)
+            x = _cu_cuda.to_device(rng.standard_normal((n_rows, n_in)).astype(np.float32))
+            out = _cu_cuda.device_array((n_rows, n_out), np.float32)
+            scratch = _cu_cuda.device_array(n_rows * n_in, np.float32)
+            matmul_cuda(x, w, out, scratch=scratch)          # compile, warm up
+            _cu_cuda.synchronize()
+            e0, e1 = _cu_cuda.event(), _cu_cuda.event()
+            e0.record()
+            for _ in range(reps):
+                matmul_cuda(x, w, out, scratch=scratch)
+            e1.record()
+            e1.synchronize()
+            t = e0.elapsed_time(e1) / 1e3 / reps
+            gbs = w.nbytes / t / 1e9
+            res.append({"type": qtype_name(qt), "n_out": n_out, "n_in": n_in, "n_rows": n_rows,
+                        "us": t * 1e6, "gbs": gbs, "frac_peak": gbs / peak_gbs})
+            del w, x, out, scratch
+    return res

@@ -73,3 +73,41 @@ def rope(x, cos, sin, mode):
                 b = np.float64(x[t, h, j1])
                 x[t, h, j0] = np.float32(a * c - b * s)
                 x[t, h, j1] = np.float32(a * s + b * c)
+
+
+# ---- CUDA ------------------------------------------------------------------------------------
+# The same rotation on a GPU (numba-cuda): one thread per (token, head, rotary pair), in float64
+# as the CPU kernel. The angles (cos, sin) are computed on the host by `rope_angles` (a few
+# hundred values per batch) and uploaded, so both backends rotate by identical angles.
+from numba import cuda  # noqa: E402
+
+
+@cuda.jit
+def rope_cuda_kernel(x, cos, sin, mode):
+    # in place: x [n_tokens, n_heads, head_dim], cos/sin [n_tokens, n_rot/2] float64
+    # (a grid-stride loop: any grid covers every element)
+    n, nh, hd = x.shape
+    half = cos.shape[1]
+    for idx in range(cuda.grid(1), n * nh * half, cuda.gridsize(1)):
+        t = idx // (nh * half)
+        h = (idx // half) % nh
+        i = idx % half
+        c = cos[t, i]
+        s = sin[t, i]
+        if mode == 2:
+            j0, j1 = i, i + half
+        else:
+            j0, j1 = 2 * i, 2 * i + 1
+        a = np.float64(x[t, h, j0])
+        b = np.float64(x[t, h, j1])
+        x[t, h, j0] = np.float32(a * c - b * s)
+        x[t, h, j1] = np.float32(a * s + b * c)
+
+
+def rope_cuda(x, cos, sin, mode, threads: int = 128, blocks: int | None = None, stream=0):
+    """Launch rope_cuda_kernel on device arrays (x rotated in place)."""
+    n = x.shape[0] * x.shape[1] * cos.shape[1]
+    if n:
+        blocks = blocks or (n + threads - 1) // threads
+        rope_cuda_kernel[blocks, threads, stream](x, cos, sin, mode)
+    return x

@@ -41,8 +41,13 @@ def batch_costs(ctx: Context, prefix: list, sizes=BATCH_SIZES, reps: int = 5) ->
     return times
 
 
+# the quantized matmul shapes and types whose bandwidth `bench --backend cuda` reports
+BANDWIDTH_SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096))    # (n_out, n_in)
+BANDWIDTH_TYPES = ("Q4_0", "Q8_0", "Q4_K")
+
+
 def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, n_gen: int = 32,
-          check: bool = False, quick: bool = False) -> dict:
+          check: bool = False, quick: bool = False, peak_gbs: float = 4800.0) -> dict:
     from .model import load_model
     from .models import default_target_path
     path = model_path or default_target_path()
@@ -83,7 +88,20 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
     }
     if check:
         out["check"] = check_against_reference(model, ctx, prompt[:24])
+    if ctx.backend_name == "cuda":
+        out["bandwidth"] = cuda_bandwidth(peak_gbs, reps=20 if quick else 100)
+        out["peak_gbs"] = peak_gbs
     return out
+
+
+def cuda_bandwidth(peak_gbs: float = 4800.0, reps: int = 100) -> list:
+    """GB/s of weight bytes read by the CUDA quantized matmul (one activation row) on large random
+    matrices, timed with CUDA events, and the fraction of `peak_gbs` (an H200: about 4800)."""
+    from gguf import GGMLQuantizationType
+
+    from .backend_cuda import matmul_bandwidth
+    qtypes = [int(GGMLQuantizationType[t]) for t in BANDWIDTH_TYPES]
+    return matmul_bandwidth(BANDWIDTH_SHAPES, qtypes, n_rows=1, reps=reps, peak_gbs=peak_gbs)
 
 
 def check_against_reference(model, ctx: Context, ids: list) -> dict:
@@ -118,4 +136,12 @@ def format_bench(r: dict) -> str:
         c = r["check"]
         lines.append(f"\ncheck against {c['against']}: top-1 agreement {c['top1_agree']:.3f} over "
                      f"{c['positions']} positions, max |logit diff| {c['max_abs_diff']:.2e}")
+    if "bandwidth" in r:
+        lines += ["", f"quantized matmul, 1 activation row (weight bytes read per call; peak "
+                      f"{r['peak_gbs']:.0f} GB/s):",
+                  "  type | n_out x n_in  |      us |   GB/s | of peak",
+                  "  -----+---------------+---------+--------+--------"]
+        for b in r["bandwidth"]:
+            lines.append(f"  {b['type']:4s} | {b['n_out']:5d} x {b['n_in']:5d} | {b['us']:7.1f} | "
+                         f"{b['gbs']:6.0f} | {100 * b['frac_peak']:6.1f}%")
     return "\n".join(lines)

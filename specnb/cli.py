@@ -175,7 +175,7 @@ def cmd_perplexity(a):
 def cmd_bench(a):
     from .bench import bench, format_bench
     r = bench(a.model, backend=a.backend, n_threads=a.threads, reps=a.reps, n_gen=a.n_gen,
-              check=a.check, quick=a.quick)
+              check=a.check, quick=a.quick, peak_gbs=a.peak_gbs)
     if a.spec:
         from .spec_bench import format_spec_bench, spec_bench
         r["speculative"] = spec_bench(n_threads=a.threads, backend=a.backend, sweep=not a.quick)
@@ -309,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-gen", type=int, default=32)
     p.add_argument("--check", action="store_true", help="also check the backend against the CPU")
     p.add_argument("--quick", action="store_true", help="fewer batch sizes and repetitions")
+    p.add_argument("--peak-gbs", type=float, default=4800.0,
+                   help="memory bandwidth peak for the GPU fraction column (an H200: 4800)")
     p.add_argument("--spec", action="store_true",
                    help="also measure speculative decoding on the default pair (acceptance, "
                         "draft work, loop overhead, speedup vs draft-max against the cost model)")

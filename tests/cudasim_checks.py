@@ -1,0 +1,462 @@
+"""Checks of the CUDA kernels and the CUDA backend without a GPU, one named group per run:
+
+    NUMBA_ENABLE_CUDASIM=1 python tests/cudasim_checks.py GROUP      (GROUP: see GROUPS below)
+    python tests/cudasim_checks.py ptx                                (real NVVM, no GPU needed)
+
+Each group prints one line per check and exits 0, or exits 1 with a readable message on the first
+failure (77: the group cannot run here and is skipped). tests/test_cuda_sim.py runs every group in
+its own process, so that the pytest process keeps real njit kernels: the simulator replaces
+numba.cuda for the whole process it runs in.
+
+Under the simulator every CUDA thread is a Python thread: shapes are tiny, and the simulator's
+launch shapes of the backend (one thread per output row) differ from a GPU's; the kernel groups
+cover the other block sizes (32, 48, 64, 96 threads: 48 and 96 divide no power of two, and the
+problems are sized so that they divide none of them).
+
+Tolerances (float32 kernels, different summation orders than the CPU, so not bit for bit):
+  - dequantization (embedding rows): bit-exact against gguf.quants.dequantize (as the CPU's);
+  - quantized matmul: |cuda - matmul_ref| <= 2e-6 * (|x| @ |W|^T) elementwise (matmul_ref sums
+    in float64; 2e-6 is a few float32 ulps of the sum of absolute products);
+  - RMSNorm, rope, SwiGLU: <= 1e-6 relative; attention: <= 1e-5 of max |v|; softmax: 1e-12;
+    argmax and top-k: identical ids and values (ties by lower id);
+  - whole decode of a tiny forged model against the CPU backend: max |logit diff| <= 1e-4 * max
+    |logit| and identical argmax at every position;
+  - batch invariance (matmul and whole decode): bit-identical.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+GROUPS = ("kernels", "quant", "invariance", "decode", "state", "speculative", "ptx")
+SKIP = 77
+BLOCKS = (32, 48, 64, 96)
+
+
+class CheckFailed(Exception):
+    pass
+
+
+_T = [time.perf_counter()]
+
+
+def check(ok, what):
+    if not ok:
+        raise CheckFailed(what)
+    t = time.perf_counter()
+    print(f"  ok  {what}  [{t - _T[0]:.1f} s]", flush=True)
+    _T[0] = t
+
+
+def rel_close(got, ref, tol, scale=None):
+    scale = np.abs(ref).max() if scale is None else scale
+    err = float(np.abs(np.asarray(got, np.float64) - ref).max()) if np.size(ref) else 0.0
+    return err <= tol * scale + 1e-30, err / (scale + 1e-30)
+
+
+# ---- kernels ------------------------------------------------------------------------------------
+
+def group_kernels():
+    from numba import cuda
+
+    from specnb.kernels import activations as A
+    from specnb.kernels import attention as At
+    from specnb.kernels import norm as N
+    from specnb.kernels import rope as R
+    rng = np.random.default_rng(0)
+    d = cuda.to_device
+
+    # RMSNorm: 3 rows of 100 (no block size divides 100), and a gather of rows (2, 0)
+    x = rng.standard_normal((3, 100)).astype(np.float32)
+    w = (1 + 0.1 * rng.standard_normal(100)).astype(np.float32)
+    ref = N.rmsnorm(x, w, 1e-5, np.empty_like(x))
+    for T in (1,) + BLOCKS:
+        out = cuda.device_array((2, 100), np.float32)
+        N.rmsnorm_cuda(d(x), d(w), 1e-5, out, rows=d(np.array([2, 0])), threads=T)
+        ok, err = rel_close(out.copy_to_host(), ref[[2, 0]], 1e-6)
+        check(ok, f"rmsnorm, {T} threads, rows (2, 0): rel err {err:.1e}")
+    check(np.abs(ref - N.rmsnorm_ref(x, w, 1e-5)).max() < 1e-5, "rmsnorm CPU kernel vs reference")
+
+    # rope, both modes, 3 tokens x 3 heads x 10 dims (n_rot 8: the last 2 pass through)
+    pos = np.array([0, 7, 300])
+    cos, sin = R.rope_angles(pos, 8, 10000.0, 1.0, None)
+    for mode in (R.ROPE_NORM, R.ROPE_NEOX):
+        x = rng.standard_normal((3, 3, 10)).astype(np.float32)
+        ref = x.copy()
+        R.rope(ref, cos, sin, mode)
+        for T in (1, 32, 48):
+            xd = d(x)
+            R.rope_cuda(xd, d(cos), d(sin), mode, threads=T, blocks=1 if T == 1 else None)
+            got = xd.copy_to_host()
+            ok, err = rel_close(got, ref, 1e-6)
+            check(ok, f"rope mode {mode}, {T} threads: rel err {err:.1e} "
+                      f"(bitwise: {np.array_equal(got, ref)})")
+
+    # attention: 2 sequences, holes in the valid mask, grouped KV heads (4 heads on 2)
+    n_ctx, hd, nh, nkv = 9, 8, 4, 2
+    kc = rng.standard_normal((2, n_ctx, nkv * hd)).astype(np.float32)
+    vc = rng.standard_normal((2, n_ctx, nkv * hd)).astype(np.float32)
+    valid = rng.random((2, n_ctx)) < 0.7
+    seq, pos = np.array([0, 1, 1, 0]), np.array([8, 3, 6, 0])
+    valid[seq, pos] = True
+    q = rng.standard_normal((4, nh, hd)).astype(np.float32)
+    ref = At.attention(q, kc, vc, valid, seq, pos, nkv, np.empty_like(q))
+    ref2 = At.attention_ref(q, kc.reshape(2, n_ctx, nkv, hd), vc.reshape(2, n_ctx, nkv, hd),
+                            valid, seq, pos, nkv)
+    check(np.abs(ref - ref2).max() < 1e-5, "attention CPU kernel vs reference")
+    for T in (1,) + BLOCKS:
+        out = cuda.device_array(q.shape, np.float32)
+        scratch = cuda.device_array((4 * nh, n_ctx), np.float32)
+        At.attention_cuda(d(q), d(kc), d(vc), d(valid), d(seq), d(pos), nkv, scratch, out,
+                          threads=T)
+        ok, err = rel_close(out.copy_to_host(), ref, 1e-5, np.abs(vc).max())
+        check(ok, f"attention, {T} threads: err {err:.1e} of max |v|")
+    kd, vd = d(np.zeros_like(kc)), d(np.zeros_like(vc))
+    kn = rng.standard_normal((4, nkv * hd)).astype(np.float32)
+    At.kv_store_cuda(d(kn), d(-kn), kd, vd, d(seq), d(pos), threads=32)
+    expect = np.zeros_like(kc)
+    expect[seq, pos] = kn
+    check(np.array_equal(kd.copy_to_host(), expect) and np.array_equal(vd.copy_to_host(), -expect),
+          "kv_store writes each row at (seq, pos)")
+
+    # SwiGLU 3 x 100, softmax / argmax / top-k over 2 rows of 300 with ties
+    g = (3 * rng.standard_normal((3, 100))).astype(np.float32)
+    u = rng.standard_normal((3, 100)).astype(np.float32)
+    ref = A.swiglu(g, u, np.empty_like(g))
+    check(np.abs(ref - A.swiglu_ref(g, u)).max() < 1e-5, "swiglu CPU kernel vs reference")
+    for T in (1, 32, 48):
+        out = cuda.device_array(g.shape, np.float32)
+        A.swiglu_cuda(d(g), d(u), out, threads=T, blocks=1 if T == 1 else None)
+        ok, err = rel_close(out.copy_to_host(), ref, 1e-6)
+        check(ok, f"swiglu, {T} threads: rel err {err:.1e}")
+    lg = np.round(rng.standard_normal((2, 300)) * 4).astype(np.float32) / 4   # many ties
+    lg[1, 5] = lg[1, 250] = lg[1].max() + 1                                   # a tie at the top
+    for T in (1,) + BLOCKS:
+        p = cuda.device_array((2, 300), np.float64)
+        A.softmax_cuda(d(lg), p, threads=T)
+        ref = np.stack([A.softmax(r) for r in lg])
+        ok, err = rel_close(p.copy_to_host(), ref, 1e-12)
+        check(ok, f"softmax, {T} threads: rel err {err:.1e}")
+        am = cuda.device_array(2, np.int64)
+        A.argmax_cuda(d(lg), am, threads=T)
+        check(am.copy_to_host().tolist() == [A.argmax(r) for r in lg],
+              f"argmax, {T} threads (first of tied maxima)")
+        for rows, k in ((lg, 1), (lg, 7), (lg[:, 250:270], 20)):      # k = n_vocab too
+            ids, vals = cuda.device_array((2, k), np.int64), cuda.device_array((2, k), np.float32)
+            A.topk_cuda(d(np.ascontiguousarray(rows)), k, ids, vals, threads=T)
+            for r in range(2):
+                ri, rv = A.topk(rows[r], k)
+                if not (np.array_equal(ids.copy_to_host()[r], ri)
+                        and np.array_equal(vals.copy_to_host()[r], rv)):
+                    raise CheckFailed(f"topk k={k}, {T} threads, row {r}: got "
+                                      f"{ids.copy_to_host()[r][:10]}, expected {ri[:10]}")
+        check(True, f"topk k = 1, 7 of 300 and 20 of 20, {T} threads (ties by lower id)")
+
+
+# ---- quantized matmul ---------------------------------------------------------------------------
+
+def _qc():
+    # the CUDA section of kernels/quant.py
+    from specnb.kernels import quant
+    return quant
+
+
+def group_quant():
+    # references: gguf's NumPy dequantization and quant.matmul_ref (float64 sums), which need no
+    # compiled CPU kernel
+    import gguf
+    from numba import cuda
+
+    from specnb.kernels import quant as Q
+    qc = _qc()
+    rng = np.random.default_rng(1)
+    d = cuda.to_device
+    for i, qt in enumerate(sorted(Q.SUPPORTED_QTYPES, key=Q.qtype_name)):
+        name = Q.qtype_name(qt)
+        big = qt in (Q.Q4_K, Q.Q6_K)
+        n_in = {Q.F32: 37, Q.F16: 37, Q.BF16: 38}.get(qt, 512 if big else 64)  # odd rows too
+        n_out = 5
+        w = Q._random_weights(qt, n_out, n_in, rng)
+        dw = qc.upload_weight(w, qt, n_in)
+        ids = np.array([4, 0, 3])
+        got = cuda.device_array((3, n_in), np.float32)
+        qc.dequant_rows_cuda(dw, d(ids), got, threads=32)
+        wd = np.asarray(gguf.quants.dequantize(w, gguf.GGMLQuantizationType(qt)),
+                        np.float32).reshape(n_out, n_in)
+        deq = wd[ids]
+        check(np.array_equal(got.copy_to_host().view(np.uint32), deq.view(np.uint32)),
+              f"{name}: embedding rows bit-exact against gguf.quants.dequantize")
+        # block sizes: one thread per row, 48 (a non-divisor) and one of 32 / 64 / 96
+        for tg, r in ((1, 4), (48, 1), ((32, 64, 96)[i % 3], 2)):
+            for n_rows in ((1, 11) if tg == 48 else (3,)):
+                x = rng.standard_normal((n_rows, n_in)).astype(np.float32)
+                ref = Q.matmul_ref(x, w, qt, n_in)
+                scale = np.abs(x) @ np.abs(wd).T
+                out = cuda.device_array((n_rows, n_out), np.float32)
+                qc.matmul_cuda(d(x), dw, out, threads=tg, rows_per_block=r)
+                err = np.abs(out.copy_to_host() - ref) / scale
+                check(err.max() <= 2e-6, f"{name}: matmul {n_rows}x{n_in} @ {n_out}x{n_in}^T, "
+                                         f"{tg} threads/row x {r} rows/block: err {err.max():.1e}")
+        # bias and accumulate (the qwen2 Q/K/V biases, the residual adds)
+        x = rng.standard_normal((2, n_in)).astype(np.float32)
+        b = rng.standard_normal(n_out).astype(np.float32)
+        y0 = rng.standard_normal((2, n_out)).astype(np.float32)
+        o1, o2 = cuda.device_array((2, n_out), np.float32), d(y0)
+        qc.matmul_cuda(d(x), dw, o1, threads=32)
+        qc.matmul_cuda(d(x), dw, o2, threads=32, accumulate=True)
+        o3 = cuda.device_array((2, n_out), np.float32)
+        qc.matmul_cuda(d(x), dw, o3, bias=d(b), threads=32)
+        p = o1.copy_to_host()
+        check(np.array_equal(o2.copy_to_host(), y0 + p)
+              and np.array_equal(o3.copy_to_host(), p + b),
+              f"{name}: accumulate (out += x W^T) and bias (x W^T + b) add exactly once")
+    r = qc.matmul_bandwidth(((3, 64),), (Q.Q4_0,), reps=1, peak_gbs=4800.0)
+    check(len(r) == 1 and {"type", "n_out", "n_in", "us", "gbs", "frac_peak"} <= set(r[0]),
+          "matmul_bandwidth runs (its timings mean nothing under the simulator)")
+
+
+def group_invariance():
+    from numba import cuda
+
+    from specnb.kernels import quant as Q
+    qc = _qc()
+    rng = np.random.default_rng(2)
+    d = cuda.to_device
+    for qt in (Q.Q4_0, Q.Q8_0, Q.Q6_K, Q.F16):
+        name = Q.qtype_name(qt)
+        n_in = 256 if qt == Q.Q6_K else 96
+        w = Q._random_weights(qt, 3, n_in, rng)
+        dw = qc.upload_weight(w, qt, n_in)
+        x = rng.standard_normal((11, n_in)).astype(np.float32)
+        for tg in (1, 48):
+            full = cuda.device_array((11, 3), np.float32)
+            qc.matmul_cuda(d(x), dw, full, threads=tg, rows_per_block=2)
+            full = full.copy_to_host()
+            perm = rng.permutation(11)
+            shuf = cuda.device_array((11, 3), np.float32)
+            qc.matmul_cuda(d(x[perm]), dw, shuf, threads=tg, rows_per_block=2)
+            same = np.array_equal(shuf.copy_to_host(), full[perm])
+            for r in (0, 7, 8, 10):        # first, last of a pass, first of the next, last
+                one = cuda.device_array((1, 3), np.float32)
+                qc.matmul_cuda(d(x[r:r + 1]), dw, one, threads=tg, rows_per_block=2)
+                same = same and np.array_equal(one.copy_to_host()[0], full[r])
+            check(same, f"{name}, {tg} threads/row: rows alone, shuffled and in an 11-row "
+                        f"batch give identical bits")
+
+
+# ---- the backend --------------------------------------------------------------------------------
+
+def _tiny(tmp, qtype="Q8_0", arch="llama", tied=True, n_layer=2, seed=0, small=False):
+    from specnb import forge
+    from specnb.model import load_model
+    kw = dict(n_embd=32, n_ff=64, n_head=2, n_head_kv=1) if small else \
+        dict(n_embd=64, n_ff=128, n_head=4, n_head_kv=2)
+    p = forge.tiny_model(Path(tmp) / f"{qtype}-{arch}-{tied}-{n_layer}-{seed}-{small}.gguf",
+                         qtype=qtype, n_layer=n_layer, seed=seed, arch=arch, tied=tied, **kw)
+    return p, load_model(p)
+
+
+def _ids(model, n, seed):
+    return np.random.default_rng(seed).integers(3, model.n_vocab, n).tolist()
+
+
+def group_decode():
+    from specnb.context import Batch, Context
+    with tempfile.TemporaryDirectory() as tmp:
+        for qtype, arch, tied in (("Q8_0", "llama", True), ("Q4_0", "qwen2", False)):
+            _, m = _tiny(tmp, qtype, arch, tied, small=arch == "qwen2")
+            ids = _ids(m, 8, 1)
+            cpu = Context(m, n_ctx=32).decode(Batch.from_tokens(ids, 0, 0, "all"))
+            ctx = Context(m, n_ctx=32, backend="cuda")
+            got = ctx.decode(Batch.from_tokens(ids, 0, 0, "all"))
+            scale = np.abs(cpu).max()
+            err = np.abs(got - cpu).max()
+            check(err <= 1e-4 * scale and (got.argmax(-1) == cpu.argmax(-1)).all(),
+                  f"{arch} {qtype} {'tied' if tied else 'untied'}: 8-token prompt on cuda vs cpu: "
+                  f"max |diff| {err:.1e} (max |logit| {scale:.1f}), same argmax everywhere")
+            if qtype == "Q8_0":
+                inc = Context(m, n_ctx=32, backend="cuda")
+                rows = [inc.decode(Batch().add(t, i, 0, True))[0] for i, t in enumerate(ids[:3])]
+                part = inc.decode(Batch.from_tokens(ids[3:], 3, 0, "all"))
+                check(np.array_equal(np.concatenate([np.stack(rows), part]), got),
+                      "token by token, then a 5-token batch == one 8-token batch, bit for bit")
+                check(ctx.backend.nbytes() == Context(m, n_ctx=32).backend.nbytes(),
+                      "KV cache of the same size as the CPU backend's")
+                from specnb.bench import check_against_reference
+                c = check_against_reference(m, ctx, ids[:4])
+                check(c["against"] == "cpu" and c["top1_agree"] == 1.0 and
+                      c["max_abs_diff"] <= 1e-4 * scale, f"bench's check against the cpu: {c}")
+
+
+def group_state():
+    from specnb.context import Batch, Context
+    with tempfile.TemporaryDirectory() as tmp:
+        _, m = _tiny(tmp, small=True)
+        ids, other = _ids(m, 8, 3), _ids(m, 3, 4)
+        clean = Context(m, n_ctx=16, backend="cuda").decode(Batch.from_tokens(ids, 0, 0, "all"))
+        ctx = Context(m, n_ctx=16, backend="cuda")
+        ctx.decode(Batch.from_tokens(ids[:5] + other, 0, 0, "none"))       # a wrong tail
+        check(ctx.seq_rm(0, 5, -1) and ctx.seq_pos_max(0) == 4, "seq_rm drops positions 5..")
+        got = ctx.decode(Batch.from_tokens(ids[5:], 5, 0, "all"))
+        check(np.array_equal(got, clean[5:]), "after seq_rm, re-decoding == never decoded (bits)")
+        st = ctx.state_seq_get(0)
+        check(st.n_cells == 8 and isinstance(st.k, np.ndarray), "state_seq_get copies 8 cells "
+                                                                "to the host")
+        ctx.seq_rm(0, 0, -1)
+        ctx.state_seq_set(0, st)
+        more = _ids(m, 2, 5)
+        a = ctx.decode(Batch.from_tokens(more, 8, 0, "all"))
+        ref = Context(m, n_ctx=16, backend="cuda")
+        ref.decode(Batch.from_tokens(ids, 0, 0, "none"))
+        b = ref.decode(Batch.from_tokens(more, 8, 0, "all"))
+        check(np.array_equal(a, b), "state_seq_set after clearing: continuing == never cleared")
+        # another sequence in the same batch changes nothing (batch invariance across sequences)
+        two = Context(m, n_ctx=16, n_seq_max=2, backend="cuda")
+        bt = Batch()
+        for i in range(5):
+            bt.add(other[i % 3], i, 1, False)
+            bt.add(ids[i], i, 0, True)
+        mixed = two.decode(bt)
+        check(np.array_equal(mixed, clean[:5]), "rows of seq 0 mixed with seq 1 == alone (bits)")
+
+
+def group_speculative():
+    from specnb import forge
+    from specnb.context import Context
+    from specnb.loop import SpecParams, SpeculativeLoop, generate
+    from specnb.model import load_model
+    from specnb.sampling import Sampler, SamplerParams
+    with tempfile.TemporaryDirectory() as tmp:
+        tp, tgt = _tiny(tmp, "Q8_0", n_layer=1, seed=11, small=True)
+        dft = load_model(forge.requantize(tp, Path(tmp) / "dft.gguf", "Q4_0"))
+        prompt = np.random.default_rng(0).integers(3, tgt.n_vocab, 4).tolist()
+        greedy = SamplerParams(temp=0.0)
+        sampled = SamplerParams(temp=0.8, top_k=40, top_p=1.0, min_p=0.0, seed=3)
+        expect = {}
+        for name, sp, seq_rm in (("greedy", greedy, True), ("temp 0.8 top-k 40", sampled, True),
+                                 ("temp 0.8 top-k 40, checkpoints", sampled, False)):
+            if id(sp) not in expect:
+                ctx = Context(tgt, n_ctx=32, backend="cuda")
+                expect[id(sp)] = generate(ctx, Sampler(sp), prompt, 8).tokens
+            # partial_seq_rm=False: the target cannot drop rejected drafts and restores a
+            # checkpoint instead (state_seq_get / state_seq_set on the device cache)
+            loop = SpeculativeLoop(Context(tgt, n_ctx=32, backend="cuda", partial_seq_rm=seq_rm),
+                                   Context(dft, n_ctx=32, backend="cuda"), prompt, 8, sp,
+                                   SpecParams(n_max=3))
+            events = list(loop.rounds())
+            got = loop.results()[0].tokens
+            restored = sum(r.checkpoint == "restored" for ev in events for r in ev.slots)
+            check(got == expect[id(sp)],
+                  f"{name}: speculative == plain decoding on cuda ({len(got)} tokens, "
+                  f"{loop.n_accept}/{loop.n_drafted} drafts kept, {restored} checkpoint restores)")
+
+
+# ---- compiling for a real GPU -------------------------------------------------------------------
+
+def group_ptx():
+    """Compile every CUDA kernel to PTX for sm_90 with NVVM (no GPU needed) and, with ptxas at
+    hand, check the matmul kernels keep their accumulators in registers (no local memory)."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        raise CheckFailed("the ptx group needs the real numba-cuda: run it without the simulator")
+    os.environ.setdefault("NUMBA_FORCE_CUDA_CC", "9.0")
+    try:
+        from numba.cuda import cuda_paths
+        from numba.cuda.cudadrv import nvvm
+        nvvm.NVVM()
+    except Exception as e:
+        print(f"SKIP: no NVVM here ({type(e).__name__}: {str(e)[:120]})")
+        sys.exit(SKIP)
+    try:          # NVVM alone is enough to compile; numba-cuda still looks NVRTC up on the way
+        cuda_paths._get_nvrtc_path()
+    except Exception:
+        cuda_paths._get_nvrtc_path = lambda: ("unavailable", None)
+    from numba import cuda
+    from numba import types as T
+
+    from specnb.kernels import activations as A
+    from specnb.kernels import attention as At
+    from specnb.kernels import norm as N
+    from specnb.kernels import quant as Q
+    from specnb.kernels import rope as R
+    qc = _qc()
+
+    def arr(dt, nd):
+        return T.Array(dt, nd, "C")
+    f32, f64, i64, b1 = T.float32, T.float64, T.int64, T.boolean
+    sigs = {
+        "rmsnorm": (N.rmsnorm_cuda_kernel, (arr(f32, 2), arr(i64, 1), arr(f32, 1), f64,
+                                            arr(f32, 2))),
+        "rope": (R.rope_cuda_kernel, (arr(f32, 3), arr(f64, 2), arr(f64, 2), i64)),
+        "attention": (At.attention_cuda_kernel, (arr(f32, 3), arr(f32, 3), arr(f32, 3), arr(b1, 2),
+                                                 arr(i64, 1), arr(i64, 1), i64, arr(f32, 2),
+                                                 arr(f32, 3))),
+        "kv_store": (At.kv_store_cuda_kernel, (arr(f32, 2),) * 2 + (arr(f32, 3),) * 2
+                     + (arr(i64, 1),) * 2),
+        "swiglu": (A.swiglu_cuda_kernel, (arr(f32, 2),) * 3),
+        "softmax": (A.softmax_cuda_kernel, (arr(f32, 2), arr(f64, 2))),
+        "argmax": (A.argmax_cuda_kernel, (arr(f32, 2), arr(i64, 1))),
+        "topk": (A.topk_cuda_kernel, (arr(f32, 2), i64, arr(i64, 2), arr(f32, 2))),
+    }
+    w = (arr(T.uint32, 1), arr(T.float16, 1), arr(f32, 1))
+    quick = os.environ.get("SPECNB_PTX_TYPES")
+    types = [getattr(Q, t) for t in quick.split(",")] if quick else sorted(Q.SUPPORTED_QTYPES)
+    for qt in types:
+        _, mm, perm, rows = qc.cuda_kernels(qt)
+        n = Q.qtype_name(qt)
+        sigs[f"matmul {n}"] = (mm, w + (i64, i64, arr(f32, 1), i64, i64, i64, arr(f32, 1), i64,
+                                        arr(f32, 1)))
+        if qt == types[0]:
+            sigs[f"permute {n}"] = (perm, (arr(f32, 1), i64, i64, i64, arr(f32, 1)))
+            sigs[f"rows {n}"] = (rows, w + (i64, arr(i64, 1), i64, i64, arr(f32, 1)))
+    ptxas = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (kern, sig) in sigs.items():
+            t0 = time.perf_counter()
+            ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0))
+            info = ""
+            if os.path.exists(ptxas):
+                f = Path(tmp) / "k.ptx"
+                f.write_text(ptx)
+                r = subprocess.run([ptxas, "-arch=sm_90", "-v", str(f), "-o", os.devnull],
+                                   capture_output=True, text=True)
+                if r.returncode:
+                    raise CheckFailed(f"ptxas rejects {name}: {r.stderr[-500:]}")
+                used = [ln.split(":", 1)[-1].strip() for ln in r.stderr.splitlines()
+                        if "Used" in ln or "stack frame" in ln]
+                info = "; ".join(used)
+                if name.startswith("matmul") and "0 bytes stack frame" not in info:
+                    raise CheckFailed(f"{name} uses local memory (accumulators not in registers): "
+                                      f"{info}")
+            check(True, f"{name}: PTX for sm_90 ({time.perf_counter() - t0:.1f} s) {info}")
+
+
+def main(argv):
+    if len(argv) != 2 or argv[1] not in GROUPS:
+        print(__doc__)
+        print(f"groups: {', '.join(GROUPS)}")
+        return 2
+    if argv[1] != "ptx":
+        if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+            print("set NUMBA_ENABLE_CUDASIM=1 (before Python starts) to run this group")
+            return 2
+        # the simulator's barrier waits poll under the GIL: a short switch interval speeds it up
+        sys.setswitchinterval(1e-4)
+    t0 = time.perf_counter()
+    print(f"cudasim_checks {argv[1]}:", flush=True)
+    try:
+        globals()[f"group_{argv[1]}"]()
+    except CheckFailed as e:
+        print(f"FAIL {e}", flush=True)
+        return 1
+    print(f"{argv[1]}: all checks passed in {time.perf_counter() - t0:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

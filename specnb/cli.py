@@ -148,16 +148,15 @@ def cmd_gate(a):
 
 
 def cmd_perplexity(a):
+    from .errors import ParamError
     from .perplexity import perplexity
     model = _load(a.model)
     if a.file is None:
-        from .errors import ParamError
         raise ParamError("perplexity needs -f FILE")
     try:
         with open(a.file, encoding="utf-8") as f:
             text = f.read()
     except OSError as e:
-        from .errors import ParamError
         raise ParamError(f"cannot read {a.file!r}: {e.strerror}") from None
     def show(k, n, ppl):
         if not a.json:

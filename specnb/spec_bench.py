@@ -37,12 +37,8 @@ def _spec_run(ctx_t, ctx_d, ids, n_predict, sp, **kw):
         "draft_evals_per_round": sum(n_eval) / max(len(n_eval), 1),
         "mean_draft_len": sum(len(ev.slot.draft) for ev in events) / max(len(events), 1),
         # everything in the rounds that is not a decode (prefill excluded on both sides)
-        "overhead_frac": max(t_rounds - (t_dec - _prefill_time(loop)), 0.0) / t_rounds if t_rounds else 0.0,
+        "overhead_frac": max(t_rounds - (t_dec - loop.t_prompt), 0.0) / t_rounds if t_rounds else 0.0,
     }
-
-
-def _prefill_time(loop) -> float:
-    return loop.t_prompt
 
 
 def spec_bench(n_predict: int = 64, n_threads=None, backend: str = "cpu", sweep: bool = True,

@@ -10,6 +10,8 @@ ggml_soft_max_ext and the KQV product.)
 import numpy as np
 from numba import njit, prange
 
+from .quant import vfma, vhsum, vload, vsplat, vstore, vzero
+
 
 def attention_ref(q, k_cache, v_cache, valid, seq, pos, n_head_kv):
     # q [n_tokens, n_head, hd], k/v_cache [n_seq, n_ctx, n_head_kv, hd], valid [n_seq, n_ctx]
@@ -30,44 +32,96 @@ def attention_ref(q, k_cache, v_cache, valid, seq, pos, n_head_kv):
     return out
 
 
-@njit(parallel=True, cache=True, fastmath=False)
-def attention(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out):
-    # q [n_tokens, n_head, hd], k/v_cache [n_seq, n_ctx, n_head_kv*hd], valid [n_seq, n_ctx]
-    # -> out [n_tokens, n_head, hd]
+@njit(fastmath=False, inline="always")
+def _dot(a, b, off, hd):
+    # a[0:hd] . b[off:off+hd] in float32, in a fixed order: with hd % 32 == 0 four 8-lane
+    # accumulators (lanes d % 32 // 8) then a fixed tree; else one left-to-right sum
+    if hd % 32 == 0:
+        a0 = a1 = a2 = a3 = vzero()
+        for d in range(0, hd, 32):
+            a0 = vfma(vload(a, d), vload(b, off + d), a0)
+            a1 = vfma(vload(a, d + 8), vload(b, off + d + 8), a1)
+            a2 = vfma(vload(a, d + 16), vload(b, off + d + 16), a2)
+            a3 = vfma(vload(a, d + 24), vload(b, off + d + 24), a3)
+        return vhsum((a0 + a1) + (a2 + a3))
+    acc = np.float32(0.0)
+    for d in range(hd):
+        acc += a[d] * b[off + d]
+    return acc
+
+
+@njit(fastmath=False, inline="always")
+def _axpy(w, b, off, out, hd):
+    # out[0:hd] += w * b[off:off+hd] (a fused multiply-add per element where hd % 8 == 0)
+    if hd % 8 == 0:
+        ws = vsplat(w)
+        for d in range(0, hd, 8):
+            vstore(out, d, vfma(ws, vload(b, off + d), vload(out, d)))
+    else:
+        for d in range(hd):
+            out[d] += w * b[off + d]
+
+
+@njit(fastmath=False, inline="always")
+def _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc):
+    # one (row, head) pair, item = t * n_head + h; sc: float32 scratch of at least pos[t] + 1
     n, n_head, hd = q.shape
     group = n_head // n_head_kv
     scale = np.float32(1.0 / np.sqrt(hd))
+    t = item // n_head
+    h = item % n_head
+    s = seq[t]
+    p = pos[t]
+    off = (h // group) * hd
+    qr = q[t, h]
+    mx = np.float32(-np.inf)
+    for j in range(p + 1):
+        if valid[s, j]:
+            acc = _dot(qr, k_cache[s, j], off, hd) * scale
+            sc[j] = acc
+            if acc > mx:
+                mx = acc
+    tot = 0.0
+    for j in range(p + 1):
+        if valid[s, j]:
+            e = np.exp(np.float64(sc[j] - mx))
+            sc[j] = np.float32(e)
+            tot += e
+    inv = np.float32(1.0 / tot)
+    orow = out[t, h]
+    orow[:] = 0.0
+    for j in range(p + 1):
+        if valid[s, j]:
+            _axpy(sc[j] * inv, v_cache[s, j], off, orow, hd)
+
+
+@njit(parallel=True, cache=True, fastmath=False)
+def _attention_parallel(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out):
+    n, n_head, hd = q.shape
+    sc = np.empty((n * n_head, pos.max() + 1), dtype=np.float32)
     for item in prange(n * n_head):
-        t = item // n_head
-        h = item % n_head
-        s = seq[t]
-        p = pos[t]
-        off = (h // group) * hd
-        sc = np.empty(p + 1, dtype=np.float32)
-        mx = np.float32(-np.inf)
-        for j in range(p + 1):
-            if valid[s, j]:
-                acc = np.float32(0.0)
-                for d in range(hd):
-                    acc += q[t, h, d] * k_cache[s, j, off + d]
-                acc *= scale
-                sc[j] = acc
-                if acc > mx:
-                    mx = acc
-        tot = 0.0
-        for j in range(p + 1):
-            if valid[s, j]:
-                e = np.exp(np.float64(sc[j] - mx))
-                sc[j] = np.float32(e)
-                tot += e
-        inv = np.float32(1.0 / tot)
-        for d in range(hd):
-            out[t, h, d] = 0.0
-        for j in range(p + 1):
-            if valid[s, j]:
-                w = sc[j] * inv
-                for d in range(hd):
-                    out[t, h, d] += w * v_cache[s, j, off + d]
+        _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc[item])
+
+
+# below this many multiply-adds (all rows and heads, over the cells they attend to) a call runs on
+# the calling thread: starting the thread pool costs more than it saves
+SERIAL_MAX_WORK = 1 << 18
+
+
+@njit(cache=True, fastmath=False)
+def attention(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out):
+    # q [n_tokens, n_head, hd], k/v_cache [n_seq, n_ctx, n_head_kv*hd], valid [n_seq, n_ctx]
+    # -> out [n_tokens, n_head, hd]; every (row, head) is computed the same way on either path
+    n, n_head, hd = q.shape
+    work = 0
+    for t in range(n):
+        work += (pos[t] + 1) * n_head * hd
+    if work > SERIAL_MAX_WORK:
+        _attention_parallel(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out)
+    else:
+        sc = np.empty(pos.max() + 1, dtype=np.float32)
+        for item in range(n * n_head):
+            _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc)
     return out
 
 

@@ -61,9 +61,11 @@ from numba.extending import intrinsic, models, overload, register_model
 # it from whichever caller compiles it first, and fast-math contraction or reassociation would
 # break both the bit-exact dequantization and the fixed reduction order.
 _jit = njit(cache=True, fastmath=False)
-# small helpers of the hot loops: always inlined by LLVM (else a call per row or block, with
-# reference counting of every array view passed); not cached on their own
-_inline = njit(fastmath=False, forceinline=True)
+# small helpers of the hot loops: always inlined by LLVM (else a call per row or block); not cached
+# on their own. They only read and write arrays they are given, so they are compiled without
+# reference counting (_nrt=False): NRT calls for every array view passed between inlined pieces
+# cost more than the arithmetic of a short row.
+_inline = njit(fastmath=False, forceinline=True, _nrt=False)
 
 # ---- tensor types ----------------------------------------------------------------------------
 
@@ -143,6 +145,7 @@ def _check_shapes(n_in, w_row_bytes, qtype):
 #   vbits(word, j0) / vbits32(word)  i32x8 / i8x32 of single bits of an integer
 #   vzero() vsplat(s) vfloat(v) vbitcast(v) vrint(v) vabs(v) vmax(a, b) vfma(a, b, c)
 #   vhsum(v) vhmax(v) vhsum_i(v)     reductions to one scalar (vhsum in a fixed order)
+#   sfma(a, b, c)                    float32 scalar a * b + c, fused where the CPU has FMA
 #   vdot_u8i8(a, b) vdot_i8i8(a, b)  i32x8 of sums of 4 adjacent byte products
 
 class Vec(types.Type):
@@ -166,6 +169,7 @@ _V8F = ir.VectorType(ir.FloatType(), 8)
 _V8I = ir.VectorType(_i32, 8)
 _V32B = ir.VectorType(ir.IntType(8), 32)
 _HOST_AVX2 = bool(llvm_binding.get_host_cpu_features().get("avx2", False))
+_HOST_F16C = bool(llvm_binding.get_host_cpu_features().get("f16c", False))
 
 
 def _is_1d_c(a, dtype):
@@ -336,6 +340,16 @@ def vfma(typingctx, a, b, c):
 
 
 @intrinsic
+def sfma(typingctx, a, b, c):
+    # float32 a * b + c for scalars (llvm.fmuladd, one rounding where the CPU has FMA)
+    if all(isinstance(t, types.Float) for t in (a, b, c)):
+        def codegen(context, builder, sig, args):
+            vals = [context.cast(builder, v, t, types.float32) for v, t in zip(args, sig.args)]
+            return _call(builder, "llvm.fmuladd.f32", ir.FloatType(), vals)
+        return types.float32(a, b, c), codegen
+
+
+@intrinsic
 def vmax(typingctx, a, b):
     if a == f32x8 and b == f32x8:
         def codegen(context, builder, sig, args):
@@ -463,8 +477,17 @@ def _scale16(typingctx, w, p):
     F16C): exact for every finite value and inf; used for the block scales (d, m, dmin)."""
     if _is_bytes(w) and isinstance(p, types.Integer):
         def codegen(context, builder, sig, args):
-            ptr = _ptr(context, builder, sig.args[0], args[0], args[1], ir.HalfType())
-            return builder.fpext(builder.load(ptr, align=1), ir.FloatType())
+            if not _HOST_F16C:
+                ptr = _ptr(context, builder, sig.args[0], args[0], args[1], ir.HalfType())
+                return builder.fpext(builder.load(ptr, align=1), ir.FloatType())
+            # the 16 bits go into a zeroed vector register first (vmovd), so the conversion does
+            # not wait on whatever that register held before (a false dependency otherwise)
+            ptr = _ptr(context, builder, sig.args[0], args[0], args[1], ir.IntType(16))
+            h = builder.zext(builder.load(ptr, align=1), _i32)
+            v4 = builder.insert_element(ir.Constant(ir.VectorType(_i32, 4), None), h, _i32(0))
+            v8 = builder.bitcast(v4, ir.VectorType(ir.IntType(16), 8))
+            f4 = _call(builder, "llvm.x86.vcvtph2ps.128", ir.VectorType(ir.FloatType(), 4), [v8])
+            return builder.extract_element(f4, _i32(0))
         return types.float32(w, p), codegen
 
 
@@ -615,6 +638,9 @@ def _store4(out, i, v):
 #   s = hsum((acc_0 + acc_1) + (acc_2 + acc_3)), then s += x[i] * w[i] for the last n % 8.
 # Whether w is dequantized in registers or read back from a float32 buffer, and whether 1, 2 or 3
 # activation rows share a pass over w, every (row, output) pair runs exactly these operations.
+# Batches of 1 to 3 rows decode each weight row in registers (one pass); from 4 rows on a weight
+# row is decoded once into a float32 buffer and read back by passes of 2 rows (8 accumulators:
+# enough independent FMA chains to hide their latency, few enough to stay in registers).
 
 @_inline
 def _g_buf(buf, g):
@@ -656,7 +682,7 @@ def _finish(a, x, buf, n):
     return s
 
 
-def _specialize(gfn, inline=True):
+def _specialize(gfn):
     """The row kernels for one group function (one weight type): Numba compiles them with gfn as
     a constant, like a C++ template, so the type is decided once per row, outside the loops.
     (They are not cached on their own but compiled into their cached callers. Jitted code must
@@ -700,7 +726,7 @@ def _specialize(gfn, inline=True):
             c = _fma4(x2, 32 * g, v, c)
         return a, b, c
 
-    @(_inline if inline else njit(fastmath=False))
+    @_inline
     def dot_rows(w, x, r, nr, out, o, buf, n):
         if nr == 3:
             a, b, c = dots3(w, x[r], x[r + 1], x[r + 2], n)
@@ -714,7 +740,7 @@ def _specialize(gfn, inline=True):
         else:
             out[r, o] = _finish(dots1(w, x[r], n), x[r], buf, n)
 
-    @njit(fastmath=False)
+    @njit(fastmath=False, _nrt=False)
     def rows(x, w, out, lo, hi, buf):
         # one loop per batch shape, so that each is compiled on its own (the 1-row decode loop
         # most of all); the arithmetic per (row, output) is the same in all of them
@@ -728,16 +754,16 @@ def _specialize(gfn, inline=True):
         elif n_rows == 3:
             for o in range(lo, hi):
                 dot_rows(w[o], x, 0, 3, out, o, buf, n_in)
-        else:                                    # dequantized once, read back 3 rows a pass
+        else:                                    # dequantized once, read back 2 rows a pass
             for o in range(lo, hi):
                 deq(w[o], buf, n_in)
-                for r in range(0, n_rows, 3):
-                    _buf_dot_rows(buf, x, r, min(3, n_rows - r), out, o, buf, n_in)
+                for r in range(0, n_rows, 2):
+                    _buf_dot_rows(buf, x, r, min(2, n_rows - r), out, o, buf, n_in)
 
     return deq, rows, dot_rows
 
 
-_, _, _buf_dot_rows = _specialize(_g_buf, inline=False)   # one shared copy
+_, _, _buf_dot_rows = _specialize(_g_buf)
 _deq_f32, _, _ = _specialize(_g_f32)
 _deq_bf16, _, _ = _specialize(_g_bf16)
 _deq_q4_1, _rows_q4_1, _ = _specialize(_g_q4_1)
@@ -815,8 +841,8 @@ def _rows_float(x, w, qtype, out, lo, hi, buf):
     n_rows, n_in = x.shape
     for o in range(lo, hi):
         _dequant_row(w[o], qtype, buf, n_in)
-        for r in range(0, n_rows, 3):
-            _buf_dot_rows(buf, x, r, min(3, n_rows - r), out, o, buf, n_in)
+        for r in range(0, n_rows, 2):
+            _buf_dot_rows(buf, x, r, min(2, n_rows - r), out, o, buf, n_in)
 
 
 @_jit
@@ -875,34 +901,29 @@ def matmul(x, w, qtype, out):
 # too. Types without an int8 kernel here (F32, F16, BF16, Q4_K, Q6_K) go to the float path.
 
 @_inline
-def _b_q8_0(w, b):
-    # block b as (32 weights as bytes, d, m)
-    p = 34 * b
-    return vload_b32(w, p + 2), _half(w, p), np.float32(0)
+def _b_q8_0(w, p):
+    # the block at byte p of the flat weight bytes as (its 32 weights as bytes, d, m)
+    return vload_b32(w, p + 2), _scale16(w, p), np.float32(0)
 
 
 @_inline
-def _b_q4_0(w, b):
-    p = 18 * b
-    return vnibbles(w, p + 2) - 8, _half(w, p), np.float32(0)
+def _b_q4_0(w, p):
+    return vnibbles(w, p + 2) - 8, _scale16(w, p), np.float32(0)
 
 
 @_inline
-def _b_q4_1(w, b):
-    p = 20 * b
-    return vnibbles(w, p + 4), _half(w, p), _half(w, p + 2)
+def _b_q4_1(w, p):
+    return vnibbles(w, p + 4), _scale16(w, p), _scale16(w, p + 2)
 
 
 @_inline
-def _b_q5_0(w, b):
-    p = 22 * b
-    return (vnibbles(w, p + 6) | (vbits32(_u32(w, p + 2)) << 4)) - 16, _half(w, p), np.float32(0)
+def _b_q5_0(w, p):
+    return (vnibbles(w, p + 6) | (vbits32(_u32(w, p + 2)) << 4)) - 16, _scale16(w, p), np.float32(0)
 
 
 @_inline
-def _b_q5_1(w, b):
-    p = 24 * b
-    return vnibbles(w, p + 8) | (vbits32(_u32(w, p + 4)) << 4), _half(w, p), _half(w, p + 2)
+def _b_q5_1(w, p):
+    return vnibbles(w, p + 8) | (vbits32(_u32(w, p + 4)) << 4), _scale16(w, p), _scale16(w, p + 2)
 
 
 @_jit
@@ -927,95 +948,139 @@ def _quantize_q8(x, qx, dx, sx):
             sx[r, b] = d * np.float32(vhsum_i((q0 + q1) + (q2 + q3)))
 
 
-def _specialize_q8(bfn, signed):
-    """Row kernels of matmul_q8 for one block function bfn (w, b) -> (bytes, d, m); signed: the
-    weight bytes are signed (no min term) or unsigned with a min m. Per (activation row, output):
-    acc = fma(d * dx, sum(qw * qx), acc) block by block (+ summ += m * sx), then hsum(acc) + summ;
-    passes over a weight row serve 4, 3, 2 or 1 activation rows with exactly these operations."""
+def _specialize_q8(bfn, signed, bsize):
+    """Row kernels of matmul_q8 for one block function bfn (w, p) -> (bytes, d, m) of blocks of
+    bsize bytes; signed: the weight bytes are signed (no min term) or unsigned with a min m.
+    Per (activation row, output), even blocks go to (acc_e, summ_e) and odd ones to (acc_o,
+    summ_o), two independent dependency chains that the CPU overlaps:
+    acc = fma(d * dx, sum(qw * qx), acc) (+ summ += m * sx), then
+    hsum(acc_e + acc_o) + (summ_e + summ_o). A pass over a weight row serves 4, 3, 2 or 1
+    activation rows with exactly these operations per row.
+    All arrays are flat (no per-row views in the loops): weight row o starts at byte
+    p = o * row_bytes, activation block b of row r is block i = r * nb + b."""
 
     @_inline
-    def step(acc, summ, bw, d, m, qx, dx, sx, b):
+    def step(acc, summ, bw, d, m, qx, dx, sx, i):
         if signed:
-            isum = vdot_i8i8(bw, vload_b32(qx, 32 * b))
+            isum = vdot_i8i8(bw, vload_b32(qx, 32 * i))
         else:
-            isum = vdot_u8i8(bw, vload_b32(qx, 32 * b))
-            summ += m * sx[b]
-        return vfma(vsplat(d * dx[b]), vfloat(isum), acc), summ
+            isum = vdot_u8i8(bw, vload_b32(qx, 32 * i))
+            summ = sfma(m, sx[i], summ)
+        return vfma(vsplat(d) * vsplat(dx[i]), vfloat(isum), acc), summ
 
     @_inline
-    def pass1(wr, qx, dx, sx, r, out, o, nb):
-        a0, s0 = vzero(), np.float32(0)
-        for b in range(nb):
-            bw, d, m = bfn(wr, b)
-            a0, s0 = step(a0, s0, bw, d, m, qx[r], dx[r], sx[r], b)
-        out[r, o] = vhsum(a0) + s0
+    def pass1(w, p, qx, dx, sx, i, out, r, o, nb):
+        e0, f0, o0, g0 = vzero(), np.float32(0), vzero(), np.float32(0)
+        for b in range(0, nb - 1, 2):
+            kw, kd, km = bfn(w, p + bsize * b)
+            lw, ld, lm = bfn(w, p + bsize * (b + 1))
+            e0, f0 = step(e0, f0, kw, kd, km, qx, dx, sx, i + b)
+            o0, g0 = step(o0, g0, lw, ld, lm, qx, dx, sx, i + b + 1)
+        if nb % 2:
+            kw, kd, km = bfn(w, p + bsize * (nb - 1))
+            e0, f0 = step(e0, f0, kw, kd, km, qx, dx, sx, i + nb - 1)
+        out[r, o] = vhsum(e0 + o0) + (f0 + g0)
 
     @_inline
-    def pass2(wr, qx, dx, sx, r, out, o, nb):
-        a0, s0, a1, s1 = vzero(), np.float32(0), vzero(), np.float32(0)
-        for b in range(nb):
-            bw, d, m = bfn(wr, b)
-            a0, s0 = step(a0, s0, bw, d, m, qx[r], dx[r], sx[r], b)
-            a1, s1 = step(a1, s1, bw, d, m, qx[r + 1], dx[r + 1], sx[r + 1], b)
-        out[r, o] = vhsum(a0) + s0
-        out[r + 1, o] = vhsum(a1) + s1
+    def pass2(w, p, qx, dx, sx, i, out, r, o, nb):
+        e0, f0, o0, g0 = vzero(), np.float32(0), vzero(), np.float32(0)
+        e1, f1, o1, g1 = vzero(), np.float32(0), vzero(), np.float32(0)
+        for b in range(0, nb - 1, 2):
+            kw, kd, km = bfn(w, p + bsize * b)
+            lw, ld, lm = bfn(w, p + bsize * (b + 1))
+            e0, f0 = step(e0, f0, kw, kd, km, qx, dx, sx, i + b)
+            o0, g0 = step(o0, g0, lw, ld, lm, qx, dx, sx, i + b + 1)
+            e1, f1 = step(e1, f1, kw, kd, km, qx, dx, sx, i + 1 * nb + b)
+            o1, g1 = step(o1, g1, lw, ld, lm, qx, dx, sx, i + 1 * nb + b + 1)
+        if nb % 2:
+            kw, kd, km = bfn(w, p + bsize * (nb - 1))
+            e0, f0 = step(e0, f0, kw, kd, km, qx, dx, sx, i + nb - 1)
+            e1, f1 = step(e1, f1, kw, kd, km, qx, dx, sx, i + 1 * nb + nb - 1)
+        out[r, o] = vhsum(e0 + o0) + (f0 + g0)
+        out[r + 1, o] = vhsum(e1 + o1) + (f1 + g1)
 
     @_inline
-    def pass3(wr, qx, dx, sx, r, out, o, nb):
-        a0, s0, a1, s1, a2, s2 = vzero(), np.float32(0), vzero(), np.float32(0), vzero(), np.float32(0)
-        for b in range(nb):
-            bw, d, m = bfn(wr, b)
-            a0, s0 = step(a0, s0, bw, d, m, qx[r], dx[r], sx[r], b)
-            a1, s1 = step(a1, s1, bw, d, m, qx[r + 1], dx[r + 1], sx[r + 1], b)
-            a2, s2 = step(a2, s2, bw, d, m, qx[r + 2], dx[r + 2], sx[r + 2], b)
-        out[r, o] = vhsum(a0) + s0
-        out[r + 1, o] = vhsum(a1) + s1
-        out[r + 2, o] = vhsum(a2) + s2
+    def pass3(w, p, qx, dx, sx, i, out, r, o, nb):
+        e0, f0, o0, g0 = vzero(), np.float32(0), vzero(), np.float32(0)
+        e1, f1, o1, g1 = vzero(), np.float32(0), vzero(), np.float32(0)
+        e2, f2, o2, g2 = vzero(), np.float32(0), vzero(), np.float32(0)
+        for b in range(0, nb - 1, 2):
+            kw, kd, km = bfn(w, p + bsize * b)
+            lw, ld, lm = bfn(w, p + bsize * (b + 1))
+            e0, f0 = step(e0, f0, kw, kd, km, qx, dx, sx, i + b)
+            o0, g0 = step(o0, g0, lw, ld, lm, qx, dx, sx, i + b + 1)
+            e1, f1 = step(e1, f1, kw, kd, km, qx, dx, sx, i + 1 * nb + b)
+            o1, g1 = step(o1, g1, lw, ld, lm, qx, dx, sx, i + 1 * nb + b + 1)
+            e2, f2 = step(e2, f2, kw, kd, km, qx, dx, sx, i + 2 * nb + b)
+            o2, g2 = step(o2, g2, lw, ld, lm, qx, dx, sx, i + 2 * nb + b + 1)
+        if nb % 2:
+            kw, kd, km = bfn(w, p + bsize * (nb - 1))
+            e0, f0 = step(e0, f0, kw, kd, km, qx, dx, sx, i + nb - 1)
+            e1, f1 = step(e1, f1, kw, kd, km, qx, dx, sx, i + 1 * nb + nb - 1)
+            e2, f2 = step(e2, f2, kw, kd, km, qx, dx, sx, i + 2 * nb + nb - 1)
+        out[r, o] = vhsum(e0 + o0) + (f0 + g0)
+        out[r + 1, o] = vhsum(e1 + o1) + (f1 + g1)
+        out[r + 2, o] = vhsum(e2 + o2) + (f2 + g2)
 
     @_inline
-    def pass4(wr, qx, dx, sx, r, out, o, nb):
-        a0, s0, a1, s1 = vzero(), np.float32(0), vzero(), np.float32(0)
-        a2, s2, a3, s3 = vzero(), np.float32(0), vzero(), np.float32(0)
-        for b in range(nb):
-            bw, d, m = bfn(wr, b)
-            a0, s0 = step(a0, s0, bw, d, m, qx[r], dx[r], sx[r], b)
-            a1, s1 = step(a1, s1, bw, d, m, qx[r + 1], dx[r + 1], sx[r + 1], b)
-            a2, s2 = step(a2, s2, bw, d, m, qx[r + 2], dx[r + 2], sx[r + 2], b)
-            a3, s3 = step(a3, s3, bw, d, m, qx[r + 3], dx[r + 3], sx[r + 3], b)
-        out[r, o] = vhsum(a0) + s0
-        out[r + 1, o] = vhsum(a1) + s1
-        out[r + 2, o] = vhsum(a2) + s2
-        out[r + 3, o] = vhsum(a3) + s3
+    def pass4(w, p, qx, dx, sx, i, out, r, o, nb):
+        e0, f0, o0, g0 = vzero(), np.float32(0), vzero(), np.float32(0)
+        e1, f1, o1, g1 = vzero(), np.float32(0), vzero(), np.float32(0)
+        e2, f2, o2, g2 = vzero(), np.float32(0), vzero(), np.float32(0)
+        e3, f3, o3, g3 = vzero(), np.float32(0), vzero(), np.float32(0)
+        for b in range(0, nb - 1, 2):
+            kw, kd, km = bfn(w, p + bsize * b)
+            lw, ld, lm = bfn(w, p + bsize * (b + 1))
+            e0, f0 = step(e0, f0, kw, kd, km, qx, dx, sx, i + b)
+            o0, g0 = step(o0, g0, lw, ld, lm, qx, dx, sx, i + b + 1)
+            e1, f1 = step(e1, f1, kw, kd, km, qx, dx, sx, i + 1 * nb + b)
+            o1, g1 = step(o1, g1, lw, ld, lm, qx, dx, sx, i + 1 * nb + b + 1)
+            e2, f2 = step(e2, f2, kw, kd, km, qx, dx, sx, i + 2 * nb + b)
+            o2, g2 = step(o2, g2, lw, ld, lm, qx, dx, sx, i + 2 * nb + b + 1)
+            e3, f3 = step(e3, f3, kw, kd, km, qx, dx, sx, i + 3 * nb + b)
+            o3, g3 = step(o3, g3, lw, ld, lm, qx, dx, sx, i + 3 * nb + b + 1)
+        if nb % 2:
+            kw, kd, km = bfn(w, p + bsize * (nb - 1))
+            e0, f0 = step(e0, f0, kw, kd, km, qx, dx, sx, i + nb - 1)
+            e1, f1 = step(e1, f1, kw, kd, km, qx, dx, sx, i + 1 * nb + nb - 1)
+            e2, f2 = step(e2, f2, kw, kd, km, qx, dx, sx, i + 2 * nb + nb - 1)
+            e3, f3 = step(e3, f3, kw, kd, km, qx, dx, sx, i + 3 * nb + nb - 1)
+        out[r, o] = vhsum(e0 + o0) + (f0 + g0)
+        out[r + 1, o] = vhsum(e1 + o1) + (f1 + g1)
+        out[r + 2, o] = vhsum(e2 + o2) + (f2 + g2)
+        out[r + 3, o] = vhsum(e3 + o3) + (f3 + g3)
 
-    @njit(fastmath=False)
-    def rows(qx, dx, sx, w, out, lo, hi):
+    @njit(fastmath=False, _nrt=False)
+    def rows(qx2, dx2, sx2, w2, out, lo, hi):
         # out[:, lo:hi] for the quantized activations (the 1-row loop compiled on its own)
-        n_rows = qx.shape[0]
-        nb = qx.shape[1] // 32
+        n_rows = qx2.shape[0]
+        nb = qx2.shape[1] // 32
+        rb = w2.shape[1]
+        qx, dx, sx, w = qx2.reshape(-1), dx2.reshape(-1), sx2.reshape(-1), w2.reshape(-1)
         if n_rows == 1:
             for o in range(lo, hi):
-                pass1(w[o], qx, dx, sx, 0, out, o, nb)
+                pass1(w, o * rb, qx, dx, sx, 0, out, 0, o, nb)
             return
         for o in range(lo, hi):
             r = 0
             while n_rows - r >= 4:
-                pass4(w[o], qx, dx, sx, r, out, o, nb)
+                pass4(w, o * rb, qx, dx, sx, r * nb, out, r, o, nb)
                 r += 4
             if n_rows - r == 3:
-                pass3(w[o], qx, dx, sx, r, out, o, nb)
+                pass3(w, o * rb, qx, dx, sx, r * nb, out, r, o, nb)
             elif n_rows - r == 2:
-                pass2(w[o], qx, dx, sx, r, out, o, nb)
+                pass2(w, o * rb, qx, dx, sx, r * nb, out, r, o, nb)
             elif n_rows - r == 1:
-                pass1(w[o], qx, dx, sx, r, out, o, nb)
+                pass1(w, o * rb, qx, dx, sx, r * nb, out, r, o, nb)
 
     return rows
 
 
-_q8_rows_q8_0 = _specialize_q8(_b_q8_0, True)
-_q8_rows_q4_0 = _specialize_q8(_b_q4_0, True)
-_q8_rows_q4_1 = _specialize_q8(_b_q4_1, False)
-_q8_rows_q5_0 = _specialize_q8(_b_q5_0, True)
-_q8_rows_q5_1 = _specialize_q8(_b_q5_1, False)
+_q8_rows_q8_0 = _specialize_q8(_b_q8_0, True, 34)
+_q8_rows_q4_0 = _specialize_q8(_b_q4_0, True, 18)
+_q8_rows_q4_1 = _specialize_q8(_b_q4_1, False, 20)
+_q8_rows_q5_0 = _specialize_q8(_b_q5_0, True, 22)
+_q8_rows_q5_1 = _specialize_q8(_b_q5_1, False, 24)
 Q8_QTYPES = frozenset((Q8_0, Q4_0, Q4_1, Q5_0, Q5_1))
 
 

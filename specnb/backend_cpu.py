@@ -3,7 +3,12 @@
 This is the engine behind `Context.decode` (llama.cpp: the graph built by llm_build_llama and
 run by ggml-cpu). It owns the KV cache storage; the Context owns the bookkeeping (which cells
 of which sequence are valid). Weights are read straight from the quantized GGUF blocks by
-`kernels.quant.matmul`, which streams every weight row once for all rows of the batch.
+`kernels.quant.matmul`, which streams every weight row once for all rows of the batch, or
+with activations="q8" by `kernels.quant.matmul_q8` (activations rounded to int8 blocks first,
+as llama.cpp's CPU backend does).
+
+`forward` runs the whole pass as one compiled call (`kernels/forward.py`); `forward_steps` is
+the same pass written out in Python, one line per operation, and gives bit-identical logits.
 
 Every kernel computes a row from that row's inputs only, with a fixed reduction order, so a
 row's logits are bit-identical whether it is decoded alone or inside any batch.
@@ -12,29 +17,75 @@ from __future__ import annotations
 
 import numpy as np
 
+from numba.typed import List
+
+from .kernels import forward as fused
 from .kernels.activations import swiglu
 from .kernels.attention import attention
 from .kernels.norm import rmsnorm
-from .kernels.quant import dequant_row, matmul
+from .kernels.quant import dequant_row, matmul, matmul_q8
 from .kernels.rope import rope, rope_angles
 
 
 class CpuBackend:
     name = "cpu"
 
-    def __init__(self, model, n_ctx: int, n_seq_max: int):
+    def __init__(self, model, n_ctx: int, n_seq_max: int, activations: str = "f32"):
         h = model.hparams
+        self._matmul = matmul_q8 if activations == "q8" else matmul
         self.model, self.h = model, h
         kv_dim = h.n_head_kv * h.head_dim
         # KV cache: [n_layer, n_seq, n_ctx, n_head_kv * head_dim]; cell index == position
         self.k = np.zeros((h.n_layer, n_seq_max, n_ctx, kv_dim), dtype=np.float32)
         self.v = np.zeros_like(self.k)
         self._ff = None if model.rope_freqs is None else model.rope_freqs.astype(np.float64)
+        self._q8 = activations == "q8"
+        self._fused_args = self._pack_weights(model)
+
+    @staticmethod
+    def _pack_weights(model):
+        # the weights as kernels/forward.py takes them: one typed list of matrices (all typed
+        # as read-only uint8[:, :]), stacked norms and biases
+        def ro(a):
+            a = np.ascontiguousarray(a).view()
+            a.flags.writeable = False
+            return a
+        mats = List()
+        qtypes = np.zeros((len(model.layers), fused.N_MATS), dtype=np.int64)
+        for il, L in enumerate(model.layers):
+            for j, w in enumerate((L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down)):
+                mats.append(ro(w.data))
+                qtypes[il, j] = w.qtype
+        has_bias = model.layers[0].bq is not None
+
+        def stack(name):
+            if not has_bias:
+                return np.zeros((len(model.layers), 1), dtype=np.float32)
+            return np.stack([getattr(L, name) for L in model.layers]).astype(np.float32)
+        return dict(
+            tok_embd=ro(model.tok_embd.data), tok_qtype=int(model.tok_embd.qtype),
+            attn_norm=np.stack([L.attn_norm for L in model.layers]).astype(np.float32),
+            ffn_norm=np.stack([L.ffn_norm for L in model.layers]).astype(np.float32),
+            mats=mats, qtypes=qtypes, bias_q=stack("bq"), bias_k=stack("bk"), bias_v=stack("bv"),
+            has_bias=has_bias, output_norm=np.ascontiguousarray(model.output_norm, np.float32),
+            output=ro(model.output.data), output_qtype=int(model.output.qtype))
 
     # ---- the forward pass -------------------------------------------------------------
     def forward(self, tokens, pos, seq, valid, out_rows) -> np.ndarray:
         # tokens/pos/seq [n], valid [n_seq, n_ctx] (already marking this batch's cells),
         # out_rows [n_out] batch indices -> logits [n_out, n_vocab]
+        h, w = self.h, self._fused_args
+        cos, sin = rope_angles(pos, h.n_rot, h.rope_freq_base, h.rope_freq_scale, self._ff)
+        return fused.forward(
+            np.ascontiguousarray(tokens, np.int64), np.ascontiguousarray(pos, np.int64),
+            np.ascontiguousarray(seq, np.int64), valid, np.ascontiguousarray(out_rows, np.int64),
+            self.k, self.v, cos, sin, w["tok_embd"], w["tok_qtype"], w["attn_norm"],
+            w["ffn_norm"], w["mats"], w["qtypes"], w["bias_q"], w["bias_k"], w["bias_v"],
+            w["has_bias"], w["output_norm"], w["output"], w["output_qtype"], h.n_head,
+            h.n_head_kv, h.head_dim, h.n_ff, float(h.norm_eps), int(h.rope_mode), self._q8)
+
+    def forward_steps(self, tokens, pos, seq, valid, out_rows) -> np.ndarray:
+        # the same pass, one Python line per operation (bit-identical to `forward`)
         m, h = self.model, self.h
         n = len(tokens)
         x = np.empty((n, h.n_embd), dtype=np.float32)
@@ -62,11 +113,10 @@ class CpuBackend:
         rmsnorm(xo, m.output_norm, h.norm_eps, xo)
         return self._mm(xo, m.output)
 
-    @staticmethod
-    def _mm(x, w, bias=None):
+    def _mm(self, x, w, bias=None):
         # [n, n_in] x QWeight[n_out, n_in] -> [n, n_out]
         out = np.empty((x.shape[0], w.n_out), dtype=np.float32)
-        matmul(x, w.data, w.qtype, out)
+        self._matmul(x, w.data, w.qtype, out)
         if bias is not None:
             out += bias
         return out

@@ -1,11 +1,18 @@
-"""`specnb bench`: decode speed, prompt speed, and what a k-row batch costs relative to one row.
+"""`specnb bench`: decode speed, prompt speed, what a k-row batch costs relative to one row, memory,
+load and compile time, next to llama.cpp's figures on the same kind of machine.
 
-Figures are medians of several repetitions measured side by side in one run (the machine is
-shared and noisy: ratios are what to compare, not absolute times).
+Figures are medians of several repetitions measured side by side in one run: the two activation
+modes ("f32" and "q8", see `specnb.context.ACTIVATIONS`) take turns rep by rep, so a noisy
+neighbour slows both alike. The machine is shared and noisy: compare ratios, not absolute times.
 """
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import numpy as np
@@ -14,31 +21,50 @@ from .context import Batch, Context
 
 BATCH_SIZES = (1, 2, 3, 5, 9, 17)
 
+# llama.cpp on this 2-vCPU AMD EPYC machine with the default model (build c392e509, 2 threads):
+# `llama-bench -t 2 -p 1,2,3,5,9,17,33 -n 64 -r 10` and `llama-batched-bench ... -npl 1` (the text
+# it printed is tests/data/llamacpp_bench_smollm2.txt; a test checks these numbers against it).
+LLAMA_CPP = {
+    "source": "llama-bench -t 2 -r 10 (build c392e509), same 2-vCPU machine",
+    "pp_tok_s": {1: 93.88, 2: 124.67, 3: 148.76, 5: 169.07, 9: 196.90, 17: 163.74},
+    "tg64_tok_s": 84.06,
+    "batched_bench_tg_tok_s": 106.31,
+}
 
-def _median_time(fn, reps: int) -> float:
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+
+def llama_cpp_batch_cost(k: int) -> float:
+    """What a k-token batch cost llama.cpp relative to one token: k * pp1 / pp_k."""
+    pp = LLAMA_CPP["pp_tok_s"]
+    return k * pp[1] / pp[k]
 
 
 def batch_costs(ctx: Context, prefix: list, sizes=BATCH_SIZES, reps: int = 5) -> dict:
     """Median time of a k-row verification-style batch (all rows want logits) after a prefix."""
-    ctx.clear()
-    ctx.decode(Batch.from_tokens(prefix, 0, 0, "last"))
-    P = len(prefix)
-    times = {}
-    for k in sizes:
-        toks = [(prefix[i % len(prefix)]) for i in range(k)]
+    return _batch_costs_side_by_side({"": ctx}, prefix, sizes, reps)[""]
 
-        def run():
-            ctx.decode(Batch.from_tokens(toks, P, 0, "all"))
-            ctx.seq_rm(0, P, -1)
-        run()   # warm-up (compiles on first use)
-        times[k] = _median_time(run, reps)
-    return times
+
+def _batch_costs_side_by_side(ctxs: dict, prefix: list, sizes, reps: int) -> dict:
+    # {name: Context} -> {name: {k: median seconds}}, the contexts taking turns call by call
+    P = len(prefix)
+    for ctx in ctxs.values():
+        ctx.clear()
+        ctx.decode(Batch.from_tokens(prefix, 0, 0, "last"))
+    times = {name: {k: [] for k in sizes} for name in ctxs}
+
+    def run(ctx, toks):
+        t0 = time.perf_counter()
+        ctx.decode(Batch.from_tokens(toks, P, 0, "all"))
+        dt = time.perf_counter() - t0
+        ctx.seq_rm(0, P, -1)
+        return dt
+    for k in sizes:
+        toks = [prefix[i % len(prefix)] for i in range(k)]
+        for ctx in ctxs.values():
+            run(ctx, toks)                   # warm-up (compiles on first use)
+        for _ in range(reps):
+            for name, ctx in ctxs.items():
+                times[name][k].append(run(ctx, toks))
+    return {name: {k: statistics.median(v) for k, v in t.items()} for name, t in times.items()}
 
 
 # the quantized matmul shapes and types whose bandwidth `bench --backend cuda` reports
@@ -47,25 +73,35 @@ BANDWIDTH_TYPES = ("Q4_0", "Q8_0", "Q4_K")
 
 
 def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, n_gen: int = 32,
-          check: bool = False, quick: bool = False, peak_gbs: float = 4800.0) -> dict:
+          check: bool = False, quick: bool = False, peak_gbs: float = 4800.0,
+          activations=None, memory: bool = True, compile_time: bool = False) -> dict:
+    """Decode / prompt tok/s and k-row batch cost for each activation mode, side by side; the
+    load time; optionally (in fresh processes) the default pair's peak memory and the first-call
+    compile time with an empty and with a filled Numba cache."""
     from .model import load_model
     from .models import default_target_path
+    from .context import resolve_backend
     path = model_path or default_target_path()
     t0 = time.perf_counter()
     model = load_model(path)
     t_load = time.perf_counter() - t0
-    ctx = Context(model, n_ctx=512, backend=backend, n_threads=n_threads)
+    if activations is None:
+        activations = ("f32", "q8") if resolve_backend(backend) == "cpu" else ("f32",)
+    ctxs = {a: Context(model, n_ctx=512, backend=backend, n_threads=n_threads, activations=a)
+            for a in activations}
     vocab = model.vocab
     prompt = vocab.tokenize("The quick brown fox jumps over the lazy dog. " * 12)[:128]
-    ctx.decode(Batch.from_tokens(prompt[:8], 0, 0, "last"))        # warm-up / compile
-    ctx.clear()
-
-    def prefill():
+    for ctx in ctxs.values():
+        ctx.decode(Batch.from_tokens(prompt[:8], 0, 0, "last"))    # warm-up / compile
         ctx.clear()
-        ctx.decode(Batch.from_tokens(prompt, 0, 0, "last"))
-    t_prompt = _median_time(prefill, max(2, reps // 2))
 
-    def decode_run():
+    def prefill(ctx):
+        ctx.clear()
+        t = time.perf_counter()
+        ctx.decode(Batch.from_tokens(prompt, 0, 0, "last"))
+        return time.perf_counter() - t
+
+    def decode_run(ctx):
         ctx.clear()
         ctx.decode(Batch.from_tokens(prompt[:16], 0, 0, "last"))
         tok = int(np.argmax(ctx.get_logits_ith(15)))
@@ -73,24 +109,114 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
         for i in range(n_gen):
             ctx.decode(Batch().add(tok, 16 + i, 0, True))
             tok = int(np.argmax(ctx.get_logits_ith(0)))
-        return time.perf_counter() - t
-    decode_times = [decode_run() for _ in range(max(1, reps // 2))]
-    t_tok = statistics.median(decode_times) / n_gen
-    sizes = (1, 2, 5, 9) if quick else BATCH_SIZES
-    times = batch_costs(ctx, prompt[:64], sizes, reps)
+        return (time.perf_counter() - t) / n_gen
+    t_prompt = {a: [] for a in ctxs}
+    t_tok = {a: [] for a in ctxs}
+    for _ in range(max(2, reps // 2)):
+        for a, ctx in ctxs.items():              # the modes take turns
+            t_prompt[a].append(prefill(ctx))
+            t_tok[a].append(decode_run(ctx))
+    sizes = (1, 2, 3, 5, 9) if quick else BATCH_SIZES
+    times = _batch_costs_side_by_side(ctxs, prompt[:64], sizes, reps)
+    first = next(iter(ctxs.values()))
     out = {
-        "model": model.name, "path": path, "backend": ctx.backend_name, "n_threads": ctx.n_threads,
-        "load_s": t_load, "decode_tok_s": 1.0 / t_tok, "decode_ms_per_tok": 1e3 * t_tok,
-        "prompt_tok_s": len(prompt) / t_prompt, "n_prompt": len(prompt),
-        "batch_ms": {k: 1e3 * t for k, t in times.items()},
-        "batch_cost": {k: times[k] / times[1] for k in times},
-        "weight_mib": model.weight_bytes() / 2**20,
+        "model": model.name, "path": path, "backend": first.backend_name,
+        "n_threads": first.n_threads, "load_s": t_load, "n_prompt": len(prompt),
+        "weight_mib": model.weight_bytes() / 2**20, "modes": {}, "llama_cpp": LLAMA_CPP,
     }
+    for a in ctxs:
+        tt = statistics.median(t_tok[a])
+        out["modes"][a] = {
+            "decode_tok_s": 1.0 / tt, "decode_ms_per_tok": 1e3 * tt,
+            "weight_gb_s": model.weight_bytes() / tt / 1e9,
+            "prompt_tok_s": len(prompt) / statistics.median(t_prompt[a]),
+            "batch_ms": {k: 1e3 * t for k, t in times[a].items()},
+            "batch_cost": {k: times[a][k] / times[a][1] for k in times[a]},
+        }
     if check:
-        out["check"] = check_against_reference(model, ctx, prompt[:24])
-    if ctx.backend_name == "cuda":
+        out["check"] = check_against_reference(model, first, prompt[:24])
+    if first.backend_name == "cuda":
         out["bandwidth"] = cuda_bandwidth(peak_gbs, reps=20 if quick else 100)
         out["peak_gbs"] = peak_gbs
+    if memory and model_path is None:
+        out["memory"] = pair_memory(n_threads=n_threads)
+    if compile_time:
+        out["compile"] = compile_times(n_threads=n_threads)
+    return out
+
+
+# ---- measurements in fresh processes -------------------------------------------------------
+
+def _run_probe(args: list, env_extra: dict | None = None, timeout: float = 1800):
+    # -> (the JSON the probe printed, wall seconds of the whole process from its start)
+    env = dict(os.environ, **(env_extra or {}))
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "specnb.bench"] + args, env=env, timeout=timeout,
+                       capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise RuntimeError(f"bench probe {args} failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1]), wall
+
+
+def pair_memory(n_threads=None, n_ctx: int = 2048, n_predict: int = 64) -> dict:
+    """Peak resident memory of a fresh process that imports specnb, loads the default pair, makes
+    both contexts (n_ctx cells each, the CLI default) and runs a speculative generation; also
+    the time to load the default target in that process (after the import)."""
+    args = ["--probe-memory", str(n_ctx), str(n_predict)]
+    if n_threads:
+        args.append(str(n_threads))
+    return _run_probe(args)[0]
+
+
+def _probe_memory(n_ctx: int, n_predict: int, n_threads=None) -> dict:
+    import resource
+    from .loop import SpecParams, SpeculativeLoop
+    from .model import load_model
+    from .models import default_draft_path, default_target_path
+    from .sampling import SamplerParams
+    t0 = time.perf_counter()
+    tgt = load_model(default_target_path())
+    t_load = time.perf_counter() - t0
+    dft = load_model(default_draft_path())
+    ctx_t = Context(tgt, n_ctx=n_ctx, n_threads=n_threads)
+    ctx_d = Context(dft, n_ctx=n_ctx, n_threads=n_threads)
+    loop = SpeculativeLoop(ctx_t, ctx_d, tgt.vocab.tokenize("Once upon a time"), n_predict,
+                           SamplerParams(temp=0.0, seed=1), SpecParams(n_max=3))
+    for _ in loop.rounds():
+        pass
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss      # KiB on Linux
+    return {"peak_rss_mib": peak_kib / 1024, "load_target_s": t_load,
+            "n_ctx": n_ctx, "kv_cache_mib": (ctx_t.backend.nbytes() + ctx_d.backend.nbytes()) / 2**20,
+            "weights_mib": (tgt.weight_bytes() + dft.weight_bytes()) / 2**20}
+
+
+def compile_times(n_threads=None) -> dict:
+    """Seconds from a fresh process's start to the first logits of the default target, with both
+    activation modes: once with an empty Numba cache (everything compiles) and once more with
+    the cache that run filled (what a notebook's second run sees)."""
+    with tempfile.TemporaryDirectory(prefix="specnb-numba-") as d:
+        env = {"NUMBA_CACHE_DIR": d}
+        args = ["--probe-first-call"] + ([str(n_threads)] if n_threads else [])
+        cold, wall_cold = _run_probe(args, env)
+        warm, wall_warm = _run_probe(args, env)
+        cold["total_s"], warm["total_s"] = wall_cold, wall_warm
+        size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
+    return {"cold": cold, "warm": warm, "cache_mib": size / 2**20}
+
+
+def _probe_first_call(n_threads=None) -> dict:
+    # (the parent times the whole process, interpreter start and imports included)
+    from .model import load_model
+    from .models import default_target_path
+    t0 = time.perf_counter()
+    model = load_model(default_target_path())
+    out = {"load_s": time.perf_counter() - t0}
+    for a in ("f32", "q8"):
+        t = time.perf_counter()
+        ctx = Context(model, n_ctx=64, n_threads=n_threads, activations=a)
+        ctx.decode(Batch.from_tokens([1, 2, 3], 0, 0, "last"))
+        out[f"first_decode_{a}_s"] = time.perf_counter() - t
     return out
 
 
@@ -123,25 +249,66 @@ def check_against_reference(model, ctx: Context, ids: list) -> dict:
             "max_abs_diff": float(np.abs(ref - got).max())}
 
 
+# ---- printing ------------------------------------------------------------------------------
+
 def format_bench(r: dict) -> str:
-    lines = [f"model {r['model']} ({r['weight_mib']:.1f} MiB of weights), backend {r['backend']}, "
-             f"{r['n_threads']} threads, loaded in {r['load_s']:.2f} s",
-             f"decode: {r['decode_tok_s']:.1f} tok/s ({r['decode_ms_per_tok']:.2f} ms/token)",
-             f"prompt: {r['prompt_tok_s']:.1f} tok/s ({r['n_prompt']} tokens)",
-             "", "  k rows | batch ms | cost vs 1 row | tok/s in batch",
-             "  -------+----------+---------------+---------------"]
-    for k, ms in r["batch_ms"].items():
-        lines.append(f"  {k:6d} | {ms:8.2f} | {r['batch_cost'][k]:13.2f} | {1e3 * k / ms:13.1f}")
+    modes = list(r["modes"])
+    L = [f"model {r['model']} ({r['weight_mib']:.1f} MiB of weights), backend {r['backend']}, "
+         f"{r['n_threads']} threads; loaded in {r['load_s']:.2f} s",
+         f"activations: f32 = float32 (exact against the reference), q8 = int8 blocks (llama.cpp's "
+         f"CPU numerics); llama.cpp: {LLAMA_CPP['source']}", ""]
+    head = "                      | " + " | ".join(f"{m:>9s}" for m in modes) + " | llama.cpp"
+    L += [head, "  " + "-" * (len(head) - 2)]
+    tg = f"{LLAMA_CPP['tg64_tok_s']:.1f} (tg64), {LLAMA_CPP['batched_bench_tg_tok_s']:.1f} (batched-bench)"
+    L.append("  decode tok/s        | " + " | ".join(f"{r['modes'][m]['decode_tok_s']:9.1f}" for m in modes)
+             + f" | {tg}")
+    L.append("  decode ms/token     | " + " | ".join(f"{r['modes'][m]['decode_ms_per_tok']:9.2f}" for m in modes)
+             + f" | {1e3 / LLAMA_CPP['tg64_tok_s']:.2f}")
+    L.append("  weights read GB/s   | " + " | ".join(f"{r['modes'][m]['weight_gb_s']:9.1f}" for m in modes) + " |")
+    L.append(f"  prompt tok/s ({r['n_prompt']:3d}) | "
+             + " | ".join(f"{r['modes'][m]['prompt_tok_s']:9.1f}" for m in modes) + " |")
+    L.append("")
+    L.append("  k rows: cost of a k-row batch (all rows want logits) / cost of 1 row")
+    for k in r["modes"][modes[0]]["batch_cost"]:
+        ref = f"{llama_cpp_batch_cost(k):.2f}" if k in LLAMA_CPP["pp_tok_s"] else ""
+        L.append(f"  k = {k:2d}              | "
+                 + " | ".join(f"{r['modes'][m]['batch_cost'][k]:9.2f}" for m in modes) + f" | {ref}")
     if "check" in r:
         c = r["check"]
-        lines.append(f"\ncheck against {c['against']}: top-1 agreement {c['top1_agree']:.3f} over "
-                     f"{c['positions']} positions, max |logit diff| {c['max_abs_diff']:.2e}")
+        L.append(f"\ncheck against {c['against']}: top-1 agreement {c['top1_agree']:.3f} over "
+                 f"{c['positions']} positions, max |logit diff| {c['max_abs_diff']:.2e}")
+    if "memory" in r:
+        m = r["memory"]
+        L.append(f"\nmemory: default pair in a fresh process, n_ctx {m['n_ctx']} each, after a "
+                 f"speculative run: peak RSS {m['peak_rss_mib']:.0f} MiB (weights "
+                 f"{m['weights_mib']:.0f} MiB mapped, KV caches {m['kv_cache_mib']:.0f} MiB); "
+                 f"default target loaded in {m['load_target_s']:.2f} s after the import")
+    if "compile" in r:
+        c = r["compile"]
+        L.append("first call: a fresh process from its start to the first logits of both modes")
+        for name in ("cold", "warm"):
+            x = c[name]
+            L.append(f"  {name + ' Numba cache':16s}: {x['total_s']:6.1f} s  (load {x['load_s']:.2f} s, "
+                     f"first f32 decode {x['first_decode_f32_s']:.1f} s, first q8 decode "
+                     f"{x['first_decode_q8_s']:.1f} s)")
+        L.append(f"  Numba cache: {c['cache_mib']:.0f} MiB on disk")
     if "bandwidth" in r:
-        lines += ["", f"quantized matmul, 1 activation row (weight bytes read per call; peak "
-                      f"{r['peak_gbs']:.0f} GB/s):",
-                  "  type | n_out x n_in  |      us |   GB/s | of peak",
-                  "  -----+---------------+---------+--------+--------"]
+        L += ["", f"quantized matmul, 1 activation row (weight bytes read per call; peak "
+                  f"{r['peak_gbs']:.0f} GB/s):",
+              "  type | n_out x n_in  |      us |   GB/s | of peak",
+              "  -----+---------------+---------+--------+--------"]
         for b in r["bandwidth"]:
-            lines.append(f"  {b['type']:4s} | {b['n_out']:5d} x {b['n_in']:5d} | {b['us']:7.1f} | "
-                         f"{b['gbs']:6.0f} | {100 * b['frac_peak']:6.1f}%")
-    return "\n".join(lines)
+            L.append(f"  {b['type']:4s} | {b['n_out']:5d} x {b['n_in']:5d} | {b['us']:7.1f} | "
+                     f"{b['gbs']:6.0f} | {100 * b['frac_peak']:6.1f}%")
+    return "\n".join(L)
+
+
+if __name__ == "__main__":
+    # the fresh-process probes behind pair_memory() and compile_times()
+    if sys.argv[1] == "--probe-memory":
+        nt = int(sys.argv[4]) if len(sys.argv) > 4 else None
+        print(json.dumps(_probe_memory(int(sys.argv[2]), int(sys.argv[3]), nt)))
+    elif sys.argv[1] == "--probe-first-call":
+        print(json.dumps(_probe_first_call(int(sys.argv[2]) if len(sys.argv) > 2 else None)))
+    else:
+        sys.exit(f"unknown probe {sys.argv[1:]}")

@@ -20,10 +20,15 @@ def _add_model(p, flag="-m", dest="model", help_="GGUF model path (default: Smol
     p.add_argument(flag, f"--{dest.replace('_', '-')}", dest=dest, default=None, help=help_)
 
 
-def _add_common(p):
+def _add_common(p, activations=True):
     p.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="cpu",
                    help="compute backend (auto: cuda when a GPU is found, else cpu)")
+    if activations:
+        p.add_argument("--activations", choices=["f32", "q8"], default="f32",
+                       help="CPU matrix products: f32 = float32 activations, exact against the "
+                            "reference (default); q8 = activations rounded to int8 blocks, as "
+                            "llama.cpp's CPU backend does (faster)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -90,7 +95,8 @@ def cmd_generate(a):
     model = _load(a.model)
     text = _read_prompt(a, model.vocab)
     ids = model.vocab.tokenize(text)
-    ctx = Context(model, n_ctx=a.ctx_size, backend=a.backend, n_threads=a.threads)
+    ctx = Context(model, n_ctx=a.ctx_size, backend=a.backend, n_threads=a.threads,
+                  activations=a.activations)
     smpl = Sampler(sampler_params(a), model.n_vocab)
     stream = None
     if not a.json:
@@ -162,7 +168,7 @@ def cmd_perplexity(a):
         if not a.json:
             print(f"[{k}]{ppl:.4f},", end="" if k < n else "\n", flush=True)
     r = perplexity(model, text, n_ctx=a.ctx_size, backend=a.backend, n_threads=a.threads,
-                   on_chunk=show, max_chunks=a.chunks)
+                   on_chunk=show, max_chunks=a.chunks, activations=a.activations)
     if a.json:
         print(json.dumps(r))
     else:
@@ -173,11 +179,14 @@ def cmd_perplexity(a):
 
 def cmd_bench(a):
     from .bench import bench, format_bench
+    modes = None if a.activations == "both" else (a.activations,)
     r = bench(a.model, backend=a.backend, n_threads=a.threads, reps=a.reps, n_gen=a.n_gen,
-              check=a.check, quick=a.quick, peak_gbs=a.peak_gbs)
+              check=a.check, quick=a.quick, peak_gbs=a.peak_gbs, activations=modes,
+              memory=not a.no_memory, compile_time=a.compile_time)
     if a.spec:
         from .spec_bench import format_spec_bench, spec_bench
-        r["speculative"] = spec_bench(n_threads=a.threads, backend=a.backend, sweep=not a.quick)
+        r["speculative"] = spec_bench(n_threads=a.threads, backend=a.backend, sweep=not a.quick,
+                                      activations="f32" if a.activations == "both" else a.activations)
     if a.json:
         print(json.dumps(r))
     else:
@@ -196,8 +205,9 @@ def _spec_setup(a):
     dft = load_model(a.model_draft or default_draft_path())
     n_seq = max(1, getattr(a, "parallel", 1))
     ctx_t = Context(tgt, n_ctx=a.ctx_size, n_seq_max=n_seq, backend=a.backend, n_threads=a.threads,
-                    partial_seq_rm=not a.no_seq_rm)
-    ctx_d = Context(dft, n_ctx=a.ctx_size, n_seq_max=n_seq, backend=a.backend, n_threads=a.threads)
+                    partial_seq_rm=not a.no_seq_rm, activations=a.activations)
+    ctx_d = Context(dft, n_ctx=a.ctx_size, n_seq_max=n_seq, backend=a.backend, n_threads=a.threads,
+                    activations=a.activations)
     rates = None
     if a.spec_synth_rates:
         from .errors import ParamError
@@ -266,7 +276,7 @@ def cmd_speculative_simple(a):
 def cmd_demo(a):
     from .demo import demo
     return demo(n_predict=a.n_predict, draft_max=a.draft_max, n_threads=a.threads,
-                backend=a.backend, json_out=a.json)
+                backend=a.backend, json_out=a.json, activations=a.activations)
 
 
 def cmd_forge(a):
@@ -303,7 +313,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_perplexity)
 
     p = sub.add_parser("bench", help="decode speed and batch cost")
-    _add_model(p); _add_common(p)
+    _add_model(p); _add_common(p, activations=False)
+    p.add_argument("--activations", choices=["f32", "q8", "both"], default="both",
+                   help="which CPU activation modes to measure, side by side (default both)")
+    p.add_argument("--no-memory", action="store_true",
+                   help="skip the peak-memory run of the default pair in a fresh process")
+    p.add_argument("--compile-time", action="store_true",
+                   help="also time a fresh process's first call with an empty and with a filled "
+                        "Numba cache (the empty one compiles everything: minutes)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--n-gen", type=int, default=32)
     p.add_argument("--check", action="store_true", help="also check the backend against the CPU")

@@ -26,6 +26,12 @@ import numpy as np
 from .errors import BatchError, ContextFullError, ParamError, UnsupportedError, check_param
 
 BACKENDS = ("auto", "cpu", "cuda")
+# How the CPU backend multiplies activations with quantized weights:
+#   "f32": float32 activations, weights decoded exactly (matches the NumPy reference to ~1e-5);
+#   "q8":  activations rounded to int8 blocks first, integer dot products per block, as
+#          llama.cpp's CPU backend does (ggml_vec_dot_q4_1_q8_1 and friends): faster, and
+#          llama.cpp's own numerics rather than the reference's.
+ACTIVATIONS = ("f32", "q8")
 # Numba's parallel kernels share one thread pool per process: forward passes of different
 # contexts (e.g. two runs in two Python threads) take turns rather than race for it.
 _DECODE_LOCK = threading.Lock()
@@ -119,13 +125,16 @@ class Context:
     """A model plus its KV cache for up to n_seq_max sequences of n_ctx positions each."""
 
     def __init__(self, model, n_ctx: int = 2048, n_seq_max: int = 1, backend: str = "cpu",
-                 n_threads: int | None = None, n_batch: int = 512, partial_seq_rm: bool = True):
+                 n_threads: int | None = None, n_batch: int = 512, partial_seq_rm: bool = True,
+                 activations: str = "f32"):
         check_param(isinstance(n_ctx, (int, np.integer)) and 8 <= n_ctx <= 1 << 20,
                     "n_ctx", n_ctx, "an integer in [8, 1048576]")
         check_param(isinstance(n_seq_max, (int, np.integer)) and 1 <= n_seq_max <= 256,
                     "n_seq_max", n_seq_max, "an integer in [1, 256]")
         check_param(isinstance(n_batch, (int, np.integer)) and n_batch >= 1,
                     "n_batch", n_batch, "a positive integer")
+        check_param(activations in ACTIVATIONS, "activations", activations,
+                    "one of " + ", ".join(ACTIVATIONS))
         self.model = model
         self.n_ctx, self.n_seq_max, self.n_batch = int(n_ctx), int(n_seq_max), int(n_batch)
         self.partial_seq_rm = bool(partial_seq_rm)
@@ -133,13 +142,17 @@ class Context:
         self.backend_name = resolve_backend(backend)
         if self.backend_name == "cpu":
             from .backend_cpu import CpuBackend
-            self.backend = CpuBackend(model, self.n_ctx, self.n_seq_max)
+            self.backend = CpuBackend(model, self.n_ctx, self.n_seq_max, activations)
         else:
             try:
                 from .backend_cuda import CudaBackend
             except ImportError as e:
                 raise UnsupportedError(f"backend='cuda' is not available: {e}") from None
+            if activations != "f32":
+                raise UnsupportedError(f"activations={activations!r} is CPU-only; the CUDA backend "
+                                       "multiplies float32 activations")
             self.backend = CudaBackend(model, self.n_ctx, self.n_seq_max)
+        self.activations = activations
         self.valid = np.zeros((self.n_seq_max, self.n_ctx), dtype=np.bool_)
         self.cell_tokens = np.full((self.n_seq_max, self.n_ctx), -1, dtype=np.int32)  # for views
         self._pos_max = np.full(self.n_seq_max, -1, dtype=np.int64)

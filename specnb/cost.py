@@ -200,7 +200,8 @@ def cost_ratio_from_contexts(ctx_tgt, ctx_dft, since_tgt: DecodeCounters | None 
 
 
 def measure_cost_ratio(target, draft, n_tokens: int = 16, prompt=None, n_ctx: int = 128,
-                       n_threads: int | None = None, repeats: int = 1) -> dict:
+                       n_threads: int | None = None, repeats: int = 1,
+                       activations: str = "f32") -> dict:
     """Measure c directly: plain greedy decoding of n_tokens on each model, one token per call.
 
     Returns {"c", "t_target_token_s", "t_draft_token_s"}; the prompt decode is not counted.
@@ -215,7 +216,8 @@ def measure_cost_ratio(target, draft, n_tokens: int = 16, prompt=None, n_ctx: in
                                                        target.vocab.bos_id >= 0 else 0]
     per = {}
     for name, m in (("target", target), ("draft", draft)):
-        ctx = Context(m, n_ctx=max(n_ctx, len(prompt) + n_tokens + 2), n_threads=n_threads)
+        ctx = Context(m, n_ctx=max(n_ctx, len(prompt) + n_tokens + 2), n_threads=n_threads,
+                      activations=activations)
         best = float("inf")
         for _ in range(max(1, repeats)):
             # the first call warms up (Numba compilation, caches); then the timed run
@@ -252,7 +254,7 @@ def run_stats(loop, events) -> dict:
 def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), n_predict: int = 48,
                     sampler=None, verify: str = "exact", n_ctx: int = 256, c: float | None = None,
                     synth_rates=None, synth_len=None, n_threads: int | None = None,
-                    repeats: int = 1) -> dict:
+                    repeats: int = 1, activations: str = "f32") -> dict:
     """Speculative runs for each draft-max next to plain decoding: measured and predicted speedup.
 
     Measured speedup = plain decoding's time per token / speculative time per token. Predicted:
@@ -267,9 +269,10 @@ def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), 
     ids = _ids(target, prompt)
     sp = sampler or SamplerParams(temp=0.0, seed=1)
     if c is None:
-        c = measure_cost_ratio(target, draft, n_tokens=16, prompt=ids, n_threads=n_threads)["c"]
-    ctx_t = Context(target, n_ctx=n_ctx, n_threads=n_threads)
-    ctx_d = Context(draft, n_ctx=n_ctx, n_threads=n_threads)
+        c = measure_cost_ratio(target, draft, n_tokens=16, prompt=ids, n_threads=n_threads,
+                               activations=activations)["c"]
+    ctx_t = Context(target, n_ctx=n_ctx, n_threads=n_threads, activations=activations)
+    ctx_d = Context(draft, n_ctx=n_ctx, n_threads=n_threads, activations=activations)
     generate(ctx_t, Sampler(sp), ids, 2)      # warm up
     t_plain = float("inf")
     for _ in range(max(1, repeats)):
@@ -305,7 +308,8 @@ def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), 
 
 def sweep_temperature(target, draft, prompt, temps=(0.0, 0.5, 1.0, 1.5), n_predict: int = 32,
                       draft_max: int = 3, modes=("exact", "rejection"), seeds=(1, 2, 3),
-                      n_ctx: int = 256, n_threads: int | None = None) -> dict:
+                      n_ctx: int = 256, n_threads: int | None = None,
+                      activations: str = "f32") -> dict:
     """Acceptance against temperature for exact-match and rejection-sampling verification.
 
     The target samples from its full softmax at each temperature (top-k, top-p and min-p off),
@@ -318,8 +322,8 @@ def sweep_temperature(target, draft, prompt, temps=(0.0, 0.5, 1.0, 1.5), n_predi
     from .loop import SpecParams, SpeculativeLoop
     from .sampling import SamplerParams
     ids = _ids(target, prompt)
-    ctx_t = Context(target, n_ctx=n_ctx, n_threads=n_threads)
-    ctx_d = Context(draft, n_ctx=n_ctx, n_threads=n_threads)
+    ctx_t = Context(target, n_ctx=n_ctx, n_threads=n_threads, activations=activations)
+    ctx_d = Context(draft, n_ctx=n_ctx, n_threads=n_threads, activations=activations)
     out = {"temp": [float(t) for t in temps], "draft_max": int(draft_max), "alpha": {},
            "drafted": {}, "accepted": {}}
     for mode in modes:

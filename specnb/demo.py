@@ -16,7 +16,7 @@ DEMO_PROMPTS = [
 
 
 def demo(n_predict: int = 48, draft_max: int = 3, n_threads=None, backend: str = "cpu",
-         json_out: bool = False) -> int:
+         json_out: bool = False, activations: str = "f32") -> int:
     from .context import Context
     from .loop import SpecParams, SpeculativeLoop, generate
     from .model import load_model
@@ -29,8 +29,8 @@ def demo(n_predict: int = 48, draft_max: int = 3, n_threads=None, backend: str =
     say("draft:  the target requantized to Q4_0 (a stand-in: a real deployment pairs a smaller "
         "model of the same family)")
     dft = load_model(default_draft_path())
-    ctx_t = Context(tgt, n_ctx=1024, backend=backend, n_threads=n_threads)
-    ctx_d = Context(dft, n_ctx=1024, backend=backend, n_threads=n_threads)
+    ctx_t = Context(tgt, n_ctx=1024, backend=backend, n_threads=n_threads, activations=activations)
+    ctx_d = Context(dft, n_ctx=1024, backend=backend, n_threads=n_threads, activations=activations)
     settings = [("greedy", SamplerParams(temp=0.0, seed=1)),
                 ("temp 0.8, top-k 40, seed 7", SamplerParams(temp=0.8, top_k=40, seed=7))]
     rows, all_same = [], True

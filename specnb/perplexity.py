@@ -21,7 +21,7 @@ from .errors import ParamError, check_param
 
 
 def perplexity(model, text: str, n_ctx: int = 512, backend: str = "cpu", n_threads=None,
-               on_chunk=None, max_chunks: int | None = None) -> dict:
+               on_chunk=None, max_chunks: int | None = None, activations: str = "f32") -> dict:
     check_param(isinstance(n_ctx, int) and n_ctx >= 16, "n_ctx", n_ctx, "an integer >= 16")
     if text.endswith("\n"):
         text = text[:-1]
@@ -35,7 +35,7 @@ def perplexity(model, text: str, n_ctx: int = 512, backend: str = "cpu", n_threa
     if n_chunk < 1:
         raise ParamError(f"perplexity: the text has {len(tokens)} tokens, fewer than one chunk "
                          f"of n_ctx={n_ctx} (need at least {n_ctx})")
-    ctx = Context(model, n_ctx=n_ctx, backend=backend, n_threads=n_threads)
+    ctx = Context(model, n_ctx=n_ctx, backend=backend, n_threads=n_threads, activations=activations)
     first = n_ctx // 2
     nlls = []
     running = []

@@ -42,17 +42,18 @@ def _spec_run(ctx_t, ctx_d, ids, n_predict, sp, **kw):
 
 
 def spec_bench(n_predict: int = 64, n_threads=None, backend: str = "cpu", sweep: bool = True,
-               sweep_n_predict: int = 48, draft_max_values=(1, 2, 3, 4, 5, 6, 8)) -> dict:
+               sweep_n_predict: int = 48, draft_max_values=(1, 2, 3, 4, 5, 6, 8),
+               activations: str = "f32") -> dict:
     from .cost import measure_cost_ratio, sweep_draft_max
     from .model import load_model
     from .models import default_draft_path, default_target_path
     tgt = load_model(default_target_path())
     dft = load_model(default_draft_path())
-    ctx_t = Context(tgt, n_ctx=512, backend=backend, n_threads=n_threads)
-    ctx_d = Context(dft, n_ctx=512, backend=backend, n_threads=n_threads)
+    ctx_t = Context(tgt, n_ctx=512, backend=backend, n_threads=n_threads, activations=activations)
+    ctx_d = Context(dft, n_ctx=512, backend=backend, n_threads=n_threads, activations=activations)
     sp = SamplerParams(temp=0.0, seed=1)
     generate(ctx_t, Sampler(sp), tgt.vocab.tokenize("warm up"), 4)
-    out = {"prompts": []}
+    out = {"prompts": [], "activations": activations}
     for text in PROMPTS:
         ids = tgt.vocab.tokenize(text)
         plain = generate(ctx_t, Sampler(sp), ids, n_predict)
@@ -62,7 +63,8 @@ def spec_bench(n_predict: int = 64, n_threads=None, backend: str = "cpu", sweep:
             row["llama.cpp" if reeval else "no-reeval"] = {k: v for k, v in r.items() if k != "tokens"}
             row["identical"] = row.get("identical", True) and r["tokens"] == plain.tokens
         out["prompts"].append(row)
-    c = measure_cost_ratio(tgt, dft, n_tokens=24, n_threads=n_threads, repeats=3)
+    c = measure_cost_ratio(tgt, dft, n_tokens=24, n_threads=n_threads, repeats=3,
+                           activations=activations)
     out["c"] = c["c"]
     out["t_target_token_ms"] = 1e3 * c["t_target_token_s"]
     out["t_draft_token_ms"] = 1e3 * c["t_draft_token_s"]
@@ -75,7 +77,8 @@ def spec_bench(n_predict: int = 64, n_threads=None, backend: str = "cpu", sweep:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 s = sweep_draft_max(tgt, dft, prompt, draft_max_values, sweep_n_predict, c=c["c"],
-                                    synth_rates=rates, n_threads=n_threads, repeats=2)
+                                    synth_rates=rates, n_threads=n_threads, repeats=2,
+                                    activations=activations)
             errs = [abs(m - p) / p for m, p in zip(s["measured_speedup"], s["predicted_speedup_rates"])]
             out["sweeps"][name] = {
                 "draft_max": s["draft_max"], "measured": s["measured_speedup"],
@@ -85,7 +88,8 @@ def spec_bench(n_predict: int = 64, n_threads=None, backend: str = "cpu", sweep:
 
 
 def format_spec_bench(r: dict) -> str:
-    L = ["speculative decoding, default pair (greedy, draft-max 3)", ""]
+    L = [f"speculative decoding, default pair (greedy, draft-max 3, activations "
+         f"{r.get('activations', 'f32')})", ""]
     L.append("prompt                       | plain tok/s | spec tok/s (llama.cpp / no-reeval) | "
              "acc/pos              | mean acc len | draft evals/round | loop overhead")
     for p in r["prompts"]:

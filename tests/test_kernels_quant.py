@@ -143,7 +143,7 @@ def test_matmul_batch_invariance(name):
     v = rng.standard_normal(n_in).astype(np.float32)
     one = np.empty((1, 19), np.float32)
     quant.matmul(v[None, :].copy(), w, int(T[name]), one)
-    for n_rows in (2, 3, 5, 17, 64):
+    for n_rows in (2, 3, 4, 5, 6, 17, 64):        # in registers (1-3), buffered pairs (4+)
         for at in sorted({0, 1, n_rows // 2, n_rows - 1}):
             x = rng.standard_normal((n_rows, n_in)).astype(np.float32)
             x[at] = v
@@ -190,10 +190,11 @@ def test_empty_batch():
 
 # ---- matmul_q8: int8 activations (llama.cpp's vec_dot_*_q8) ----------------------------------
 
+@pytest.mark.parametrize("n_blocks", [2, 3])           # even and odd: both accumulator chains
 @pytest.mark.parametrize("name", TYPES)
-def test_matmul_q8_close_and_batch_invariant(name):
+def test_matmul_q8_close_and_batch_invariant(name, n_blocks):
     rng = np.random.default_rng(7)
-    n_in = 2 * qk(name) if name not in FLOAT_TYPES else 101
+    n_in = n_blocks * qk(name) if name not in FLOAT_TYPES else 101
     code = int(T[name])
     w = finite_weights(name, 23, n_in, rng)
     x = rng.standard_normal((7, n_in)).astype(np.float32)
@@ -235,3 +236,55 @@ def test_matmul_q8_threaded_path(name):
     ref = quant.matmul_ref(x, w, int(T[name]), n_in)
     scale = np.abs(x) @ np.abs(gguf_rows(w, name, n_in)).T
     assert np.max(np.abs(out - ref) / scale) < 1e-2
+
+
+def _q8_blocks_oracle(x):
+    # llama.cpp's quantize_row_q8_1 (the AVX2 rounding: nearest, ties to even), in float32:
+    # per 32-block d = max|x| / 127, q = rint(x * (1 / d)), s = d * sum(q)
+    xb = x.astype(np.float32).reshape(x.shape[0], -1, 32)
+    d = (np.abs(xb).max(-1) / np.float32(127)).astype(np.float32)
+    inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
+    q = np.rint(xb * inv[..., None]).astype(np.int64)
+    return q, d.astype(np.float64), d.astype(np.float64) * q.sum(-1)
+
+
+def _weight_ints_oracle(w, name):
+    # the integer quants and the (d, m) of every block, read straight from the block layout of
+    # ggml-common.h (not through specnb): value = d * q + m
+    size = GGML_QUANT_SIZES[T[name]][1]
+    b = w.reshape(w.shape[0], -1, size)
+    half = lambda off: b[..., off:off + 2].copy().view(np.float16)[..., 0].astype(np.float64)
+    nib = lambda off: np.concatenate([b[..., off:off + 16] & 15, b[..., off:off + 16] >> 4], -1).astype(np.int64)
+    hbits = lambda off: ((b[..., off:off + 4].copy().view(np.uint32)[..., :1].astype(np.int64)
+                          >> np.arange(32)) & 1)
+    zero = np.zeros(b.shape[:2])
+    if name == "Q8_0":
+        return b[..., 2:34].copy().view(np.int8).astype(np.int64), half(0), zero
+    if name == "Q4_0":
+        return nib(2) - 8, half(0), zero
+    if name == "Q4_1":
+        return nib(4), half(0), half(2)
+    if name == "Q5_0":
+        return (nib(6) | (hbits(2) << 4)) - 16, half(0), zero
+    return nib(8) | (hbits(4) << 4), half(0), half(2)                     # Q5_1
+
+
+@pytest.mark.parametrize("name", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"])
+def test_matmul_q8_equals_llamacpp_integer_formula(name):
+    """matmul_q8 = sum over blocks of d_w * d_x * sum(q_w * q_x) (+ m_w * s_x), the formula of
+    ggml_vec_dot_*_q8_0 / _q8_1, evaluated here in float64 from the raw block bytes."""
+    rng = np.random.default_rng(11)
+    n_in, n_out = 5 * 32, 13
+    w = finite_weights(name, n_out, n_in, rng)
+    x = rng.standard_normal((6, n_in)).astype(np.float32)
+    x[1, 40:64] = 0.0                                       # part of a block zero
+    x[2, 64:96] = 0.0                                       # a whole block zero (d = 0)
+    out = np.empty((6, n_out), np.float32)
+    quant.matmul_q8(x, w, int(T[name]), out)
+    qx, dx, sx = _q8_blocks_oracle(x)
+    qw, dw, mw = _weight_ints_oracle(w, name)
+    isum = np.einsum("rbk,obk->rob", qx, qw)                # exact integers
+    terms = dw[None] * dx[:, None] * isum + mw[None] * sx[:, None]
+    want = terms.sum(-1)
+    scale = np.abs(terms).sum(-1) + 1e-30
+    assert np.max(np.abs(out - want) / scale) < 1e-6

@@ -1,0 +1,89 @@
+"""The whole transformer forward pass as one Numba call (llama.cpp: the graph that llm_build_llama
+builds, run by ggml-cpu's graph compute).
+
+`specnb.backend_cpu.CpuBackend.forward_steps` is the readable version: one Python line per
+operation, each a call into a kernel. This function makes exactly the same kernel calls in
+exactly the same order, so its logits are bit-identical (tests/test_context.py checks it), but
+from inside compiled code: a decode step of a 30-layer model makes about 400 kernel calls, and
+from Python each one costs a few microseconds of dispatch before it starts.
+
+Weights come in as one typed list of the layers' matrices (7 per layer: q, k, v, o, gate, up,
+down) plus their quantization types; norms and biases as stacked float32 arrays.
+"""
+import numpy as np
+from numba import njit
+
+from .activations import swiglu
+from .attention import attention
+from .norm import rmsnorm
+from .quant import Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, _matmul_q8, dequant_row, matmul
+from .rope import rope
+
+WQ, WK, WV, WO, W_GATE, W_UP, W_DOWN = range(7)
+N_MATS = 7
+
+
+@njit(cache=True)
+def _mm(x, w, qtype, q8, out):
+    # y = x @ W^T with float32 activations, or int8 ones (q8) where the type has an int8 kernel
+    if q8 and (qtype == Q4_1 or qtype == Q8_0 or qtype == Q4_0 or qtype == Q5_0 or qtype == Q5_1):
+        _matmul_q8(x, w, qtype, out)
+    else:
+        matmul(x, w, qtype, out)
+    return out
+
+
+@njit(cache=True)
+def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin,
+            tok_embd, tok_qtype, attn_norm, ffn_norm, mats, qtypes, bias_q, bias_k, bias_v,
+            has_bias, output_norm, output, output_qtype, n_head, n_head_kv, head_dim, n_ff,
+            norm_eps, rope_mode, q8):
+    # tokens/pos/seq [n]; valid [n_seq, n_ctx]; out_rows [n_out]; k/v_cache [n_layer, n_seq,
+    # n_ctx, n_head_kv * head_dim]; cos/sin [n, n_rot / 2]; attn_norm/ffn_norm [n_layer, n_embd];
+    # mats: typed list of 7 * n_layer weight matrices; qtypes [n_layer, 7]; bias_* [n_layer, dim]
+    # -> logits [n_out, n_vocab]
+    n = tokens.shape[0]
+    n_layer = attn_norm.shape[0]
+    n_embd = attn_norm.shape[1]
+    kv_dim = n_head_kv * head_dim
+    x = np.empty((n, n_embd), dtype=np.float32)
+    for i in range(n):                                       # token embedding lookup
+        dequant_row(tok_embd[tokens[i]], tok_qtype, x[i])
+    a = np.empty_like(x)
+    q = np.empty((n, n_head * head_dim), dtype=np.float32)
+    k = np.empty((n, kv_dim), dtype=np.float32)
+    v = np.empty((n, kv_dim), dtype=np.float32)
+    attn = np.empty((n, n_head, head_dim), dtype=np.float32)
+    t_out = np.empty((n, n_embd), dtype=np.float32)
+    g = np.empty((n, n_ff), dtype=np.float32)
+    u = np.empty((n, n_ff), dtype=np.float32)
+    for il in range(n_layer):
+        m0 = N_MATS * il
+        qt = qtypes[il]
+        rmsnorm(x, attn_norm[il], norm_eps, a)
+        _mm(a, mats[m0 + WQ], qt[WQ], q8, q)
+        _mm(a, mats[m0 + WK], qt[WK], q8, k)
+        _mm(a, mats[m0 + WV], qt[WV], q8, v)
+        if has_bias:
+            q += bias_q[il]
+            k += bias_k[il]
+            v += bias_v[il]
+        q3 = q.reshape(n, n_head, head_dim)
+        k3 = k.reshape(n, n_head_kv, head_dim)
+        rope(q3, cos, sin, rope_mode)
+        rope(k3, cos, sin, rope_mode)
+        for t in range(n):                                   # store this batch's K/V rows
+            k_cache[il, seq[t], pos[t]] = k[t]
+            v_cache[il, seq[t], pos[t]] = v[t]
+        attention(q3, k_cache[il], v_cache[il], valid, seq, pos, n_head_kv, attn)
+        x += _mm(attn.reshape(n, n_head * head_dim), mats[m0 + WO], qt[WO], q8, t_out)
+        rmsnorm(x, ffn_norm[il], norm_eps, a)
+        _mm(a, mats[m0 + W_GATE], qt[W_GATE], q8, g)
+        _mm(a, mats[m0 + W_UP], qt[W_UP], q8, u)
+        x += _mm(swiglu(g, u, g), mats[m0 + W_DOWN], qt[W_DOWN], q8, t_out)
+    xo = np.empty((out_rows.shape[0], n_embd), dtype=np.float32)
+    for i in range(out_rows.shape[0]):
+        xo[i] = x[out_rows[i]]
+    rmsnorm(xo, output_norm, norm_eps, xo)
+    logits = np.empty((out_rows.shape[0], output.shape[0]), dtype=np.float32)
+    return _mm(xo, output, output_qtype, q8, logits)

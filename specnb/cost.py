@@ -99,6 +99,23 @@ def speedup_from_rates(rates, c: float) -> float:
     return (1.0 + sum(rates)) / (len(rates) * float(c) + 1.0)
 
 
+def speedup_engine(rates, c: float, verify_cost: float, draft_evals: float) -> float:
+    """Theorem 3.8's accounting with this engine's measured prices instead of its assumptions:
+
+        (1 + sum r_i) / (c * e_d + b)
+
+    b = verify_cost: what the target's (gamma + 1)-row verification batch costs in one-row target
+    decodes (Leviathan et al. take b = 1: verifying in parallel is free; on a CPU it is not, see
+    `specnb bench`); e_d = draft_evals: the draft's one-row evaluations per round (gamma in the
+    paper; 1 + gamma with the re-evaluation fix, since the draft also decodes the target's token).
+    """
+    rates = _check_rates(rates)
+    for name, v in (("c", c), ("verify_cost", verify_cost), ("draft_evals", draft_evals)):
+        check_param(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0.0, name, v,
+                    "a number >= 0")
+    return (1.0 + sum(rates)) / (float(c) * float(draft_evals) + float(verify_cost))
+
+
 def conditional_rates(rates) -> list:
     """Unconditional rates per position -> P(position i accepted | positions < i accepted)."""
     rates, out, prev = _check_rates(rates), [], 1.0
@@ -254,7 +271,8 @@ def run_stats(loop, events) -> dict:
 def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), n_predict: int = 48,
                     sampler=None, verify: str = "exact", n_ctx: int = 256, c: float | None = None,
                     synth_rates=None, synth_len=None, n_threads: int | None = None,
-                    repeats: int = 1, activations: str = "f32") -> dict:
+                    repeats: int = 1, activations: str = "f32", reeval: bool = True,
+                    verify_costs: dict | None = None) -> dict:
     """Speculative runs for each draft-max next to plain decoding: measured and predicted speedup.
 
     Measured speedup = plain decoding's time per token / speculative time per token. Predicted:
@@ -262,6 +280,9 @@ def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), 
     measured by `measure_cost_ratio` (unless given), and `speedup_from_rates` with the measured
     per-position rates. synth_rates / synth_len switch the loop to synthetic acceptance (the
     loop warns: its output is not valid text). The fastest of `repeats` runs is kept.
+    With verify_costs ({k: cost of a k-row target batch / one row}, e.g. from
+    `specnb.bench.batch_costs`), also `speedup_engine`: the same accounting with the measured
+    verification price and the draft's evaluations per round.
     """
     from .context import Context
     from .loop import SpecParams, SpeculativeLoop, generate
@@ -280,6 +301,7 @@ def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), 
         t_plain = min(t_plain, g.t_gen_s / max(len(g.tokens) - 1, 1))
     out = {"draft_max": [], "alpha": [], "acc_rate_per_pos": [], "tokens_per_call": [],
            "measured_speedup": [], "predicted_speedup": [], "predicted_speedup_rates": [],
+           "predicted_speedup_engine": [], "draft_evals_per_round": [],
            "t_per_token_s": [], "c": float(c), "t_plain_token_s": t_plain,
            "synthetic": synth_rates is not None or synth_len is not None, "stats": []}
     for g_ in draft_max_values:
@@ -287,9 +309,11 @@ def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), 
         for _ in range(max(1, repeats)):
             loop = SpeculativeLoop(ctx_t, ctx_d, ids, n_predict, sp,
                                    SpecParams(n_max=int(g_), verify=verify, synth_rates=synth_rates,
-                                              synth_len=synth_len))
+                                              synth_len=synth_len, reeval=reeval))
             events = list(loop.rounds())
             st = run_stats(loop, events)
+            st["draft_evals_per_round"] = (sum(ev.n_dft_eval for ev in events) / len(events)
+                                           if events else 0.0)
             if best is None or st["t_per_token_s"] < best["t_per_token_s"]:
                 best = st
         st = best
@@ -302,6 +326,11 @@ def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), 
         out["predicted_speedup"].append(speedup(st["alpha"], int(g_), float(c)))
         out["predicted_speedup_rates"].append(speedup_from_rates(st["acc_rate_per_pos"], float(c))
                                               if g_ else 1.0)
+        out["draft_evals_per_round"].append(st["draft_evals_per_round"])
+        b = (verify_costs or {}).get(int(g_) + 1)
+        out["predicted_speedup_engine"].append(
+            speedup_engine(st["acc_rate_per_pos"], float(c), b, st["draft_evals_per_round"])
+            if b is not None and g_ else None)
         out["stats"].append(st)
     return out
 

@@ -28,6 +28,12 @@ def test_expected_tokens_closed_form(alpha, gamma):
         s = cost.speedup(alpha, gamma, c)
         assert s == pytest.approx(got / (gamma * c + 1), rel=1e-12)
         assert cost.speedup_from_rates([alpha ** (i + 1) for i in range(gamma)], c) == pytest.approx(s)
+        rates = [alpha ** (i + 1) for i in range(gamma)]
+        # the engine model with the paper's prices (free verification, gamma draft runs) is the
+        # paper's formula; a verification batch costing b one-row runs divides it further
+        assert cost.speedup_engine(rates, c, 1.0, gamma) == pytest.approx(s)
+        for b, e in ((1.7, gamma + 1), (3.2, gamma)):
+            assert cost.speedup_engine(rates, c, b, e) == pytest.approx(got / (c * e + b), rel=1e-12)
 
 
 def test_limits_and_known_values():
@@ -61,6 +67,7 @@ def test_alpha_estimators():
     lambda: cost.expected_tokens_per_call(1.5, 3), lambda: cost.expected_tokens_per_call(0.5, -1),
     lambda: cost.expected_tokens_per_call(float("nan"), 2), lambda: cost.speedup(0.5, 2, -1.0),
     lambda: cost.expected_tokens_from_rates([0.5, 2.0]), lambda: cost.speedup_from_rates(["x"], 0.1),
+    lambda: cost.speedup_engine([0.5], 0.1, -1.0, 2), lambda: cost.speedup_engine([0.5], 0.1, 1.0, float("nan")),
     lambda: cost.alpha_from_counts(5, 4)])
 def test_cost_bad_input(call):
     with pytest.raises(ParamError):

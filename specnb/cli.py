@@ -193,6 +193,9 @@ def cmd_bench(a):
         print(format_bench(r))
         if a.spec:
             print("\n" + format_spec_bench(r["speculative"]))
+        if r["backend"] == "cpu" and a.model is None:
+            from .bench import format_goals
+            print("\n" + format_goals(r))
     return 0
 
 

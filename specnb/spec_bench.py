@@ -74,8 +74,16 @@ def spec_bench(n_predict: int = 64, n_threads=None, backend: str = "cpu", sweep:
     if sweep:
         from .bench import batch_costs
         ks = sorted({g + 1 for g in draft_max_values} | {1})
-        bt = batch_costs(ctx_t, tgt.vocab.tokenize(PROMPTS[2]) * 4, sizes=ks, reps=5)
-        out["verify_cost"] = {k: bt[k] / bt[1] for k in ks}
+        # fastest runs, as the sweeps keep the fastest of their repeats (and c its fastest)
+        bt = batch_costs(ctx_t, tgt.vocab.tokenize(PROMPTS[2]) * 4, sizes=ks, reps=9, stat="min")
+        out["verify_cost_measured"] = {k: bt[k] / bt[1] for k in ks}
+        # the measured shape matters (2 rows share one weight decode and cost little more than
+        # one; from 4 rows each row pays its own multiply-adds), so the model takes the measured
+        # points, only made non-decreasing in k (a busy machine makes single points jump)
+        out["verify_cost"], run = {}, 1.0
+        for k in ks:
+            run = max(run, out["verify_cost_measured"][k])
+            out["verify_cost"][k] = run
         out["sweeps"] = {}
         prompt = tgt.vocab.tokenize(PROMPTS[2])
         settings = [("real pair", None)] + [(f"synthetic {a}", [a ** (i + 1) for i in range(8)])
@@ -117,7 +125,7 @@ def format_spec_bench(r: dict) -> str:
              f"({r['t_draft_token_ms']:.2f} ms / {r['t_target_token_ms']:.2f} ms)")
     if "verify_cost" in r:
         L.append("target verification batch b(k) = cost of k rows / 1 row: "
-                 + "  ".join(f"b({k})={v:.2f}" for k, v in r["verify_cost"].items() if k > 1))
+                 + "  ".join(f"b({k})={v:.2f}" for k, v in r["verify_cost_measured"].items() if k > 1))
     for name, s in r.get("sweeps", {}).items():
         L.append(f"\nspeedup vs draft-max γ, {name}: measured / Leviathan (b = 1) / engine model "
                  f"(measured b(γ+1), draft evals per round)")

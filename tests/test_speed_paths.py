@@ -183,3 +183,24 @@ def test_numba_cache_folder_follows_the_kernel_sources(tmp_path, monkeypatch):
     assert sorted(p.name for p in root.iterdir()) == sorted([s2, "2" * 16, "1" * 16])
     assert specnb._numba_cache_dir(root, keep=3) == d       # the same stamp: nothing removed
     assert len(list(root.iterdir())) == 3
+
+
+def test_goals_read_every_figure():
+    from specnb.bench import format_goals, goals
+    r = {"modes": {"f32": {"decode_tok_s": 70.0, "batch_cost": {1: 1.0, 2: 1.1, 3: 1.2, 5: 1.25, 9: 1.9}},
+                   "q8": {"decode_tok_s": 90.0, "batch_cost": {1: 1.0, 2: 1.5, 3: 2.0, 5: 3.0, 9: 5.0}}},
+         "memory": {"peak_rss_mib": 1100.0, "n_ctx": 2048, "load_target_s": 0.5},
+         "speculative": {"prompts": [
+             {"llama.cpp": {"overhead_frac": 0.02, "draft_evals_per_round": 7.0},
+              "no-reeval": {"overhead_frac": 0.12, "draft_evals_per_round": 4.0}}],
+             "sweeps": {"real pair": {"max_rel_error_engine": 0.1, "max_rel_error": 0.3}}}}
+    met = {g.split(" (")[0].split(",")[0]: m for g, _, m in goals(r)}
+    assert met["decode >= llama.cpp"] is True                 # q8's 90 against tg64's 84.06
+    assert met["1 + d rows <= 1.3x one row for d <= 4"] is True   # f32's worst is 1.25
+    assert met["1 + d rows <= 2.0x one row for d <= 16"] is None  # 17 rows not measured
+    assert met["loop overhead < 10% of a round"] is False          # 12% on one mode
+    assert met["draft work per round <= 1 + d (d = 3) with the fix"] is True
+    assert met["measured speedup within 15% of the cost model"] is True
+    assert met["peak RSS of the default pair < 1 GiB"] is False
+    assert met["first-call compile time"] is None
+    assert "MISSED" in format_goals(r)

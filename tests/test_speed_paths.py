@@ -199,7 +199,7 @@ def test_goals_read_every_figure():
     assert met["1 + d rows <= 1.3x one row for d <= 4"] is True   # f32's worst is 1.25
     assert met["1 + d rows <= 2.0x one row for d <= 16"] is None  # 17 rows not measured
     assert met["loop overhead < 10% of a round"] is False          # 12% on one mode
-    assert met["draft work per round <= 1 + d (d = 3) with the fix"] is True
+    assert met["draft work per round <= 1 + d"] is True
     assert met["measured speedup within 15% of the cost model"] is True
     assert met["peak RSS of the default pair < 1 GiB"] is False
     assert met["first-call compile time"] is None

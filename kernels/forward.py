@@ -16,7 +16,7 @@ from numba import njit
 from .activations import swiglu
 from .attention import attention
 from .norm import rmsnorm
-from .quant import Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, _matmul_q8, dequant_row, matmul
+from .quant import _matmul_q8, dequant_row, has_q8_kernel, matmul
 from .rope import rope
 
 WQ, WK, WV, WO, W_GATE, W_UP, W_DOWN = range(7)
@@ -26,7 +26,7 @@ N_MATS = 7
 @njit(cache=True)
 def _mm(x, w, qtype, q8, out):
     # y = x @ W^T with float32 activations, or int8 ones (q8) where the type has an int8 kernel
-    if q8 and (qtype == Q4_1 or qtype == Q8_0 or qtype == Q4_0 or qtype == Q5_0 or qtype == Q5_1):
+    if q8 and has_q8_kernel(qtype):
         _matmul_q8(x, w, qtype, out)
     else:
         matmul(x, w, qtype, out)

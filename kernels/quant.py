@@ -1085,6 +1085,12 @@ Q8_QTYPES = frozenset((Q8_0, Q4_0, Q4_1, Q5_0, Q5_1))
 
 
 @_jit
+def has_q8_kernel(qtype):
+    # qtype in Q8_QTYPES, callable from jitted code too
+    return qtype == Q8_0 or qtype == Q4_0 or qtype == Q4_1 or qtype == Q5_0 or qtype == Q5_1
+
+
+@_jit
 def _q8_rows(qx, dx, sx, w, qtype, out, lo, hi):
     if qtype == Q4_1:
         _q8_rows_q4_1(qx, dx, sx, w, out, lo, hi)
@@ -1106,7 +1112,7 @@ def _matmul_q8(x, w, qtype, out):
     _check_shapes(n_in, w.shape[1], qtype)
     if out.shape[0] != n_rows or out.shape[1] != n_out:
         raise ValueError("specnb.kernels.quant.matmul_q8: out must be [n_rows, n_out]")
-    if qtype != Q8_0 and qtype != Q4_0 and qtype != Q4_1 and qtype != Q5_0 and qtype != Q5_1:
+    if not has_q8_kernel(qtype):
         raise ValueError("specnb.kernels.quant.matmul_q8: no int8 kernel for this type:", qtype)
     wc = np.ascontiguousarray(w)
     qx = np.empty((n_rows, n_in), np.int8)

@@ -32,7 +32,6 @@ class CpuBackend:
 
     def __init__(self, model, n_ctx: int, n_seq_max: int, activations: str = "f32"):
         h = model.hparams
-        self._matmul = matmul_q8 if activations == "q8" else matmul
         self.model, self.h = model, h
         kv_dim = h.n_head_kv * h.head_dim
         # KV cache: [n_layer, n_seq, n_ctx, n_head_kv * head_dim]; cell index == position
@@ -116,7 +115,7 @@ class CpuBackend:
     def _mm(self, x, w, bias=None):
         # [n, n_in] x QWeight[n_out, n_in] -> [n, n_out]
         out = np.empty((x.shape[0], w.n_out), dtype=np.float32)
-        self._matmul(x, w.data, w.qtype, out)
+        (matmul_q8 if self._q8 else matmul)(x, w.data, w.qtype, out)
         if bias is not None:
             out += bias
         return out

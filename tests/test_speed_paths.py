@@ -159,6 +159,7 @@ def test_pair_memory_probe_in_a_fresh_process():
 
 def test_numba_cache_folder_follows_the_kernel_sources(tmp_path, monkeypatch):
     import importlib.util
+    import os
     import types
     import specnb
     src = tmp_path / "kernels"
@@ -175,9 +176,7 @@ def test_numba_cache_folder_follows_the_kernel_sources(tmp_path, monkeypatch):
     (root / "legacy.nbi").write_text("old")                 # the earlier flat layout
     for i, name in enumerate(["0" * 16, "1" * 16, "2" * 16]):
         (root / name).mkdir()
-        os_time = 1_000_000 + i
-        import os
-        os.utime(root / name, (os_time, os_time))
+        os.utime(root / name, (1_000_000 + i, 1_000_000 + i))
     d = specnb._numba_cache_dir(root, keep=3)
     assert d == str(root / s2)
     assert sorted(p.name for p in root.iterdir()) == sorted([s2, "2" * 16, "1" * 16])

@@ -139,7 +139,7 @@ def cmd_tokenize(a):
 
 def cmd_gate(a):
     from .model import load_model
-    from .speculative import are_compatible
+    from .gate import are_compatible
     tgt = load_model(a.target, vocab_only=True)
     dft = load_model(a.draft, vocab_only=True)
     rep = are_compatible(tgt, dft)
@@ -200,17 +200,12 @@ def cmd_bench(a):
 
 
 def _spec_setup(a):
-    from .context import Context
     from .loop import SpecParams
-    from .model import load_model
-    from .models import default_draft_path, default_target_path
-    tgt = load_model(a.model or default_target_path())
-    dft = load_model(a.model_draft or default_draft_path())
-    n_seq = max(1, getattr(a, "parallel", 1))
-    ctx_t = Context(tgt, n_ctx=a.ctx_size, n_seq_max=n_seq, backend=a.backend, n_threads=a.threads,
-                    partial_seq_rm=not a.no_seq_rm, activations=a.activations)
-    ctx_d = Context(dft, n_ctx=a.ctx_size, n_seq_max=n_seq, backend=a.backend, n_threads=a.threads,
-                    activations=a.activations)
+    from .pair import open_pair
+    pair = open_pair(a.model, a.model_draft, n_ctx=a.ctx_size, n_seq=max(1, getattr(a, "parallel", 1)),
+                     backend=a.backend, n_threads=a.threads, activations=a.activations,
+                     tgt_seq_rm=not a.no_seq_rm)
+    tgt, dft, ctx_t, ctx_d = pair.target, pair.draft, pair.ctx_tgt, pair.ctx_dft
     rates = None
     if a.spec_synth_rates:
         from .errors import ParamError

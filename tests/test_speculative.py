@@ -12,7 +12,8 @@ from specnb.loop import (SpecParams, SpeculativeLoop, generate, synth_len_to_p,
                          synth_rates_resolve)
 from specnb.model import load_model
 from specnb.sampling import Sampler, SamplerParams
-from specnb.speculative import IncompatibleVocabError, DraftSimple, are_compatible
+from specnb.gate import IncompatibleVocabError, are_compatible
+from specnb.speculative import DraftSimple
 
 SAMPLERS = {
     "greedy": SamplerParams(temp=0.0),

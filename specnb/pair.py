@@ -1,0 +1,52 @@
+"""One constructor for a target/draft pair and their contexts (common_speculative_init_from_params).
+
+`open_pair(target, draft)` loads both models (a path, an already loaded Model, or None for the
+default) and builds one Context for each with the same n_ctx and one KV sequence per target
+sequence, as llama.cpp sizes the draft context: the draft must hold the same history as the
+target, not only n_max extra tokens. `draft=False` opens the target alone (speculators that need
+no draft model, such as the n-gram ones).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .context import Context
+from .model import Model, load_model
+
+
+@dataclass
+class Pair:
+    target: Model
+    draft: Model | None
+    ctx_tgt: Context
+    ctx_dft: Context | None
+
+
+def resolve_model(m, default) -> Model:
+    """A Model as given, or loaded from a path; `default()` gives the path when m is None."""
+    if isinstance(m, Model):
+        return m
+    return load_model(default() if m is None else os.fspath(m))
+
+
+def open_pair(target=None, draft=None, *, n_ctx: int = 2048, n_seq: int = 1,
+              backend: str = "cpu", n_threads: int | None = None, activations: str = "f32",
+              tgt_seq_rm: bool = True, dft_seq_rm: bool = True) -> Pair:
+    """Load a target and a draft and build their contexts side by side.
+
+    target, draft: a GGUF path, a loaded Model, or None (the default target; the default draft,
+    which is the target requantized to Q4_0). draft=False: no draft model and no draft context.
+    tgt_seq_rm / dft_seq_rm=False give a memory that cannot drop part of a sequence (see
+    Context's partial_seq_rm), which makes the loop use checkpoints instead of seq_rm.
+    """
+    from .models import default_draft_path, default_target_path
+    tgt = resolve_model(target, default_target_path)
+    ctx_tgt = Context(tgt, n_ctx=n_ctx, n_seq_max=n_seq, backend=backend, n_threads=n_threads,
+                      partial_seq_rm=tgt_seq_rm, activations=activations)
+    if draft is False:
+        return Pair(tgt, None, ctx_tgt, None)
+    dft = resolve_model(draft, default_draft_path)
+    ctx_dft = Context(dft, n_ctx=n_ctx, n_seq_max=n_seq, backend=backend, n_threads=n_threads,
+                      partial_seq_rm=dft_seq_rm, activations=activations)
+    return Pair(tgt, dft, ctx_tgt, ctx_dft)

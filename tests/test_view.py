@@ -1,5 +1,7 @@
-"""The live view, checked by model state: chips, KV cells and counters against the RoundEvents
-and llama.cpp's statistics; controls restart the run; bad settings show an error."""
+"""The live view (specnb.view), checked by model state: chips, KV cells and counters against the
+RoundEvents and llama.cpp's statistics; controls restart the run; bad settings show an error.
+The tiny `pair` (conftest) has full acceptances, rejections at several positions and partial
+acceptances."""
 import re
 import time
 
@@ -7,20 +9,8 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from specnb import forge  # noqa: E402
-from specnb.model import load_model  # noqa: E402
 from specnb.speculative import impl_stats  # noqa: E402
-from specnb.widgets import CHIP_STATES, KV_STATES, LiveView  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    """A tiny target with an untied output (varied text) and its Q4_0 requantization as draft:
-    rounds with full acceptance, rejections at several positions, and replacements."""
-    d = tmp_path_factory.mktemp("lv")
-    tgt = forge.tiny_model(d / "t.gguf", qtype="Q8_0", n_layer=2, seed=0, tied=False)
-    dft = forge.requantize(tgt, d / "d.gguf", "Q4_0")
-    return load_model(tgt), load_model(dft)
+from specnb.view import CHIP_STATES, KV_STATES, LiveView  # noqa: E402
 
 
 PROMPT = "Once upon a time"

@@ -216,10 +216,11 @@ def slot_header_html(sv: SlotView, vocab) -> str:
     b = "".join(f'<span class="{cls}" style="margin-left:8px;padding:0 6px;border-radius:8px;'
                 f'border:1px solid {col};color:{col};font-size:11px">{_e(txt)}</span>'
                 for cls, col, txt in badges)
+    n_draft_chips = len(sv.chips) - 1 - sum(c.state == "p-min-stop" for c in sv.chips)   # replayed ones too
     return (f'<div class="specnb-round-header" style="font-size:12px;margin-top:4px">'
             f'<b>round {sv.round}</b> · sequence {sv.seq} · id_last '
             f'<code>{_e(visible(piece(vocab, sv.id_last)))}</code> (id {sv.id_last}) at n_past = '
-            f'<b class="specnb-n-past">{sv.n_past}</b> · drafted {len(sv.chips) - 1 - sum(c.state == "p-min-stop" for c in sv.chips)}'
+            f'<b class="specnb-n-past">{sv.n_past}</b> · drafted {n_draft_chips}'
             f' · accepted {sv.n_accepted if not sv.replay else 0} · committed {len(sv.committed)}{b}</div>')
 
 

@@ -10,7 +10,8 @@ import threading
 
 import ipywidgets as W
 
-from ..errors import ParamError, SpecnbError
+from ..context import ACTIVATIONS, BACKENDS
+from ..errors import ParamError, SpecnbError, check_param
 from ..loop import VERIFY_MODES, SpeculativeLoop
 from ..pair import open_pair
 from . import settings as S
@@ -32,8 +33,9 @@ class LiveView:
     or a list of such lists. The other arguments are the initial settings; every one of them
     is also a control, and changing a control restarts the run from the prompt.
     `checkpoints=True` makes the target memory refuse partial removal (the checkpoint and
-    replay path). `n_ctx=None` sizes the contexts to the prompt, n_predict and draft-max.
-    `reeval`, `n_threads`,
+    replay path); `draft_checkpoints=True` the draft memory. `n_ctx=None` sizes the contexts to
+    the prompt, n_predict and draft-max. `backend` ("cpu", "cuda", "auto") and `activations`
+    ("f32", "q8": CPU only) choose how both contexts compute. `reeval`, `n_threads`,
     `sampler_extra` (more SamplerParams fields, e.g. min_p) and `synth_rates` / `synth_len`
     (synthetic acceptance: the output is not valid text) are passed through to the loop.
     `speed` is the play speed in rounds per second; `history` how many earlier rounds are
@@ -43,13 +45,17 @@ class LiveView:
     def __init__(self, target, draft, prompt="The capital of France is", *, n_predict: int = 32,
                  draft_max: int = 3, draft_min: int = 0, p_min: float = 0.0, temp: float = 0.0,
                  top_k: int = 40, top_p: float = 0.95, seed: int = 1, verify: str = "exact",
-                 checkpoints: bool = False, reeval: bool = True,
-                 n_ctx: int | None = None, n_threads: int | None = None,
-                 speed: float = 2.0, history: int = 8,
+                 checkpoints: bool = False, draft_checkpoints: bool = False, reeval: bool = True,
+                 n_ctx: int | None = None, n_threads: int | None = None, backend: str = "cpu",
+                 activations: str = "f32", speed: float = 2.0, history: int = 8,
                  sampler_extra: dict | None = None, synth_rates=None, synth_len=None):
+        check_param(backend in BACKENDS, "backend", backend, "one of " + ", ".join(BACKENDS))
+        check_param(activations in ACTIVATIONS, "activations", activations,
+                    "one of " + ", ".join(ACTIVATIONS))
         self.target, self.draft = target, draft
         self.vocab = target.vocab
         self.n_ctx_opt, self.n_threads, self.reeval = n_ctx, n_threads, bool(reeval)
+        self.backend, self.activations = backend, activations
         self.sampler_extra = dict(sampler_extra or {})
         self.synth_rates, self.synth_len = synth_rates, synth_len
         self.history = int(history)
@@ -61,14 +67,14 @@ class LiveView:
         self.error = ""
         self.selected: Chip | None = None
         self._build_widgets(prompt, n_predict, draft_max, draft_min, p_min, temp, top_k, top_p,
-                            seed, verify, checkpoints, speed)
+                            seed, verify, checkpoints, draft_checkpoints, speed)
         self._player = Player(self._lock, lambda: self._advance() is not None, self._render,
                               self._set_error, self._show_playing)
         self.restart()
 
     # ---- widgets ------------------------------------------------------------------------
     def _build_widgets(self, prompt, n_predict, draft_max, draft_min, p_min, temp, top_k, top_p,
-                       seed, verify, checkpoints, speed) -> None:
+                       seed, verify, checkpoints, draft_checkpoints, speed) -> None:
         lay = lambda w: W.Layout(width=w)  # noqa: E731
         style = {"description_width": "initial"}
         self.w_prompt = W.Textarea(value=S.prompt_text(prompt), description="prompt",
@@ -86,12 +92,16 @@ class LiveView:
                                    style=style, layout=lay("190px"))
         self.w_checkpoints = W.Checkbox(value=bool(checkpoints), indent=False, layout=lay("auto"),
                                         description="checkpoints (target memory cannot drop part of a sequence)")
+        self.w_draft_checkpoints = W.Checkbox(value=bool(draft_checkpoints), indent=False,
+                                              layout=lay("auto"),
+                                              description="draft memory cannot drop part of a sequence")
         # setting name -> control (set(), settings and the restart on change read this)
         self._controls = {"prompt": self.w_prompt, "n_predict": self.w_n_predict,
                           "draft_max": self.w_draft_max, "draft_min": self.w_draft_min,
                           "p_min": self.w_p_min, "temp": self.w_temp, "top_k": self.w_top_k,
                           "top_p": self.w_top_p, "seed": self.w_seed, "verify": self.w_verify,
-                          "checkpoints": self.w_checkpoints}
+                          "checkpoints": self.w_checkpoints,
+                          "draft_checkpoints": self.w_draft_checkpoints}
         self.controls = list(self._controls.values())
         for w in self.controls:
             w.observe(self._on_setting, names="value")
@@ -126,7 +136,7 @@ class LiveView:
             self.w_prompt,
             row(self.w_draft_max, self.w_draft_min, self.w_p_min, self.w_n_predict),
             row(self.w_temp, self.w_top_k, self.w_top_p, self.w_seed),
-            row(self.w_verify, self.w_checkpoints)])
+            row(self.w_verify, self.w_checkpoints, self.w_draft_checkpoints)])
         buttons = row(self.b_step, self.b_play, self.w_speed, self.b_run, self.b_reset)
         main = W.HBox([W.VBox([self.w_slots], layout=W.Layout(flex="1 1 auto", min_width="360px")),
                        W.VBox([self.w_counters], layout=W.Layout(flex="0 0 270px", margin="0 0 0 10px"))],
@@ -194,8 +204,9 @@ class LiveView:
         sps = S.sampler_params(s, n, self.sampler_extra)
         spec = S.spec_params(s, self.reeval, self.synth_rates, self.synth_len)
         n_ctx = S.context_size(prompts, s["n_predict"], s["draft_max"], self.n_ctx_opt)
-        pair = open_pair(self.target, self.draft, n_ctx=n_ctx, n_seq=n, n_threads=self.n_threads,
-                         tgt_seq_rm=not s["checkpoints"])
+        pair = open_pair(self.target, self.draft, n_ctx=n_ctx, n_seq=n, backend=self.backend,
+                         n_threads=self.n_threads, activations=self.activations,
+                         tgt_seq_rm=not s["checkpoints"], dft_seq_rm=not s["draft_checkpoints"])
         return SpeculativeLoop(pair.ctx_tgt, pair.ctx_dft, prompts, s["n_predict"], sps, spec,
                                draft_seed=int(s["seed"]))
 
@@ -364,7 +375,8 @@ class LiveView:
         else:
             st = f"round {len(self.run.events) - 1} done"
         s = self.settings
-        mode = s["verify"] + (", checkpoints" if s["checkpoints"] else "")
+        mode = s["verify"] + (", checkpoints" if s["checkpoints"] else "") \
+            + (", draft checkpoints" if s["draft_checkpoints"] else "")
         self.w_status.value = status_html(st, len(self.prompts), mode)
 
     def _slot_widgets(self) -> list:

@@ -509,6 +509,27 @@ def test_draft_checkpoints_run(pair, checkpoints):
     assert [t for t, _ in view.committed[0]] == _plain(tgt, view.prompts[0], 24)
 
 
+def test_slot_view_without_candidates(pair):
+    """A drafting impl whose per-token info has no candidate list (only .token) still gives
+    chips: the draft side is empty, the target side and the states are unchanged."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from specnb.view import slot_view
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0)
+    for _ in range(30):
+        ev = view.step()
+        if ev is None or "rejected" in view.chip_states[-1][0]:
+            break
+    rec = ev.slot
+    bare = replace(rec, draft_info=[SimpleNamespace(token=t) for t in rec.draft])
+    full, sv = slot_view(rec, ev.round, tgt.vocab), slot_view(bare, ev.round, tgt.vocab)
+    assert sv.chip_states == full.chip_states == expected_chips(rec)
+    assert all(c.top == [] for c in sv.chips) and any(c.top for c in full.chips)
+    assert [c.target_token for c in sv.chips] == [c.target_token for c in full.chips]
+
+
 def test_view_does_not_import_the_figures():
     """The view's counters come from specnb.stats: importing it loads neither specnb.plots
     nor plotly."""

@@ -126,8 +126,10 @@ def committed_flags(rec) -> list:
 
 
 def _candidates(vocab, info) -> list:
-    """[(id, text, p)]: the draft's top candidates for one drafted token."""
-    return [(int(t), piece(vocab, t), float(p)) for t, p in zip(info.top_ids, info.top_p)]
+    """[(id, text, p)]: the drafting impl's top candidates for one drafted token (none when
+    its info carries no candidates)."""
+    return [(int(t), piece(vocab, t), float(p))
+            for t, p in zip(getattr(info, "top_ids", ()), getattr(info, "top_p", ()))]
 
 
 def _p_min_stop(rec, vocab, round_: int):

@@ -57,3 +57,39 @@ def default_draft_model():
     from specnb.model import load_model
     from specnb.models import default_draft_path
     return load_model(default_draft_path())
+
+
+# ---- the tiny target/draft pair ------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def pair_paths(tiny_path, tiny_dir):
+    """Files of the tiny pair: a Q8_0 target with an untied output (varied text) and its Q4_0
+    requantization as draft."""
+    tgt = tiny_path("Q8_0", seed=0, tied=False)
+    return tgt, forge.requantize(tgt, tiny_dir / "pair-draft-Q4_0.gguf", "Q4_0")
+
+
+@pytest.fixture(scope="session")
+def pair(pair_paths):
+    """(target, draft) Models of the tiny pair. High but imperfect agreement: rounds with full
+    acceptance, rejections at several positions, replacements, partial acceptances."""
+    from specnb.model import load_model
+    return load_model(pair_paths[0]), load_model(pair_paths[1])
+
+
+@pytest.fixture(scope="session")
+def run_pair(pair):
+    """Factory: one speculative run on `pair` to the end, "Once upon a time" greedy unless a
+    sampler is given; spec: SpecParams fields, plus seq_rm=False for a target memory that cannot
+    drop part of a sequence. Returns (loop, events)."""
+    from specnb.loop import SpecParams, SpeculativeLoop
+    from specnb.pair import open_pair
+    from specnb.sampling import SamplerParams
+
+    def run(n_predict=32, **spec):
+        tgt, dft = pair
+        sp = spec.pop("sampler", SamplerParams(temp=0.0, seed=1))
+        p = open_pair(tgt, dft, n_ctx=128, tgt_seq_rm=spec.pop("seq_rm", True))
+        loop = SpeculativeLoop(p.ctx_tgt, p.ctx_dft, tgt.vocab.tokenize("Once upon a time"),
+                               n_predict, sp, SpecParams(**spec))
+        return loop, list(loop.rounds())
+    return run

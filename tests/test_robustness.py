@@ -16,13 +16,6 @@ from specnb.sampling import Sampler, SamplerParams
 SP = SamplerParams(temp=0.8, top_k=40, top_p=1.0, min_p=0.0, seed=5)
 
 
-@pytest.fixture(scope="module")
-def pair(tiny_path, tmp_path_factory):
-    t = tiny_path("Q8_0", seed=11)
-    d = forge.requantize(t, tmp_path_factory.mktemp("rob") / "d.gguf", "Q4_0")
-    return load_model(t), load_model(d)
-
-
 def _spec(ct, cd, prompt, n=24, **kw):
     return SpeculativeLoop(ct, cd, prompt, n, SP, SpecParams(n_max=3, **kw)).run()[0].tokens
 

@@ -18,7 +18,7 @@ What llama.cpp does (src/llama-vocab.cpp, src/unicode.cpp, c392e50) and where it
 Text is a `str` or the `bytes` llama.cpp would be given (specnb/textio.py reads files so). Bytes
 that are valid UTF-8 are decoded and tokenized as text; other bytes are tokenized as llama.cpp
 does: partitioned as bytes, then decoded its way (BPE) or cut by lead bytes (SPM).
-The chat template is rendered by specnb/chat_template.py.
+The chat template is rendered with budgets (specnb/chat_template.py).
 """
 from __future__ import annotations
 
@@ -505,7 +505,8 @@ class Vocab:
     # ---- chat template -----------------------------------------------------------------------
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
                             **kwargs) -> str:
-        """Render `tokenizer.chat_template` as HF transformers does (sandboxed jinja2)."""
+        """Render `tokenizer.chat_template` as HF transformers does (sandboxed jinja2), within
+        the budgets of specnb/chat_template.py (a template that breaks one is a VocabError)."""
         from .chat_template import render_chat_template
         if not isinstance(self.chat_template, str) or not self.chat_template:
             raise VocabError(f"{self._where}the file has no tokenizer.chat_template")

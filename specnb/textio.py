@@ -63,9 +63,10 @@ def prompt_text(text: str, source: str = "-p") -> str | SourcedBytes:
         return text
 
 
-def as_text(text: str | bytes) -> str:
-    """For display and for chat messages: bytes decoded, undecodable ones kept as escapes."""
-    return text if isinstance(text, str) else bytes(text).decode("utf-8", "surrogateescape")
+def as_text(text: str | bytes, errors: str = "surrogateescape") -> str:
+    """A prompt as a str: for a chat message, undecodable bytes kept as escapes (which
+    `prompt_text` turns back into the same bytes); for printing, errors="replace"."""
+    return text if isinstance(text, str) else bytes(text).decode("utf-8", errors)
 
 
 def strip_final_newline(text: str | bytes):

@@ -188,15 +188,17 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def bpe_encode(tk, text: str) -> list[int]:
-    """Token ids of one fragment (no special tokens in it).
-
-    A lone surrogate comes from an encoded surrogate in a byte string (ED A0 80), which llama.cpp
-    decodes to U+D800 and re-encodes to the same three bytes; `tokenizers` takes no lone
-    surrogates, so such a text is split with a stand-in and its pieces are rebuilt from the
-    surrogates' bytes before the merges.
-    """
+    """Token ids of one fragment (no special tokens in it)."""
     if not has_surrogate(text):
         return tk.encode(text, add_special_tokens=False).ids
+    return bpe_encode_with_surrogates(tk, text)
+
+
+def bpe_encode_with_surrogates(tk, text: str) -> list[int]:
+    """A lone surrogate comes from an encoded surrogate in a byte string (ED A0 80), which
+    llama.cpp decodes to U+D800 and re-encodes to the same three bytes. `tokenizers` takes no
+    lone surrogates, so the text is split with a stand-in, and the pieces that hold surrogates
+    are rebuilt from their bytes before the merges."""
     ids = []
     for piece, (start, end) in tk.pre_tokenizer.pre_tokenize_str(_SURROGATE.sub(_STAND_IN, text)):
         orig = text[start:end]

@@ -13,7 +13,7 @@ long messages stay welcome (specnb/template_budget.py has the numbers and the ac
 - value:   4 MiB for any one string, list or dict, checked before `*`, `**`, `%`, `+`, `~`
            and the filters and methods that multiply their input (center, indent, format,
            wordwrap, join, replace, ljust, batch, tojson ...) allocate, and after every other call;
-- memory:  64 MiB of values made in all, counted as each is made;
+- memory:  32 MiB of values made in all, counted as each is made;
 - output:  1 Mi characters written, counted at every `{{ }}` and text, in macros and blocks too;
 - numbers: 65,536-bit integers, checked before `*` and `**`.
 
@@ -33,14 +33,15 @@ import inspect
 import json
 import math
 import threading
+import warnings
 from datetime import datetime
 
 from .errors import ParamError, VocabError
-from .template_budget import (FILTER_SIZE, MATERIALIZE, MAX_SOURCE_CHARS, SECONDS_PER_CHAR,
-                              Budget, BudgetExceeded, format_size, method_size, printf_size,
+from .template_budget import (FILTER_SIZE, MATERIALIZE, MAX_SOURCE_CHARS, Budget,
+                              BudgetExceeded, filter_work, format_size, method_size, printf_size,
                               size_of)
 
-_CONTAINERS = (str, bytes, list, tuple, dict, set, frozenset)
+_CONTAINERS = (str, bytes, bytearray, list, tuple, dict, set, frozenset)
 
 
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
@@ -109,7 +110,9 @@ def _make_environment():
         def compile_instrumented(self, source: str):
             tree = Instrument().visit(self.parse(source))
             tree.set_environment(self)
-            return self.from_string(tree)
+            with warnings.catch_warnings():     # Python's own, about the template's code
+                warnings.simplefilter("ignore", SyntaxWarning)
+                return self.from_string(tree)
 
         # ---- hooks the instrumented tree calls
         def _step(self):
@@ -122,7 +125,7 @@ def _make_environment():
         def _out(self, value):
             b = self.budget
             if not isinstance(value, str):
-                b.will_make(6 * size_of(value, b.value), "writing a value")
+                b.will_make(6 * b.size(value), "writing a value")
                 b.write(len(str(value)))
             else:
                 b.write(len(value))
@@ -130,7 +133,8 @@ def _make_environment():
 
         def _concat(self, *values):
             b = self.budget
-            b.will_make(6 * sum(size_of(v, b.value) for v in values), "'~'")
+            # a str joins as it is; anything else as printed (up to about 6x its size)
+            b.will_make(sum(b.size(v) * (1 if isinstance(v, str) else 6) for v in values), "'~'")
             return b.made("".join(map(str, values)), "'~'")
 
         @staticmethod
@@ -147,14 +151,15 @@ def _make_environment():
                 b.step()
                 if len(args) > first:
                     value = args[first]
-                    if name in MATERIALIZE and not isinstance(value, (*_CONTAINERS, dict)):
+                    if name in MATERIALIZE and not isinstance(value, _CONTAINERS):
                         try:
                             value = b.made(list(value), f"the {name} filter")
                             args = (*args[:first], value, *args[first + 1:])
                         except TypeError:
                             pass                    # not iterable: the filter says so
-                    if name in SECONDS_PER_CHAR:
-                        b.will_spend(SECONDS_PER_CHAR[name] * len(str(value)), f"the {name} filter")
+                    seconds, scratch = filter_work(name, value)
+                    b.will_spend(seconds, f"the {name} filter")
+                    b.will_make(scratch, f"the {name} filter")
                     if estimate is not None:
                         try:
                             n = estimate(*args[first:], **kwargs)
@@ -171,11 +176,13 @@ def _make_environment():
         def call_binop(self, context, operator, left, right):
             b = self.budget
             b.event()
-            what = f"'{operator}'"
+            what, size = f"'{operator}'", None
             if operator == "*":
                 seq, n = (left, right) if isinstance(right, int) else (right, left)
                 if isinstance(n, int) and isinstance(seq, (str, bytes, list, tuple)):
-                    b.will_make(max(n, 0) * size_of(seq, b.value), what)
+                    head = size_of(seq[:0])         # the empty one: the object's header
+                    size = max(n, 0) * (b.size(seq) - head) + head
+                    b.will_make(size, what)
                 elif isinstance(left, int) and isinstance(right, int):
                     b.integer_bits(left.bit_length() + right.bit_length(), what)
             elif operator == "**" and isinstance(left, int) and isinstance(right, int) \
@@ -183,10 +190,12 @@ def _make_environment():
                 b.integer_bits(right * math.log2(abs(left)), what)
             elif operator == "+" and isinstance(left, (str, bytes, list, tuple)) \
                     and type(right) is type(left):
-                b.will_make(size_of(left, b.value) + size_of(right, b.value), what)
+                size = b.size(left) + b.size(right) - size_of(left[:0])
+                b.will_make(size, what)
             elif operator == "%" and isinstance(left, (str, bytes)):
                 b.will_make(printf_size(left, right), what)
-            return b.made(super().call_binop(context, operator, left, right), what)
+            result = super().call_binop(context, operator, left, right)
+            return b.made(result, what, size if isinstance(result, (list, tuple)) else None)
 
         def getitem(self, obj, argument):
             value = super().getitem(obj, argument)

@@ -2,7 +2,7 @@
 
 `Budget` holds what is left of each budget (see specnb/chat_template.py for the list);
 the hooks of the rendering environment call it at every step. A value's size is estimated as
-its characters (4 bytes each unless the string is ASCII) and 8 bytes per list or dict slot,
+CPython lays it out (a header per object, 1 or 4 bytes per character, 8 per list slot),
 counting a shared item each time it is referenced, which is what printing it would cost.
 
 The estimators below give the size of an operation's result from its arguments, for the
@@ -20,7 +20,7 @@ MAX_SOURCE_CHARS = 128 * 1024
 TIME_S, TIME_S_PER_MIB = 2.0, 1.0
 MAX_STEPS = 100_000
 MAX_VALUE_BYTES = 4 << 20
-MAX_MEMORY_BYTES = 64 << 20
+MAX_MEMORY_BYTES = 32 << 20
 MAX_OUTPUT_CHARS = 1 << 20
 MAX_INT_BITS = 1 << 16
 _CLOCK_EVERY = 32           # thread_time() is a system call: read it every 32 events
@@ -35,28 +35,33 @@ class BudgetExceeded(BaseException):
         self.budget, self.detail = budget, detail
 
 
-def size_of(value, limit: float = math.inf) -> int:
-    """Estimated bytes of `value` and all it holds; the walk stops once past `limit`."""
+def size_of(value, limit: float = math.inf, known: dict | None = None) -> int:
+    """Estimated bytes of `value` and all it holds, as CPython lays them out (an object's header,
+    a character's width, a slot per item), counting a shared item each time it is referenced;
+    the walk stops once past `limit`. `known`: id -> (container, size) of containers measured
+    before (a container cannot change in the immutable sandbox)."""
     total, stack = 0, [value]
     while stack:
         v = stack.pop()
         if isinstance(v, str):
-            total += len(v) if v.isascii() else 4 * len(v)
+            total += 49 + len(v) if v.isascii() else 80 + 4 * len(v)
         elif isinstance(v, (bytes, bytearray)):
-            total += len(v)
+            total += 33 + len(v)
+        elif known is not None and id(v) in known:
+            total += known[id(v)][1]
         elif isinstance(v, (list, tuple, set, frozenset)):
-            total += 8 * len(v) + 8
+            total += 56 + 8 * len(v)
             if total <= limit:
                 stack.extend(v)
         elif isinstance(v, dict):
-            total += 16 * len(v) + 8
+            total += 64 + 40 * len(v)
             if total <= limit:
                 stack.extend(v.keys())
                 stack.extend(v.values())
         elif isinstance(v, int) and not isinstance(v, bool):
-            total += 8 + v.bit_length() // 8
+            total += 28 + v.bit_length() // 8
         else:
-            total += 8
+            total += 32
         if total > limit:
             return total
     return total
@@ -91,6 +96,15 @@ class Budget:
         self.steps, self.value = self.limits["steps"], self.limits["value"]
         self.memory, self.output = self.limits["memory"], self.limits["output"]
         self._events = 0
+        # sizes of the large lists and dicts made so far (kept alive until the render ends,
+        # which the memory budget counts anyway), so that growing one costs no new walk
+        self._known: dict[int, tuple] = {}
+
+    def size(self, value) -> int:
+        n = size_of(value, self.value, self._known)
+        if isinstance(value, (list, tuple, dict)) and len(value) >= 16 and n <= self.value:
+            self._known[id(value)] = (value, n)
+        return n
 
     @staticmethod
     def refuse(budget: str, detail: str):
@@ -124,11 +138,13 @@ class Budget:
             self.refuse("memory", f"{what} would take the values made past "
                                   f"{_mib(self.limits['memory'])}")
 
-    def made(self, value, what: str):
-        """After an operation: count what it made; returns `value`."""
+    def made(self, value, what: str, size: int | None = None):
+        """After an operation: count what it made (of `size` when known); returns `value`."""
         self.event()
         if isinstance(value, (str, bytes, bytearray, list, tuple, dict, set, frozenset)):
-            n = size_of(value, self.value)
+            if size is not None and isinstance(value, (list, tuple)) and len(value) >= 16:
+                self._known[id(value)] = (value, size)
+            n = self.size(value) if size is None else size
             self.will_make(n, what)
             self.memory -= n
         elif isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
@@ -207,7 +223,11 @@ def replace_size(s, old, new, count=None) -> float:
 
 
 def join_size(sep, items) -> float:
-    items = list(items) if isinstance(items, (list, tuple, set, frozenset, dict, str)) else []
+    """`sep.join(items)`: the items as printed, and a separator between each two."""
+    if isinstance(items, (str, bytes)):             # joins the characters
+        return len(items) * (1 + len(sep)) * max(_char_bytes(items), _char_bytes(sep))
+    if not isinstance(items, (list, tuple, set, frozenset, dict)):
+        return 0
     return 6 * size_of(items) + len(items) * len(sep) * _char_bytes(sep)
 
 
@@ -316,6 +336,22 @@ FILTER_SIZE = {"center": _center, "indent": _indent, "wordwrap": _wordwrap, "for
                "truncate": _truncate, "tojson": _tojson, "pprint": _pprint, "list": _list,
                "sum": _sum}
 # filters that take any iterable: a generator or a range is made a list first, to be measured
-MATERIALIZE = ("join", "sum")
-# filters that take long on a long string and cannot be interrupted: CPU seconds per character
-SECONDS_PER_CHAR = {"wordwrap": 1e-6, "title": 3e-7, "urlize": 1e-6}
+MATERIALIZE = ("join", "sum", "sort", "dictsort", "groupby", "unique", "min", "max", "batch",
+               "slice", "list", "reverse")
+# what a filter spends on its input beyond its result (CPU seconds, scratch bytes per item or
+# character; measured with CPython 3.11 and jinja2 3.1 with 2x to spare), since one call cannot
+# be interrupted: groupby and sort build a key per item, title and urlize split into words ...
+_FILTER_WORK = {"groupby": (1.2e-5, 160), "sort": (8e-6, 280), "dictsort": (8e-6, 280),
+                "urlize": (8e-6, 48), "wordwrap": (4e-6, 48), "title": (2e-6, 80),
+                "striptags": (2e-6, 48), "pprint": (2e-6, 32), "unique": (2e-6, 32),
+                "min": (2e-6, 16), "max": (2e-6, 16), "batch": (1e-6, 64), "slice": (2e-7, 32),
+                "capitalize": (2e-7, 32), "urlencode": (2e-7, 24), "join": (2e-7, 24),
+                "list": (2e-7, 16), "reverse": (2e-7, 16)}
+_DEFAULT_WORK = (2e-7, 4)          # one copy of the input, at most
+
+
+def filter_work(name: str, value) -> tuple[float, float]:
+    """(CPU seconds, scratch bytes) a filter may spend on `value`."""
+    n = len(value) if isinstance(value, (str, bytes, list, tuple, dict, set, frozenset)) else 1
+    seconds, nbytes = _FILTER_WORK.get(name, _DEFAULT_WORK)
+    return seconds * n, nbytes * n

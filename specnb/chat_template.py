@@ -68,7 +68,8 @@ def _make_environment():
     class Instrument(NodeTransformer):
         def visit_For(self, node):
             self.generic_visit(node)
-            node.body.insert(0, nodes.ExprStmt(hook("step", lineno=node.lineno), lineno=node.lineno))
+            step = nodes.ExprStmt(hook("step", lineno=node.lineno), lineno=node.lineno)
+            node.body.insert(0, step)
             if node.test is not None:       # {% for x in xs if test %}: a step per item tested
                 node.test = nodes.And(hook("step_true", lineno=node.lineno), node.test,
                                       lineno=node.lineno)
@@ -263,7 +264,8 @@ def render_chat_template(template: str, messages, add_generation_prompt: bool = 
         raise VocabError(f"{where}the chat template breaks its source budget: "
                          f"{len(template):,} characters, more than {MAX_SOURCE_CHARS:,}")
     env = _environment()
-    values = dict(kwargs, messages=list(messages), add_generation_prompt=bool(add_generation_prompt))
+    values = dict(kwargs, messages=list(messages),
+                  add_generation_prompt=bool(add_generation_prompt))
     env._local.budget = Budget(size_of(values))
     try:
         compiled = _COMPILED.get(template)

@@ -259,7 +259,8 @@ def method_size(method, args, kwargs) -> float | None:
         return join_size(s, a[0] if a else ())
     if name in ("split", "rsplit", "splitlines"):
         sep = a[0] if a and name != "splitlines" else kwargs.get("sep")
-        pieces = len(s) // len(sep) + 1 if isinstance(sep, (str, bytes)) and sep else len(s) // 2 + 1
+        has_sep = isinstance(sep, (str, bytes)) and sep
+        pieces = len(s) // len(sep) + 1 if has_sep else len(s) // 2 + 1
         return 64 * pieces + len(s) * _char_bytes(s)     # a new string object per piece
     if name == "translate" and a and isinstance(a[0], dict):
         longest = max((len(v) for v in a[0].values() if isinstance(v, (str, bytes))), default=1)

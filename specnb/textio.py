@@ -1,18 +1,22 @@
 """Prompt text as llama.cpp takes it: a file's bytes as they are, and llama.cpp's UTF-8 decoding.
 
+Anchors are llama.cpp c392e50.
+
 - `read_text_file(path)`: the bytes, with no newline translation (`a\\r\\nb` stays four bytes) and
   nothing refused: a BOM, NUL bytes and invalid UTF-8 go to the tokenizer as llama.cpp's do.
-  `llama-tokenize -f` (examples/tokenize/tokenize.cpp, read_prompt_from_file) reads the file
-  this way; llama-cli, llama-speculative-simple and llama-perplexity read `-f` the same way and
-  then drop one final newline (common/arg.cpp, "-f"), which `keep_final_newline=False` does. specnb
-  does not process backslash escapes (llama.cpp's `--no-escape`).
+  `llama-tokenize -f` reads the file this way (read_prompt_from_file,
+  examples/tokenize/tokenize.cpp:46); llama-cli, llama-speculative-simple and llama-perplexity
+  read `-f` the same way and then drop one final newline (common/arg.cpp:842), which
+  `keep_final_newline=False` does. specnb does not process backslash escapes (as llama.cpp
+  with `--no-escape`).
 - `prompt_text(s)`: a command-line or API string; one that holds bytes Python could not decode
   (command-line arguments arrive with those as lone surrogates) becomes those bytes again.
 - `llama_decode(data)`: bytes to code points as llama.cpp's BPE tokenizer sees them
-  (src/unicode.cpp, unicode_cpts_from_utf8): each byte of an invalid sequence becomes U+FFFD,
-  while overlong forms and encoded surrogates decode to their code point. A sequence that
-  decodes beyond U+10FFFF makes llama.cpp abort ("invalid codepoint"); here it is a
-  `ParamError` naming the text and the byte offset.
+  (unicode_cpts_from_utf8, src/unicode.cpp:616, and unicode_cpt_from_utf8, :36): each byte of
+  an invalid sequence becomes U+FFFD, while overlong forms and encoded surrogates decode to
+  their code point. A sequence that decodes beyond U+10FFFF makes llama.cpp abort
+  (unicode_cpt_to_utf8 throws "invalid codepoint", :574); here it is a `ParamError` naming the
+  text and the byte offset.
 
 The bytes carry their origin (`SourcedBytes.source`) so that such an error names the file.
 """
@@ -34,7 +38,8 @@ class SourcedBytes(bytes):
         return obj
 
 
-def read_text_file(path, what: str = "prompt file", keep_final_newline: bool = True) -> SourcedBytes:
+def read_text_file(path, what: str = "prompt file",
+                   keep_final_newline: bool = True) -> SourcedBytes:
     """A text file's bytes, as llama.cpp reads them; `keep_final_newline=False` drops one final
     newline as llama.cpp's common `-f` option does. Errors are `ParamError`s naming the file."""
     name = os.fspath(path)
@@ -132,6 +137,6 @@ def llama_decode(data: bytes, source: str = "") -> str:
         return bytes(data).decode("utf-8", "specnb-llama-utf8")
     except _BeyondUnicode as e:
         where = source or getattr(data, "source", "") or "text"
-        raise ParamError(f"{where}: byte offset {e.offset}: {bytes(data[e.offset:e.end]).hex(' ')} "
-                         f"decodes to U+{e.cpt:X}, beyond Unicode; llama.cpp's BPE tokenizer aborts "
-                         f"on such text") from None
+        seq = bytes(data[e.offset:e.end]).hex(" ")
+        raise ParamError(f"{where}: byte offset {e.offset}: {seq} decodes to U+{e.cpt:X}, beyond "
+                         f"Unicode; llama.cpp's BPE tokenizer aborts on such text") from None

@@ -2,10 +2,11 @@
 
 What llama.cpp does (src/llama-vocab.cpp, src/unicode.cpp, c392e50) and where it lives here:
 
-1. **Special-token partitioning** (`tokenizer_st_partition`). Every control, user-defined
-   and unknown token text is cut out of the raw text, longest text first, each one over all
-   the fragments left by the longer ones. With `parse_special=False` control and unknown
-   tokens are not looked for, but user-defined ones still are (`Vocab._partition`).
+1. **Special-token partitioning** (`tokenizer_st_partition`, on the text's bytes). Every
+   control, user-defined and unknown token text is cut out of the raw text, longest text
+   first, each one over all the fragments left by the longer ones. With `parse_special=False`
+   control and unknown tokens are not looked for, but user-defined ones still are
+   (`Vocab._partition`).
 2. **BPE vocabs** (`tokenizer.ggml.model == "gpt2"`): each plain fragment goes through the
    pre-tokenizer regexes of `tokenizer.ggml.pre` and byte-level BPE (specnb/vocab_bpe.py).
 3. **SPM vocabs** (`"llama"`): spaces become U+2581, a space is put in front of the first
@@ -134,7 +135,8 @@ class Vocab:
         where = self._where
         model = meta.get("tokenizer.ggml.model")
         if model is None:
-            raise VocabError(f"{where}no tokenizer.ggml.model in the metadata: the file has no vocab")
+            raise VocabError(f"{where}no tokenizer.ggml.model in the metadata: the file has no "
+                             f"vocab")
         for key in ("tokenizer.ggml.model", "tokenizer.ggml.pre"):
             if key in meta and not isinstance(meta[key], str):
                 raise VocabError(f"{where}{key} must be a string, not {type(meta[key]).__name__}")
@@ -154,7 +156,8 @@ class Vocab:
         where = self._where
         tokens = meta.get("tokenizer.ggml.tokens")
         if tokens is None:
-            raise VocabError(f"{where}no tokenizer.ggml.tokens in the metadata: cannot build the vocab")
+            raise VocabError(f"{where}no tokenizer.ggml.tokens in the metadata: cannot build the "
+                             f"vocab")
         if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
             raise VocabError(f"{where}tokenizer.ggml.tokens is {type(tokens).__name__}, "
                              f"expected an array of strings")

@@ -2,8 +2,10 @@
 
 A fragment is split by the pre-tokenizer regexes of `tokenizer.ggml.pre`, applied one after the
 other, each keeping both what it matched and the gaps between (llama.cpp's
-`unicode_regex_split`); every piece is mapped byte by byte to GPT-2's printable "byte-level"
-characters and merged by the ranks of `tokenizer.ggml.merges`. Here: a `tokenizers` model with
+`unicode_regex_split`, src/unicode.cpp:670 at c392e50); every piece is mapped byte by byte to
+GPT-2's printable "byte-level" characters and merged by the ranks of `tokenizer.ggml.merges`
+(llm_tokenizer_bpe_session, src/llama-vocab.cpp:410; a byte with no token of its own is
+dropped, :543). Here: a `tokenizers` model with
 `pre_tokenizers.Split(Regex(r), "isolated")` per regex, `ByteLevel(use_regex=False)` and
 `models.BPE(vocab, merges)`, and no added tokens of its own (special tokens are cut out
 before, in `Vocab`).
@@ -127,8 +129,8 @@ def decode_byte_level(text: str) -> bytes:
         if b is not None:
             out.append(b)
         else:               # llama.cpp writes this marker (with the whole token text)
-            raw = text.encode("utf-8", errors="surrogateescape")
-            out += b"[UNK_BYTE_0x" + c.encode("utf-8", "surrogateescape").hex().encode() + raw + b"]"
+            code = c.encode("utf-8", "surrogateescape").hex().encode()
+            out += b"[UNK_BYTE_0x" + code + text.encode("utf-8", "surrogateescape") + b"]"
     return bytes(out)
 
 
@@ -158,8 +160,8 @@ def build_tokenizer(token_to_id: dict, merges_raw, regexes: tuple[str, ...], ign
         raise VocabError(f"{where}no tokenizer.ggml.merges in the metadata: a 'gpt2' (BPE) vocab "
                          f"needs its merges")
     if not isinstance(merges_raw, list):
-        raise VocabError(f"{where}tokenizer.ggml.merges is {type(merges_raw).__name__}, expected an "
-                         f"array of strings")
+        raise VocabError(f"{where}tokenizer.ggml.merges is {type(merges_raw).__name__}, expected "
+                         f"an array of strings")
     # texts that are not valid UTF-8 can never be matched by text; leave them out of the model
     # (the Rust side refuses lone surrogates)
     vocab = token_to_id
@@ -181,8 +183,8 @@ def build_tokenizer(token_to_id: dict, merges_raw, regexes: tuple[str, ...], ign
 
 
 # A private-use character stands in for a lone surrogate while the regexes split the text:
-# llama.cpp gives both the same flags (CONTROL: not a letter, number, space or punctuation), and
-# so does Oniguruma.
+# llama.cpp gives both the same flags (CONTROL, src/unicode-data.cpp:1201: not a letter, number,
+# space or punctuation), and so does Oniguruma.
 _STAND_IN = "\ue000"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 

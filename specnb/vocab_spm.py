@@ -1,7 +1,8 @@
 """SentencePiece-style vocabs (`tokenizer.ggml.model == "llama"`): llama.cpp's SPM session.
 
-llama.cpp (src/llama-vocab.cpp, llm_tokenizer_spm_session, c392e50) turns spaces into U+2581,
-cuts the text into UTF-8 characters by their lead byte alone, then repeatedly merges the
+llama.cpp (llm_tokenizer_spm_session, src/llama-vocab.cpp:110, c392e50) turns spaces into
+U+2581 (llama_escape_whitespace, :2286), cuts the text into UTF-8 characters by their lead byte
+alone (unicode_len_utf8, src/unicode.cpp:22), then repeatedly merges the
 adjacent pair whose concatenation is the highest-scoring token (the leftmost pair on equal
 scores); a symbol left that is not a token is written as its bytes' `<0xXX>` tokens.
 

@@ -11,18 +11,9 @@ from specnb.vocab import Vocab
 from vocab_cases import smollm_meta, smollm_vocab, spm_meta
 
 
-@pytest.fixture
-def smol_meta():
-    return smollm_meta()
-
-
-@pytest.fixture
-def smol():
-    return smollm_vocab()
-
-
 @pytest.mark.slow
-def test_smollm_chat_template(smol):
+def test_smollm_chat_template():
+    smol = smollm_vocab()
     msgs = [{"role": "user", "content": "What is 2+2?"}]
     out = smol.apply_chat_template(msgs)
     assert out == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
@@ -164,9 +155,10 @@ def test_cli_refuses_a_hostile_template_in_one_line(tiny_path, tmp_path, capsys)
 
 # ---- other metadata strings ------------------------------------------------------------------
 @pytest.mark.slow
-def test_no_regex_is_built_from_the_file(smol_meta):
+def test_no_regex_is_built_from_the_file():
     """A `tokenizer.ggml.pre` that looks like a catastrophic regex is only a name: unknown
     names fall back to the built-in "default" expressions, so tokenizing stays fast."""
+    smol_meta = smollm_meta()
     evil = "(a+)+$"
     with pytest.warns(UserWarning, match="unknown or unsupported pre-tokenizer"):
         v = Vocab.from_metadata(dict(smol_meta, **{"tokenizer.ggml.pre": evil}))

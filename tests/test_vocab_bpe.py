@@ -14,16 +14,6 @@ from specnb.vocab_bpe import BYTE_TO_UNICODE
 from vocab_cases import llamacpp_cases, smollm_meta, smollm_vocab
 
 
-@pytest.fixture
-def smol_meta():
-    return smollm_meta()
-
-
-@pytest.fixture
-def smol():
-    return smollm_vocab()
-
-
 # ------------------------------------------- a port of llama.cpp's BPE path (oracle)
 
 _WS = {0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
@@ -229,7 +219,9 @@ def _fuzz_texts(seed: int, n: int) -> list[str]:
 
 
 @pytest.mark.slow
-def test_smollm_against_llamacpp_port(smol, smol_meta):
+def test_smollm_against_llamacpp_port():
+    smol_meta = smollm_meta()
+    smol = smollm_vocab()
     tok2id = {t: i for i, t in enumerate(smol_meta["tokenizer.ggml.tokens"])}
     ranks = {}
     for i, m in enumerate(smol_meta["tokenizer.ggml.merges"]):
@@ -250,7 +242,8 @@ def _pre_split(v: Vocab, text: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("pre,digits", [("llama-bpe", 3), ("llama3", 3), ("qwen2", 1),
                                         ("deepseek-r1-qwen", 1)])
-def test_llama3_family_split_like_llamacpp(smol_meta, pre, digits):
+def test_llama3_family_split_like_llamacpp(pre, digits):
+    smol_meta = smollm_meta()
     meta = dict(smol_meta, **{"tokenizer.ggml.pre": pre})
     v = Vocab.from_metadata(meta)
     assert v.pre == pre
@@ -260,8 +253,9 @@ def test_llama3_family_split_like_llamacpp(smol_meta, pre, digits):
 
 
 @pytest.mark.slow
-def test_pre_tokenizers_match_llamacpp(smol_meta):
+def test_pre_tokenizers_match_llamacpp():
     """SmolLM2's tables under other tokenizer.ggml.pre values, against llama-tokenize."""
+    smol_meta = smollm_meta()
     cases = llamacpp_cases("vocab_pretok_llamacpp.json")
     pres = sorted({c["pre"] for c in cases})
     assert {"gpt-2", "default", "llama-bpe", "qwen2", "starcoder", "falcon"} <= set(pres)
@@ -274,14 +268,16 @@ def test_pre_tokenizers_match_llamacpp(smol_meta):
 
 
 @pytest.mark.slow
-def test_gpt2_split_like_llamacpp(smol_meta):
+def test_gpt2_split_like_llamacpp():
+    smol_meta = smollm_meta()
     v = Vocab.from_metadata(dict(smol_meta, **{"tokenizer.ggml.pre": "gpt-2"}))
     for text in _fuzz_texts(6, 300):
         assert _pre_split(v, text) == [_byte_level(w) for w in _ref_gpt2_split(text)], text
 
 
 @pytest.mark.slow
-def test_pre_tokenizer_flags(smol_meta):
+def test_pre_tokenizer_flags():
+    smol_meta = smollm_meta()
     base = {k: v for k, v in smol_meta.items() if k != "tokenizer.ggml.add_bos_token"}
     llama3 = Vocab.from_metadata(dict(base, **{"tokenizer.ggml.pre": "llama-bpe"}))
     assert llama3.add_bos and llama3.ignore_merges and llama3.clean_spaces
@@ -299,7 +295,8 @@ def test_pre_tokenizer_flags(smol_meta):
 
 
 @pytest.mark.slow
-def test_default_pre_and_clean_spaces(smol_meta):
+def test_default_pre_and_clean_spaces():
+    smol_meta = smollm_meta()
     v = Vocab.from_metadata(dict(smol_meta, **{"tokenizer.ggml.pre": "default"}))
     assert v.clean_spaces
     # punctuation runs are cut first, then GPT-2, then digit runs, then 3 digits at a time
@@ -309,7 +306,8 @@ def test_default_pre_and_clean_spaces(smol_meta):
 
 
 @pytest.mark.slow
-def test_unknown_pre_warns_and_falls_back(smol_meta):
+def test_unknown_pre_warns_and_falls_back():
+    smol_meta = smollm_meta()
     with pytest.warns(UserWarning, match="'no-such-pre'"):
         v = Vocab.from_metadata(dict(smol_meta, **{"tokenizer.ggml.pre": "no-such-pre"}))
     assert v.pre == "no-such-pre" and v.pre_regexes == Vocab.from_metadata(

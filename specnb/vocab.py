@@ -127,7 +127,8 @@ class Vocab:
             ids = self._load_bpe(meta)
         else:
             ids = self._load_spm(meta)
-        self._load_special_tokens(meta, ids)
+        self._load_special_ids(meta, ids)
+        self._load_special_texts(meta)
         self.chat_template = meta.get("tokenizer.chat_template")
         self._pieces: list[bytes | None] = [None] * self.n_vocab
 
@@ -227,9 +228,9 @@ class Vocab:
             if v is not None:
                 setattr(self, name, bool(v))
 
-    def _load_special_tokens(self, meta: dict, defaults: dict) -> None:
-        """Special ids (defaults, GGUF keys, then texts llama.cpp knows), the end-of-generation
-        set, the texts cut out before tokenizing, and per-model strip attributes."""
+    def _load_special_ids(self, meta: dict, defaults: dict) -> None:
+        """Special ids: the defaults, the GGUF keys, then the texts llama.cpp knows; and the
+        end-of-generation set."""
         n = self.n_vocab
         # defaults, then the GGUF keys (out-of-range ids are ignored with a warning)
         ids = {name: -1 for name, _ in _SPECIAL_KEYS}
@@ -279,8 +280,10 @@ class Vocab:
         self.sep_id, self.mask_id = ids["sep"], ids["mask"]
         self.fim_ids = {k: ids[k] for k in _FIM_TEXTS}
 
-        # texts cut out before tokenizing: control, user-defined and unknown tokens, longest
-        # (in bytes) first; ties by id (llama.cpp's std::sort leaves their order unspecified)
+    def _load_special_texts(self, meta: dict) -> None:
+        """The texts cut out before tokenizing, and the strip attributes llama.cpp sets."""
+        # control, user-defined and unknown tokens, longest (in bytes) first; ties by id
+        # (llama.cpp's std::sort leaves their order unspecified)
         special = np.nonzero(self._attr & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN))[0]
         self._special_ids: list[int] = sorted(
             (int(i) for i in special), key=lambda i: (-len(_raw(self.tokens[i])), i))

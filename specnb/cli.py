@@ -47,7 +47,8 @@ def _add_sampling(p):
 
 def _prompt_args(p):
     p.add_argument("-p", "--prompt", default=None)
-    p.add_argument("-f", "--file", default=None, help="read the prompt from a file")
+    p.add_argument("-f", "--file", default=None,
+                   help="read the prompt from a file, bytes as they are (as llama.cpp with --no-escape)")
     p.add_argument("--chat", action="store_true",
                    help="wrap the prompt as a user message with the model's chat template")
 
@@ -66,24 +67,25 @@ def _load(path):
     return load_model(path or default_target_path())
 
 
-def _read_prompt(a, vocab, default=None) -> str:
+def _read_prompt(a, vocab, default=None, keep_final_newline=False):
+    """The prompt as llama.cpp takes it: -f FILE's bytes (specnb/textio.py), or -p's text (the
+    bytes given when they are not UTF-8). llama-tokenize reads -f as it is; llama-cli and
+    llama-speculative-simple drop one final newline (keep_final_newline=False)."""
     from .errors import ParamError
+    from .textio import as_text, prompt_text, read_text_file
     if a.prompt is not None and a.file is not None:
         raise ParamError("give either -p PROMPT or -f FILE, not both")
     if a.file is not None:
-        try:
-            with open(a.file, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise ParamError(f"cannot read prompt file {a.file!r}: {e.strerror}") from None
+        text = read_text_file(a.file, keep_final_newline=keep_final_newline)
     elif a.prompt is not None:
-        text = a.prompt
+        text = prompt_text(a.prompt)
     elif default is not None:
         text = default
     else:
         raise ParamError("no prompt: give -p PROMPT or -f FILE")
     if getattr(a, "chat", False):
-        text = vocab.apply_chat_template([{"role": "user", "content": text}])
+        rendered = vocab.apply_chat_template([{"role": "user", "content": as_text(text)}])
+        text = prompt_text(rendered, source=f"{getattr(text, 'source', '') or '-p'} (chat)")
     return text
 
 
@@ -92,6 +94,7 @@ def cmd_generate(a):
     from .context import Context
     from .loop import generate
     from .sampling import Sampler
+    from .textio import as_text
     model = _load(a.model)
     text = _read_prompt(a, model.vocab)
     ids = model.vocab.tokenize(text)
@@ -100,7 +103,7 @@ def cmd_generate(a):
     smpl = Sampler(sampler_params(a), model.n_vocab)
     stream = None
     if not a.json:
-        sys.stdout.write(text)
+        sys.stdout.write(as_text(text, "replace"))
         stream = lambda t: (sys.stdout.write(model.vocab.token_to_piece(t, special=False)
                                              .decode("utf-8", "replace")), sys.stdout.flush())
     r = generate(ctx, smpl, ids, a.n_predict, on_token=stream)
@@ -125,7 +128,7 @@ def cmd_tokenize(a):
     from .models import default_target_path
     model = load_model(a.model or default_target_path(), vocab_only=True)
     v = model.vocab
-    text = _read_prompt(a, v)
+    text = _read_prompt(a, v, keep_final_newline=True)
     ids = v.tokenize(text, add_special=not a.no_bos, parse_special=not a.no_parse_special)
     if a.json:
         print(json.dumps({"ids": ids}))
@@ -156,14 +159,11 @@ def cmd_gate(a):
 def cmd_perplexity(a):
     from .errors import ParamError
     from .perplexity import perplexity
-    model = _load(a.model)
+    from .textio import read_text_file
     if a.file is None:
         raise ParamError("perplexity needs -f FILE")
-    try:
-        with open(a.file, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ParamError(f"cannot read {a.file!r}: {e.strerror}") from None
+    text = read_text_file(a.file, "text file")     # perplexity() drops one final newline
+    model = _load(a.model)
     def show(k, n, ppl):
         if not a.json:
             print(f"[{k}]{ppl:.4f},", end="" if k < n else "\n", flush=True)
@@ -223,6 +223,7 @@ def _spec_setup(a):
 def cmd_speculative_simple(a):
     import warnings
     from .loop import SpeculativeLoop
+    from .textio import as_text
     tgt, dft, ctx_t, ctx_d, sp = _spec_setup(a)
     text = _read_prompt(a, tgt.vocab)
     ids = tgt.vocab.tokenize(text)
@@ -231,7 +232,7 @@ def cmd_speculative_simple(a):
         loop = SpeculativeLoop(ctx_t, ctx_d, [ids] * max(1, a.parallel), a.n_predict,
                                sampler_params(a), sp)
     if not a.json:
-        sys.stdout.write(text)
+        sys.stdout.write(as_text(text, "replace"))
         sys.stdout.flush()
 
     def show(ev):

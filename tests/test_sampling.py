@@ -320,3 +320,39 @@ def test_rng_keeps_the_generator_api():
     r = copy.deepcopy(s.rng)
     assert 0.0 <= s.rng.random() < 1.0 and s.rng.choice(3, p=[0, 1.0, 0]) == 1
     assert r.random() != r.random()
+
+
+def test_cli_flags_are_llamacpps():
+    """The sampler flags under llama.cpp's names; defaults as llama.cpp except temp and seed."""
+    from specnb.cli import build_parser, sampler_params
+    ap = build_parser()
+    d = sampler_params(ap.parse_args(["generate"]))
+    ref = SamplerParams()
+    for f in ("top_k", "top_p", "min_p", "typ_p", "penalty_last_n", "penalty_repeat",
+              "xtc_probability", "xtc_threshold", "dynatemp_range", "dynatemp_exponent",
+              "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
+              "dry_sequence_breakers", "mirostat", "mirostat_tau", "mirostat_eta", "top_n_sigma",
+              "samplers", "logit_bias", "dist_draw"):
+        assert getattr(d, f) == getattr(ref, f), f
+    assert (d.temp, d.seed) == (0.0, 42) and (ref.temp, ref.seed) == (0.8, 0xFFFFFFFF)
+    a = ap.parse_args(["speculative-simple", "--temperature", "0.7", "-s", "5", "--top-n-sigma",
+                       "1.5", "--xtc-probability", "0.3", "--xtc-threshold", "0.2",
+                       "--dynatemp-range", "0.4", "--dynatemp-exp", "2", "--dry-multiplier", "0.8",
+                       "--dry-base", "2", "--dry-allowed-length", "3", "--dry-penalty-last-n", "32",
+                       "--dry-sequence-breaker", "none", "--dry-sequence-breaker", "\n",
+                       "--mirostat", "2", "--mirostat-lr", "0.2", "--mirostat-ent", "4",
+                       "-l", "5+1.5", "--logit-bias", "6-inf", "--samplers", "top_k;temp;temp",
+                       "--typical-p", "0.9", "--dist-draw", "c392e50"])
+    p = sampler_params(a)
+    assert (p.temp, p.seed, p.top_n_sigma, p.xtc_probability, p.xtc_threshold) == (0.7, 5, 1.5, 0.3, 0.2)
+    assert (p.dynatemp_range, p.dynatemp_exponent, p.dry_multiplier, p.dry_base) == (0.4, 2.0, 0.8, 2.0)
+    assert (p.dry_allowed_length, p.dry_penalty_last_n, p.dry_sequence_breakers) == (3, 32, ("\n",))
+    assert (p.mirostat, p.mirostat_eta, p.mirostat_tau, p.typ_p) == (2, 0.2, 4.0, 0.9)
+    assert p.logit_bias == ((5, 1.5), (6, -math.inf)) and p.dist_draw == "c392e50"
+    assert p.samplers == ("top_k", "temperature", "temperature")
+    assert sampler_params(ap.parse_args(["generate", "--sampler-seq", "kt"])).samplers == \
+        ("top_k", "temperature")
+    for bad in (["--dry-base", "0.5"], ["--samplers", "top_k", "--sampler-seq", "k"],
+                ["--repeat-last-n", "-1"], ["-l", "x"]):
+        with pytest.raises(ParamError):
+            sampler_params(ap.parse_args(["generate"] + bad))

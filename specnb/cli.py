@@ -204,9 +204,7 @@ def cmd_gate(a):
     dft = load_model(a.draft, vocab_only=True)
     rep = are_compatible(tgt, dft)
     if a.json:
-        print(json.dumps({"compatible": rep.ok, "checks": [
-            {"name": c.name, "ok": c.ok, "detail": c.detail, "llama_cpp_ok": c.llama_cpp_ok}
-            for c in rep.checks]}))
+        print(json.dumps(rep.as_dict()))
     else:
         print(f"target: {a.target}\ndraft:  {a.draft}")
         print(rep)
@@ -390,7 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "draft work, loop overhead, speedup vs draft-max against the cost model)")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("gate", help="vocab compatibility of a target/draft pair")
+    p = sub.add_parser("gate", help="vocab compatibility of a target/draft pair, with the "
+                                    "verdicts of llama.cpp c392e50 and master")
     p.add_argument("target"); p.add_argument("draft")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_gate)

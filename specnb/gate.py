@@ -9,7 +9,7 @@ Two llama.cpp versions answer differently, and the report gives both verdicts:
 - c392e50 (Feb 2025; common/speculative.cpp:76-134) stores the vocab types in a `bool`
   (:85, :88), so any two real types (SPM, BPE, ...) look equal, and it compares the BOS and EOS
   add flags and both ids unconditionally (:97-105).
-- master (34af94cd; common/speculative.cpp:66-130) compares the types as types (:72-82), and
+- master (34af94cd; common/speculative.cpp:66-129) compares the types as types (:72-82), and
   compares a BOS or EOS id only when that token is added (:84-98).
 specnb's own verdict (`ok`, used by DraftSimple) follows master.
 """

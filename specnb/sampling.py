@@ -1,6 +1,6 @@
 """The sampler chain, as llama.cpp's common_sampler (common/sampling.cpp) builds and runs it.
 
-common_sampler_init (master 34af94cd common/sampling.cpp:185) builds the chain in this order:
+common_sampler_init (master 34af94cd common/sampling.cpp:187) builds the chain in this order:
 logit-bias (when any bias is given), then the samplers of `--samplers` in the order given
 (names may repeat), then dist, the draw. The default order is llama.cpp's:
 penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature (c392e50's lacked
@@ -45,7 +45,7 @@ DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p"
                     "xtc", "temperature")
 CHAIN_ORDER = DEFAULT_SAMPLERS       # the name this module used before
 _NOT_IMPLEMENTED = ("infill", "adaptive_p")
-# common_sampler_type_to_chr (master common/sampling.cpp:820): the --sampler-seq letters
+# common_sampler_type_to_chr (master common/sampling.cpp:795): the --sampler-seq letters
 _SEQ_CHARS = {"d": "dry", "k": "top_k", "y": "typ_p", "p": "top_p", "s": "top_n_sigma",
               "m": "min_p", "t": "temperature", "x": "xtc", "i": "infill", "e": "penalties",
               "a": "adaptive_p"}

@@ -1,7 +1,8 @@
 """The sampler chain against llama-cli (c392e50, tests/data/llamacpp_cli_*; see its README).
 
-- Penalties: llama-cli puts the prompt into the penalty window. Teacher-forced on llama-cli's
-  greedy continuation with --repeat-penalty 1.3 --presence-penalty 0.4 --frequency-penalty 0.2,
+- Penalties and DRY: llama-cli puts the prompt into the penalty window and DRY's history.
+  Teacher-forced on llama-cli's greedy continuation with --repeat-penalty 1.3
+  --presence-penalty 0.4 --frequency-penalty 0.2 (and, separately, --dry-multiplier 0.8),
   specnb's sampler (the prompt accepted into it) picks llama-cli's token wherever llama.cpp's
   own penalised top-1 leads by a clear margin; near ties may go either way (f32 and q8
   activations resolve them differently).
@@ -37,14 +38,23 @@ def teacher_forced_logits(model, prompt_ids, generated, activations="f32"):
     return logits[len(prompt_ids) - 1:len(prompt_ids) - 1 + len(generated)]
 
 
+PENALISED = {
+    "penalties": ("llamacpp_cli_penalties_smollm2.json",
+                  dict(penalty_repeat=1.3, penalty_freq=0.2, penalty_present=0.4, penalty_last_n=64)),
+    "dry": ("llamacpp_cli_dry_smollm2.json",
+            dict(dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, dry_penalty_last_n=64)),
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("activations", ["f32", "q8"])
-def test_penalties_with_prompt_in_window_match_llama_cli(default_model, activations):
-    d = load("llamacpp_cli_penalties_smollm2.json")
+@pytest.mark.parametrize("name,activations", [("penalties", "f32"), ("penalties", "q8"),
+                                              ("dry", "f32")])
+def test_greedy_with_prompt_in_window_matches_llama_cli(default_model, name, activations):
+    fname, kw = PENALISED[name]
+    d = load(fname)
     assert default_model.vocab.tokenize(d["prompt"]) == d["prompt_ids"]
     rows = teacher_forced_logits(default_model, d["prompt_ids"], d["generated_ids"], activations)
-    s = Sampler(SamplerParams(temp=0.0, penalty_repeat=1.3, penalty_freq=0.2,
-                              penalty_present=0.4, penalty_last_n=64, seed=1), default_model.n_vocab)
+    s = Sampler(SamplerParams(temp=0.0, seed=1, **kw), default_model.n_vocab, vocab=default_model.vocab)
     for t in d["prompt_ids"]:              # llama-cli: common_sampler_accept on every prompt token
         s.accept(t)
     clear = agree = 0

@@ -80,11 +80,11 @@ class CompatReport:
         lines = [f"  {'check':{w}s}  specnb  c392e50  master   detail"]
         lines += [f"  {c.name:{w}s}  {word[c.ok]:6s}  {word[c.llama_cpp_c392e50_ok]:7s}  "
                   f"{word[c.llama_cpp_master_ok]:7s}  {c.detail}" for c in self.checks]
-        f = self.first_failure
-        lines.append("compatible" if f is None else f"incompatible: {f.name}: {f.detail}")
         lines.append(f"llama.cpp c392e50 would {'accept' if self.llama_cpp_c392e50_ok else 'refuse'}"
                      f" this pair; llama.cpp master {LLAMA_CPP_MASTER[:8]} would "
                      f"{'accept' if self.llama_cpp_master_ok else 'refuse'} it")
+        f = self.first_failure           # specnb's verdict last
+        lines.append("compatible" if f is None else f"incompatible: {f.name}: {f.detail}")
         return "\n".join(lines)
 
 

@@ -33,16 +33,53 @@ def _add_common(p, activations=True):
 
 
 def _add_sampling(p):
-    p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default 0)")
-    p.add_argument("--top-k", type=int, default=40)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--min-p", type=float, default=0.05)
-    p.add_argument("--typical", type=float, default=1.0)
-    p.add_argument("--repeat-penalty", type=float, default=1.0)
-    p.add_argument("--repeat-last-n", type=int, default=64)
-    p.add_argument("--frequency-penalty", type=float, default=0.0)
-    p.add_argument("--presence-penalty", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=42, help="RNG seed (default 42)")
+    """The sampler flags, under llama.cpp's names (common/arg.cpp) and with its defaults, except
+    --temp (0 here, 0.8 in llama.cpp) and --seed (42 here, random in llama.cpp)."""
+    from .sampling import DEFAULT_SAMPLERS
+    g = p.add_argument_group("sampling (llama.cpp's flags; see docs/llama_cpp.md)")
+    g.add_argument("--temp", "--temperature", type=float, default=0.0,
+                   help="temperature; 0 = greedy (default 0; llama.cpp's default is 0.8)")
+    g.add_argument("--top-k", type=int, default=40, help="top-k (default 40, <= 0 = off)")
+    g.add_argument("--top-p", type=float, default=0.95, help="top-p (default 0.95, 1 = off)")
+    g.add_argument("--min-p", type=float, default=0.05, help="min-p (default 0.05, 0 = off)")
+    g.add_argument("--typical", "--typical-p", type=float, default=1.0,
+                   help="locally typical sampling p (default 1 = off)")
+    g.add_argument("--top-nsigma", "--top-n-sigma", dest="top_n_sigma", type=float, default=-1.0,
+                   help="top-n-sigma (default -1 = off)")
+    g.add_argument("--xtc-probability", type=float, default=0.0, help="XTC probability (default 0 = off)")
+    g.add_argument("--xtc-threshold", type=float, default=0.1,
+                   help="XTC threshold (default 0.1, > 0.5 = off)")
+    g.add_argument("--dynatemp-range", type=float, default=0.0,
+                   help="dynamic temperature range (default 0 = off)")
+    g.add_argument("--dynatemp-exp", type=float, default=1.0, help="dynamic temperature exponent (default 1)")
+    g.add_argument("--repeat-penalty", type=float, default=1.0, help="repeat penalty (default 1 = off)")
+    g.add_argument("--repeat-last-n", type=int, default=64,
+                   help="tokens the penalties look back at (default 64, 0 = off)")
+    g.add_argument("--frequency-penalty", type=float, default=0.0, help="(default 0 = off)")
+    g.add_argument("--presence-penalty", type=float, default=0.0, help="(default 0 = off)")
+    g.add_argument("--dry-multiplier", type=float, default=0.0, help="DRY multiplier (default 0 = off)")
+    g.add_argument("--dry-base", type=float, default=1.75, help="DRY base (default 1.75, >= 1)")
+    g.add_argument("--dry-allowed-length", type=int, default=2,
+                   help="DRY: repeats longer than this are penalised (default 2)")
+    g.add_argument("--dry-penalty-last-n", type=int, default=64,
+                   help="DRY: tokens scanned for repeats (default 64, 0 = off)")
+    g.add_argument("--dry-sequence-breaker", action="append", default=None, metavar="STRING",
+                   help="DRY sequence breaker; the first use replaces the defaults (\\n : \" *), "
+                        "'none' removes all")
+    g.add_argument("--mirostat", type=int, default=0, help="0 = off, 1 = Mirostat, 2 = Mirostat 2.0")
+    g.add_argument("--mirostat-lr", type=float, default=0.1, help="Mirostat eta (default 0.1)")
+    g.add_argument("--mirostat-ent", type=float, default=5.0, help="Mirostat tau (default 5)")
+    g.add_argument("-l", "--logit-bias", action="append", default=[], metavar="TOKEN_ID(+/-)BIAS",
+                   help="e.g. 15043+1 or 15043-inf; may be repeated")
+    g.add_argument("--samplers", default=None, metavar="SAMPLERS",
+                   help="samplers in order, separated by ';' (default: " + ";".join(DEFAULT_SAMPLERS) + ")")
+    g.add_argument("--sampler-seq", "--sampling-seq", dest="sampler_seq", default=None,
+                   metavar="SEQUENCE", help="the same as letters (default: edskypmxt)")
+    g.add_argument("-s", "--seed", type=int, default=42,
+                   help="RNG seed (default 42; 4294967295 = random, llama.cpp's default)")
+    g.add_argument("--dist-draw", choices=["master", "c392e50"], default="master",
+                   help="draw the final token as llama.cpp master does, or as c392e50 did "
+                        "(needed to reproduce a c392e50 build's seeds)")
 
 
 def _prompt_args(p):
@@ -54,11 +91,34 @@ def _prompt_args(p):
 
 
 def sampler_params(a):
-    from .sampling import SamplerParams
+    from .errors import ParamError
+    from .sampling import SamplerParams, parse_logit_bias, parse_sampler_seq, parse_samplers
+    if a.samplers is not None and a.sampler_seq is not None:
+        raise ParamError("give either --samplers or --sampler-seq, not both")
+    kw = {}
+    if a.samplers is not None:
+        kw["samplers"] = parse_samplers(a.samplers)
+    elif a.sampler_seq is not None:
+        kw["samplers"] = parse_sampler_seq(a.sampler_seq)
+    if a.dry_sequence_breaker is not None:     # as llama.cpp: the first use drops the defaults
+        breakers = []
+        for b in a.dry_sequence_breaker:
+            breakers = [] if b == "none" else breakers + [b]
+        kw["dry_sequence_breakers"] = tuple(breakers)
+    if a.dry_base < 1.0:
+        raise ParamError(f"invalid --dry-base={a.dry_base}: expected a number >= 1 "
+                         f"(llama.cpp ignores smaller values)")
     return SamplerParams(temp=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p, typ_p=a.typical,
                          penalty_repeat=a.repeat_penalty, penalty_last_n=a.repeat_last_n,
                          penalty_freq=a.frequency_penalty, penalty_present=a.presence_penalty,
-                         seed=a.seed).validate()
+                         top_n_sigma=a.top_n_sigma, xtc_probability=a.xtc_probability,
+                         xtc_threshold=a.xtc_threshold, dynatemp_range=a.dynatemp_range,
+                         dynatemp_exponent=a.dynatemp_exp, dry_multiplier=a.dry_multiplier,
+                         dry_base=a.dry_base, dry_allowed_length=a.dry_allowed_length,
+                         dry_penalty_last_n=a.dry_penalty_last_n, mirostat=a.mirostat,
+                         mirostat_eta=a.mirostat_lr, mirostat_tau=a.mirostat_ent,
+                         logit_bias=tuple(parse_logit_bias(x) for x in a.logit_bias),
+                         seed=a.seed, dist_draw=a.dist_draw, **kw).validate()
 
 
 def _load(path):
@@ -147,9 +207,7 @@ def cmd_gate(a):
     dft = load_model(a.draft, vocab_only=True)
     rep = are_compatible(tgt, dft)
     if a.json:
-        print(json.dumps({"compatible": rep.ok, "checks": [
-            {"name": c.name, "ok": c.ok, "detail": c.detail, "llama_cpp_ok": c.llama_cpp_ok}
-            for c in rep.checks]}))
+        print(json.dumps(rep.as_dict()))
     else:
         print(f"target: {a.target}\ndraft:  {a.draft}")
         print(rep)
@@ -331,7 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "draft work, loop overhead, speedup vs draft-max against the cost model)")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("gate", help="vocab compatibility of a target/draft pair")
+    p = sub.add_parser("gate", help="vocab compatibility of a target/draft pair, with the "
+                                    "verdicts of llama.cpp c392e50 and master")
     p.add_argument("target"); p.add_argument("draft")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_gate)

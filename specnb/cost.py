@@ -278,7 +278,8 @@ def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), 
     Measured speedup = plain decoding's time per token / speculative time per token. Predicted:
     `speedup(alpha, gamma, c)` with alpha measured in that run (`alpha_from_events`) and c
     measured by `measure_cost_ratio` (unless given), and `speedup_from_rates` with the measured
-    per-position rates. synth_rates / synth_len switch the loop to synthetic acceptance (the
+    per-position rates. synth_rates (at least max(draft_max_values) of them; each run takes the first
+    draft-max) / synth_len switch the loop to synthetic acceptance (the
     loop warns: its output is not valid text). The fastest of `repeats` runs is kept.
     With verify_costs ({k: cost of a k-row target batch / one row}, e.g. from
     `specnb.bench.batch_costs`), also `speedup_engine`: the same accounting with the measured
@@ -307,8 +308,10 @@ def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), 
     for g_ in draft_max_values:
         best = None
         for _ in range(max(1, repeats)):
+            # llama.cpp wants exactly draft-max rates: a sweep takes the first g of its list
+            rates = None if synth_rates is None else list(synth_rates)[:int(g_)]
             loop = SpeculativeLoop(ctx_t, ctx_d, ids, n_predict, sp,
-                                   SpecParams(n_max=int(g_), verify=verify, synth_rates=synth_rates,
+                                   SpecParams(n_max=int(g_), verify=verify, synth_rates=rates,
                                               synth_len=synth_len, reeval=reeval))
             events = list(loop.rounds())
             st = run_stats(loop, events)

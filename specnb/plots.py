@@ -26,31 +26,41 @@ PHASES = (("draft", "t_draft", "#f9a825"), ("verify", "t_verify", TARGET),
 
 # ---- statistics from events -----------------------------------------------------------------
 def event_stats(events, n_max: int | None = None) -> dict:
-    """llama.cpp's per-impl statistics recomputed from RoundEvents, plus per-round series.
+    """The chain's statistics recomputed from RoundEvents, plus per-round series.
 
-    The shared keys equal `impl_stats(loop.impl)` for the same run: n_gen_drafts (non-empty
-    drafts), n_gen_tokens (drafted), n_acc_tokens (accepted), n_acc_drafts, n_call_accept,
-    acc_rate_per_pos (fraction of drafts with at least i+1 accepted) and mean_acc_len
-    (1 + accepted / drafts). A replayed round (checkpoint path) re-verifies approved tokens:
-    it counts as a target call but not as a new draft.
+    The shared keys equal `impl_stats(loop.impl)` for a single-impl run. llama.cpp's, counted
+    per accept() call as common_speculative_accept does: every committed round credits the last
+    drafter of its sequence (impl_last is kept between rounds), with n_accepted tokens (on a
+    replay, the a + 1 re-verified ones); a restored round credits nothing. n_call_accept,
+    n_acc_drafts, n_acc_tokens, n_acc_tokens_per_pos (as long as the longest accepted run),
+    acc_rate_per_pos and mean_acc_len are those. n_gen_drafts / n_gen_tokens count the
+    non-empty drafts. The `specnb_*` keys are per draft: accepted draft tokens, per position
+    over n_max positions.
     """
     events = list(events)
     if n_max is None:
         n_max = max((len(r.draft) for ev in events for r in ev.slots if not r.replay), default=0)
-    per_pos = [0] * n_max
-    n_drafts = n_tokens = n_acc = n_acc_drafts = 0
-    lengths, committed_per_round = [], []
+    per_pos, spec_per_pos = [], [0] * n_max
+    n_drafts = n_tokens = n_acc = spec_acc = n_acc_drafts = n_calls = 0
+    lengths, committed_per_round, drafter = [], [], {}
     for ev in events:
         committed_per_round.append(sum(len(r.committed) for r in ev.slots))
         for r in ev.slots:
-            if r.replay or not r.draft:
+            if r.draft and not r.replay:
+                drafter[r.seq] = r.impl or "?"
+                n_drafts += 1
+                n_tokens += len(r.draft)
+                spec_acc += r.n_accepted
+                lengths.append(r.n_accepted)
+                for i in range(min(r.n_accepted, n_max)):
+                    spec_per_pos[i] += 1
+            if r.checkpoint == "restored" or r.seq not in drafter:
                 continue
-            n_drafts += 1
-            n_tokens += len(r.draft)
+            n_calls += 1                                   # common_speculative_accept
             n_acc += r.n_accepted
             n_acc_drafts += r.n_accepted > 0
-            lengths.append(r.n_accepted)
-            for i in range(min(r.n_accepted, n_max)):
+            per_pos += [0] * (r.n_accepted - len(per_pos))
+            for i in range(r.n_accepted):
                 per_pos[i] += 1
     n_rounds = len(events)
     n_committed = sum(committed_per_round)
@@ -59,11 +69,14 @@ def event_stats(events, n_max: int | None = None) -> dict:
     return {
         "n_rounds": n_rounds, "n_max": n_max,
         "n_gen_drafts": n_drafts, "n_gen_tokens": n_tokens, "n_acc_tokens": n_acc,
-        "n_acc_drafts": n_acc_drafts, "n_call_accept": n_drafts,
+        "n_acc_drafts": n_acc_drafts, "n_call_accept": n_calls,
         "n_acc_tokens_per_pos": per_pos,
-        "acc_rate_per_pos": [n / n_drafts if n_drafts else 0.0 for n in per_pos],
-        "mean_acc_len": 1.0 + n_acc / n_drafts if n_drafts else 0.0,
-        "accept_rate": n_acc / n_tokens if n_tokens else 0.0,
+        "acc_rate_per_pos": [n / n_calls for n in per_pos] if n_calls else [],
+        "mean_acc_len": 1.0 + n_acc / n_calls if n_calls else 0.0,
+        "specnb_n_acc_tokens": spec_acc, "specnb_n_acc_tokens_per_pos": spec_per_pos,
+        "specnb_acc_rate_per_pos": [n / n_drafts if n_drafts else 0.0 for n in spec_per_pos],
+        "specnb_mean_acc_len": 1.0 + spec_acc / n_drafts if n_drafts else 0.0,
+        "accept_rate": spec_acc / n_tokens if n_tokens else 0.0,
         "alpha": alpha_from_counts(acc, exa), "n_examined": exa,
         "accepted_lengths": lengths,
         "committed_per_round": committed_per_round, "n_committed": n_committed,
@@ -88,7 +101,9 @@ def accepted_length_counts(source) -> list:
     """
     st = _as_stats(source)
     n = int(st["n_gen_drafts"])
-    if "n_acc_tokens_per_pos" in st:
+    if "specnb_n_acc_tokens_per_pos" in st:        # per draft (llama.cpp's counts accept calls)
+        at_least = [n] + [int(x) for x in st["specnb_n_acc_tokens_per_pos"]]
+    elif "n_acc_tokens_per_pos" in st:
         at_least = [n] + [int(x) for x in st["n_acc_tokens_per_pos"]]
     else:
         at_least = [n] + [int(round(r * n)) for r in st["acc_rate_per_pos"]]

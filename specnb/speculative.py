@@ -191,9 +191,9 @@ class Speculative:
 
     def draft(self, dps: list[DraftParams]) -> None:
         """common_speculative_draft: the first impl that fills a sequence's result wins it."""
-        for s, dp in enumerate(dps):
+        self.impl_round, self._info = [None] * self.n_seq, [[] for _ in range(self.n_seq)]
+        for dp in dps:
             if dp.drafting:
-                self.impl_round[s], self._info[s] = None, []
                 dp.result.clear()
         if not any(dp.drafting for dp in dps):
             return

@@ -325,3 +325,26 @@ def test_lossless_default_pair(default_model, default_draft_model, name):
         check_invariants(loop, events)
         if name == "greedy":
             assert loop.n_accept > 0
+
+
+@pytest.mark.slow
+def test_penalized_prompt_as_llama_cli(default_model, default_draft_model):
+    """llama-cli penalizes the prompt's tokens: with the same penalties, specnb's greedy text
+    follows llama-cli's (tests/data/llamacpp_cli_penalties_smollm2.txt) until a near-tie, plain
+    and speculative alike; without the prompt in the window the first word differs."""
+    import pathlib
+    out = pathlib.Path(__file__).parent / "data" / "llamacpp_cli_penalties_smollm2.txt"
+    prompt = "The best way to learn a new language is"
+    llama = out.read_text().split("## stdout (verbatim, the prompt then the continuation)\n")[1]
+    llama = llama[len(prompt):]
+    sp = SamplerParams(temp=0.0, penalty_repeat=1.3, penalty_present=0.4, penalty_freq=0.2,
+                       penalty_last_n=64)
+    ids = default_model.vocab.tokenize(prompt)
+    text = default_model.vocab.detokenize(plain(default_model, ids, sp, 24))
+    # the two agree up to a near-tie ("practice it" / "practicing": f32 and llama.cpp's q8
+    # activations resolve it differently), about 49 characters in
+    assert text[:46] == llama[:46] == " by immersing yourself in the culture and prac"
+    loop = _loop(default_model, default_draft_model, ids, 24, sp, SpecParams(n_max=3))
+    assert default_model.vocab.detokenize(loop.run()[0].tokens) == text
+    without = default_model.vocab.detokenize(plain(default_model, ids, sp, 4, penalize_prompt=False))
+    assert not without.startswith(" by")

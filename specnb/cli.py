@@ -378,7 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="comma-separated speculator types: none, draft-simple, ngram-simple, "
                             "ngram-map-k, ngram-cache; they run in llama.cpp's priority order "
                             "(n-gram lookups first). Default: draft-simple (with -md or the "
-                            "default draft). The n-gram types need no draft model")
+                            "default draft), as llama.cpp's example; llama-server defaults to "
+                            "none, so a draft model alone does not speculate there. The n-gram "
+                            "types need no draft model")
         p.add_argument("--spec-ngram-size-n", type=int, default=12,
                        help="n-gram types: length of the lookup n-gram (default 12)")
         p.add_argument("--spec-ngram-size-m", type=int, default=48,

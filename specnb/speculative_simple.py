@@ -47,7 +47,7 @@ def speculative_simple(ctx_tgt, spec, smpl, inp: list, n_predict: int) -> dict:
         n_draft = len(draft)                              # :252
         ids = sample_and_accept_n(smpl, ctx_tgt, draft)   # :261 the target's sampler decides
         if use_ckpt_tgt and len(ids) - 1 < n_draft:       # :270 partial acceptance, no seq_rm:
-            draft = ids                                   # :274 the approved ids are the next draft
+            draft = ids                                   # :273 the approved ids are the next draft
             ctx_tgt.state_seq_set(seq, ckpt)              # :276-278 ckpt.load_tgt
             spec.seq_rm(seq, n_past - 1)                  # :281-285 ckpt.load_dft
             smpl = smpl_save                              # :288

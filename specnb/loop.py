@@ -195,6 +195,7 @@ class SpeculativeLoop:
 
     # ---- one round -------------------------------------------------------------------------
     def step(self) -> RoundEvent:
+        """One round for every active slot: draft, verify, then commit or restore."""
         if not self._started:
             self._prefill()
         ev = RoundEvent(self.n_rounds, [])

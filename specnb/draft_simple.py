@@ -85,6 +85,7 @@ class DraftSimple(SpeculativeImpl):
         # last decode and the rows decoded since (common_prompt_checkpoint's data_dft)
         self._ckpt: list = [None] * n_seq
         self._since: list[list] = [[] for _ in range(n_seq)]
+        self._drafted: set = set()            # sequences draft() decoded for since before_verify
 
     @property
     def n_eval(self) -> int:
@@ -118,9 +119,11 @@ class DraftSimple(SpeculativeImpl):
     # ---- specnb's rollback hooks ----------------------------------------------------------
     def before_verify(self, seq: int, n_past: int) -> None:
         """Undo the draft() decodes: ckpt.load_dft or seq_rm(n_past) (speculative-simple.cpp:206-213)."""
+        if seq not in self._drafted:
+            return
+        self._drafted.discard(seq)
         if not self.partial:
-            if self._ckpt[seq] is not None and self._since[seq]:
-                self._restore(seq, n_past)
+            self._restore(seq, n_past)
         elif self.reeval:
             self.ctx.seq_rm(seq, n_past, -1)
 
@@ -131,6 +134,7 @@ class DraftSimple(SpeculativeImpl):
         if p0 <= 0:                            # the whole sequence: every memory can do that
             self.ctx.seq_rm(seq, -1, -1)
             self._ckpt[seq], self._since[seq] = None, []
+            self._drafted.discard(seq)
         elif self.partial:
             self.ctx.seq_rm(seq, p0, -1)
         else:
@@ -182,6 +186,7 @@ class DraftSimple(SpeculativeImpl):
                 continue                                           # nothing to draft
             if not self.partial:
                 self._save(s)                                      # ckpt.update_dft
+            self._drafted.add(s)
             self.smpl[s].reset()
             dp.result.clear()
             i_batch[s] = len(batch)

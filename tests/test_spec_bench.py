@@ -25,3 +25,13 @@ def test_code_edit_prompt_uses_the_chat_template(default_model):
     ids = code_edit_prompt(default_model.vocab)
     text = default_model.vocab.detokenize(ids, special=True)
     assert CODE_EDIT_FUNCTION.splitlines()[0] in text and "<|im_start|>user" in text
+
+
+def test_ngram_edit_bench_pairs_plain_and_speculative(default_path):
+    from specnb.spec_bench import format_ngram_edit_bench, ngram_edit_bench
+    r = ngram_edit_bench(default_path, draft_max_values=(1, 2), n_predict=12, repeats=1, size_n=4)
+    assert r["identical"] and r["n_generated"] == 12
+    assert set(r["draft_max"]) == {1, 2}
+    for x in r["draft_max"].values():
+        assert len(x["wall"]) == len(x["cpu"]) == 1 and x["speedup"] > 0
+    assert "draft-max" in format_ngram_edit_bench(r)

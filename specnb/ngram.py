@@ -20,6 +20,10 @@ The impls (common/speculative.cpp @001d906a, common_speculative_impl_ngram_simpl
 common_speculative_impl_ngram_map_k) keep no state but the above; process() and accept() are
 no-ops. min_hits is read only by ngram-map-k4v in llama.cpp (key-only mode returns before the
 check), so it changes nothing here. specnb keeps the check_rate state per sequence.
+Flags and defaults as docs/speculative.md @067318e6: --spec-ngram-size-n 12, --spec-ngram-size-m
+48, --spec-ngram-check-rate 1, --spec-ngram-min-hits 1, shared by the n-gram types (newer master
+gives each type its own: --spec-ngram-simple-size-n, --spec-ngram-map-k-size-n, ..., same
+defaults, and drops check_rate).
 """
 from __future__ import annotations
 

@@ -100,8 +100,9 @@ def test_speculative_simple_spec_types(tiny_path, tmp_path, capsys):
             assert k in i
     assert sum(i["n_drafted"] for i in out["impls"]) == out["n_drafted"]
     # the text layout: one llama.cpp statistics line per impl
-    assert main(["speculative-simple", "-m", t, "-p", prompt, "-n", "8", "--spec-type", "ngram-map-k",
-                 "-md", str(tmp_path / "unused.gguf"), "--spec-ngram-size-n", "1"]) == 0
+    with pytest.warns(UserWarning, match="unused.gguf is not used"):
+        assert main(["speculative-simple", "-m", t, "-p", prompt, "-n", "8", "--spec-type", "ngram-map-k",
+                     "-md", str(tmp_path / "unused.gguf"), "--spec-ngram-size-n", "1"]) == 0
     text = capsys.readouterr().out
     assert text.count("statistics ") == 1 and "statistics      ngram-map-k: #calls(b,g,a)" in text
     assert "at least n_predict + 1" in text and "draft evaluations" not in text

@@ -258,35 +258,44 @@ def cmd_bench(a):
 
 
 def _spec_setup(a):
+    """The pair and SpecParams of speculative-simple's flags (-md without --spec-type: draft-simple)."""
+    import warnings
+    from .errors import ParamError
     from .loop import SpecParams
     from .pair import open_pair
-    pair = open_pair(a.model, a.model_draft, n_ctx=a.ctx_size, n_seq=max(1, getattr(a, "parallel", 1)),
-                     backend=a.backend, n_threads=a.threads, activations=a.activations,
-                     tgt_seq_rm=not a.no_seq_rm)
-    tgt, dft, ctx_t, ctx_d = pair.target, pair.draft, pair.ctx_tgt, pair.ctx_dft
     rates = None
     if a.spec_synth_rates:
-        from .errors import ParamError
         try:
             rates = [float(x) for x in a.spec_synth_rates.split(",")]
         except ValueError:
             raise ParamError(f"invalid --spec-synth-rates={a.spec_synth_rates!r}: expected "
                              f"comma-separated numbers") from None
-    sp = SpecParams(n_max=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
+    sp = SpecParams(types=a.spec_type, n_max=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
                     reeval=not a.no_reeval, verify=a.verify, synth_rates=rates,
-                    synth_len=a.spec_synth_len).validate()
-    return tgt, dft, ctx_t, ctx_d, sp
+                    synth_len=a.spec_synth_len, ngram_size_n=a.spec_ngram_size_n,
+                    ngram_size_m=a.spec_ngram_size_m, ngram_check_rate=a.spec_ngram_check_rate,
+                    ngram_min_hits=a.spec_ngram_min_hits, lookup_cache_static=a.lookup_cache_static,
+                    lookup_cache_dynamic=a.lookup_cache_dynamic).validate()
+    need_draft = "draft-simple" in sp.resolved_types(has_draft_model=True)
+    if a.model_draft is not None and not need_draft:
+        warnings.warn(f"--spec-type {a.spec_type} has no draft-simple: the draft model "
+                      f"{a.model_draft} is not used", stacklevel=2)
+    pair = open_pair(a.model, a.model_draft if need_draft else False, n_ctx=a.ctx_size,
+                     n_seq=max(1, getattr(a, "parallel", 1)), backend=a.backend,
+                     n_threads=a.threads, activations=a.activations,
+                     tgt_seq_rm=not a.no_seq_rm, dft_seq_rm=not a.no_seq_rm_draft)
+    return pair.target, pair.draft, pair.ctx_tgt, pair.ctx_dft, sp
 
 
 def cmd_speculative_simple(a):
     import warnings
     from .loop import SpeculativeLoop
     from .textio import as_text
-    tgt, dft, ctx_t, ctx_d, sp = _spec_setup(a)
-    text = _read_prompt(a, tgt.vocab)
-    ids = tgt.vocab.tokenize(text)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore" if a.json else "default")
+        tgt, dft, ctx_t, ctx_d, sp = _spec_setup(a)
+        text = _read_prompt(a, tgt.vocab)
+        ids = tgt.vocab.tokenize(text)
         loop = SpeculativeLoop(ctx_t, ctx_d, [ids] * max(1, a.parallel), a.n_predict,
                                sampler_params(a), sp)
     if not a.json:
@@ -300,21 +309,26 @@ def cmd_speculative_simple(a):
         k = s.n_accepted if not s.replay else 0
         for i, t in enumerate(s.committed):
             piece = tgt.vocab.token_to_piece(t, special=False).decode("utf-8", "replace")
-            if a.color and i < k:
-                piece = f"\x1b[32m{piece}\x1b[0m"    # accepted draft tokens in green
+            if a.color and i < k:     # accepted draft tokens: green from the draft model, cyan from a lookup
+                piece = f"\x1b[{32 if s.impl == 'draft-simple' else 36}m{piece}\x1b[0m"
             sys.stdout.write(piece)
         sys.stdout.flush()
     results = loop.run(on_round=show)
     r = results[0]
-    st = loop.spec.stats()[0]
+    impls = loop.spec.stats()
+    st = impls[0] if impls else {}
+    n_eval = sum(s["n_eval"] for s in impls)
     if a.json:
         print(json.dumps({
             "tokens": r.tokens, "text": r.text, "n_prompt": r.n_prompt, "n_drafted": r.n_drafted,
-            "n_accept": r.n_accept, "n_rounds": r.n_rounds, "acc_rate_per_pos": st["acc_rate_per_pos"],
-            "mean_acc_len": st["mean_acc_len"], "t_prompt_s": r.t_prompt_s, "t_gen_s": r.t_gen_s,
-            "tok_s": len(r.tokens) / r.t_gen_s if r.t_gen_s else 0.0,
-            "n_eval_draft": st["n_eval_draft"] + st["n_eval_process"], "stop_reason": r.stop_reason,
-            "stats": st, "parallel": [x.tokens for x in results[1:]]}))
+            "n_accept": r.n_accept, "n_rounds": r.n_rounds, "spec_types": loop.spec.types,
+            # per draft over --draft-max positions (specnb's); llama.cpp's are in impls[]
+            "acc_rate_per_pos": _per_draft_rates(impls, sp.n_max),
+            "mean_acc_len": st.get("mean_acc_len", 0.0), "t_prompt_s": r.t_prompt_s,
+            "t_gen_s": r.t_gen_s, "tok_s": len(r.tokens) / r.t_gen_s if r.t_gen_s else 0.0,
+            "n_eval_draft": n_eval, "stop_reason": r.stop_reason, "stats": st, "impls": impls,
+            "summary": {"n_drafted": loop.n_drafted_simple, "n_accept": loop.n_accept_simple},
+            "parallel": [x.tokens for x in results[1:]]}))
     else:
         print("\n")
         print(f"encoded {r.n_prompt:4d} tokens in {r.t_prompt_s:8.3f} seconds, speed: "
@@ -322,12 +336,19 @@ def cmd_speculative_simple(a):
         print(f"decoded {len(r.tokens):4d} tokens in {r.t_gen_s:8.3f} seconds, speed: "
               f"{len(r.tokens) / max(r.t_gen_s, 1e-9):8.3f} t/s\n")
         print(loop.summary())
-        print()
-        print(loop.spec.print_stats())
-        print(f"  draft evaluations: {st['n_eval_draft']} in draft() + {st['n_eval_process']} in "
-              f"process() over {r.n_rounds} rounds "
-              f"({(st['n_eval_draft'] + st['n_eval_process']) / max(r.n_rounds, 1):.2f} per round)")
+        print("\ndraft:\n")
+        print(loop.spec.print_stats() if impls else "(no speculation: --spec-type none)")
+        if ctx_d is not None:
+            print(f"  draft evaluations: {n_eval} over {r.n_rounds} rounds "
+                  f"({n_eval / max(r.n_rounds, 1):.2f} per round)")
     return 0
+
+
+def _per_draft_rates(impls: list, n_max: int) -> list:
+    """Drafts of every impl with at least i+1 accepted tokens / drafts, i < n_max."""
+    n = sum(s["n_gen_drafts"] for s in impls)
+    return [sum(s["specnb_n_acc_tokens_per_pos"][i] for s in impls
+                if i < len(s["specnb_n_acc_tokens_per_pos"])) / n if n else 0.0 for i in range(n_max)]
 
 
 def cmd_demo(a):
@@ -396,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_gate)
 
     for name in ("speculative-simple", "speculative"):
-        p = sub.add_parser(name, help="speculative decoding with a draft model")
+        p = sub.add_parser(name, help="speculative decoding (a draft model, n-gram lookups)")
         _add_model(p)
         _add_model(p, "-md", "model_draft", "draft GGUF (default: the target requantized to Q4_0)")
         _prompt_args(p); _add_sampling(p); _add_common(p)
@@ -410,6 +431,29 @@ def build_parser() -> argparse.ArgumentParser:
                        help="keep the draft's KV rows instead of re-evaluating them in process()")
         p.add_argument("--no-seq-rm", action="store_true",
                        help="target memory refuses partial removal: use checkpoints and replay")
+        p.add_argument("--no-seq-rm-draft", action="store_true",
+                       help="draft memory refuses partial removal: the draft restores a checkpoint "
+                            "instead of removing its rejected rows")
+        p.add_argument("--spec-type", default=None, metavar="TYPES",
+                       help="comma-separated speculator types: none, draft-simple, ngram-simple, "
+                            "ngram-map-k, ngram-cache; they run in llama.cpp's priority order "
+                            "(n-gram lookups first). Default: draft-simple (with -md or the "
+                            "default draft), as llama.cpp's example; llama-server defaults to "
+                            "none, so a draft model alone does not speculate there. The n-gram "
+                            "types need no draft model")
+        p.add_argument("--spec-ngram-size-n", type=int, default=12,
+                       help="n-gram types: length of the lookup n-gram (default 12)")
+        p.add_argument("--spec-ngram-size-m", type=int, default=48,
+                       help="ngram-simple/ngram-map-k: length of the drafted m-gram (default 48; "
+                            "every draft is also cut to --draft-max)")
+        p.add_argument("--spec-ngram-check-rate", type=int, default=1,
+                       help="n-gram types: look up every R tokens (default 1)")
+        p.add_argument("--spec-ngram-min-hits", type=int, default=1,
+                       help="minimum key hits (llama.cpp reads it in ngram-map-k4v only; default 1)")
+        p.add_argument("-lcs", "--lookup-cache-static", default=None,
+                       help="ngram-cache: a static n-gram cache file (llama.cpp's layout)")
+        p.add_argument("-lcd", "--lookup-cache-dynamic", default=None,
+                       help="ngram-cache: a dynamic n-gram cache file (read if it exists)")
         p.add_argument("-np", "--parallel", type=int, default=1, help="sequences decoded together")
         p.add_argument("--spec-synth-rates", default=None)
         p.add_argument("--spec-synth-len", type=float, default=None)

@@ -122,7 +122,8 @@ def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), 
     Measured speedup = plain decoding's time per token / speculative time per token. Predicted:
     `cost.speedup(alpha, gamma, c)` with alpha measured in that run (`stats.alpha_from_events`)
     and c measured by `measure_cost_ratio` (unless given), and `cost.speedup_from_rates` with the
-    measured per-position rates. synth_rates / synth_len switch the loop to synthetic acceptance
+    measured per-position rates. synth_rates (at least max(draft_max_values) of them; each run
+    takes the first draft-max) / synth_len switch the loop to synthetic acceptance
     (the loop warns: its output is not valid text). The fastest of `repeats` runs is kept.
     With verify_costs ({k: cost of a k-row target batch / one row}, e.g. from
     `specnb.bench.batch_costs`), also `cost.speedup_engine`: the same accounting with the
@@ -145,9 +146,11 @@ def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), 
            "synthetic": synth_rates is not None or synth_len is not None, "stats": []}
     for g_ in draft_max_values:
         best = None
+        # llama.cpp wants exactly draft-max rates: a sweep takes the first g of its list
+        rates = None if synth_rates is None else list(synth_rates)[:int(g_)]
         for _ in range(max(1, repeats)):
             loop = SpeculativeLoop(ctx_t, ctx_d, ids, n_predict, sp,
-                                   SpecParams(n_max=int(g_), verify=verify, synth_rates=synth_rates,
+                                   SpecParams(n_max=int(g_), verify=verify, synth_rates=rates,
                                               synth_len=synth_len, reeval=reeval))
             events = list(loop.rounds())
             st = run_stats(loop, events)

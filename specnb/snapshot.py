@@ -113,8 +113,18 @@ def figure_png(fig, width: int | None = None, height: int | None = None) -> byte
         return None
 
 
+_STATIC = {"on": False}
+
+
+def static_enabled() -> bool:
+    """Whether static_figures() was called in this process (live views then add a PNG too)."""
+    return _STATIC["on"]
+
+
 def static_figures() -> None:
-    """Make plotly's notebook output carry a PNG beside the interactive figure, from now on."""
+    """Make plotly's notebook output carry a PNG beside the interactive figure, and live views a
+    PNG of what they show, from now on."""
+    _STATIC["on"] = True
     import plotly.io as pio
     from plotly.io._base_renderers import MimetypeRenderer
 

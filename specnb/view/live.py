@@ -150,7 +150,14 @@ class LiveView:
         self._rendered_rounds = -1
 
     def _repr_mimebundle_(self, **kw):
-        return self.widget._repr_mimebundle_(**kw)
+        """The widget, plus a PNG of what it shows when static pictures are on (view/static.py),
+        for viewers that cannot run widgets."""
+        bundle = self.widget._repr_mimebundle_(**kw)
+        from .. import snapshot
+        if snapshot.static_enabled():
+            from .static import snapshot_png
+            bundle = {**snapshot.png_bundle(snapshot_png(self)), **bundle}
+        return bundle
 
     def _ipython_display_(self):
         from IPython.display import display

@@ -117,6 +117,41 @@ def fig_round_timeline(events, last: int | None = 12, title: str = "Round timeli
     return _layout(fig, title, "ms since the round began", "")
 
 
+IMPL_COLOURS = {"draft-simple": ACCEPTED, "ngram-simple": "#ef6c00", "ngram-map-k": "#8d6e63",
+                "ngram-cache": "#00838f"}
+
+
+def fig_rounds_by_impl(events, seq: int = 0, title: str = "Who drafted each round") -> go.Figure:
+    """One bar per round of sequence `seq`: the draft tokens the target accepted, coloured by the
+    impl that proposed them (the speculator chain's impl_last), the drafted tokens it did not
+    accept, and the target's own token every round adds. A round no impl drafted for is one
+    target token alone."""
+    rounds, acc, rej, own, impl = [], [], [], [], []
+    for ev in events:
+        for s in ev.slots:
+            if s.seq != seq or s.replay:
+                continue
+            rounds.append(ev.round)
+            acc.append(s.n_accepted)
+            rej.append(len(s.draft) - s.n_accepted)
+            own.append(1)
+            impl.append(s.impl or "none")
+    fig = go.Figure()
+    for name in dict.fromkeys(impl):
+        if name == "none":
+            continue
+        ys = [a if i == name else 0 for a, i in zip(acc, impl)]
+        fig.add_bar(x=rounds, y=ys, name=f"accepted ({name})", marker_color=IMPL_COLOURS.get(name, GREY),
+                    hovertemplate=f"round %{{x}}: %{{y}} accepted from {name}<extra></extra>")
+    fig.add_bar(x=rounds, y=rej, name="drafted, not accepted", marker_color="#ffcdd2",
+                marker_line_color=REJECTED, marker_line_width=1,
+                hovertemplate="round %{x}: %{y} not accepted<extra></extra>")
+    fig.add_bar(x=rounds, y=own, name="the target's own token", marker_color=TARGET,
+                hovertemplate="round %{x}: the target's token<extra></extra>")
+    fig.update_layout(barmode="stack")
+    return _layout(fig, title, "round (target call)", "tokens")
+
+
 def fig_speedup_vs_draft_max(sweep: dict, title: str | None = None) -> go.Figure:
     """Measured speedup against draft-max beside the cost model's prediction.
 

@@ -43,3 +43,21 @@ def test_figures_match_the_statistics(run_pair):
     assert set(plots.figures(st)) == {"acceptance_per_position", "accepted_length_histogram"}
     for fig in figs.values():
         fig.to_json()          # serializable: no numpy leftovers plotly cannot write
+
+
+def test_rounds_by_impl_counts_each_impls_accepted_tokens(run_pair):
+    # the chain: ngram-simple first, the draft model when the lookup finds nothing
+    loop, events = run_pair(n_predict=48, types="ngram-simple,draft-simple", ngram_size_n=2,
+                            ngram_size_m=4, n_max=3)
+    f = plots.fig_rounds_by_impl(events)
+    rounds = [e for e in events if not e.slots[0].replay]
+    by_name = {t.name: list(t.y) for t in f.data}
+    for name in ("ngram-simple", "draft-simple"):
+        want = [e.slots[0].n_accepted if e.slots[0].impl == name else 0 for e in rounds]
+        if any(e.slots[0].impl == name for e in rounds):
+            assert by_name[f"accepted ({name})"] == want
+    assert by_name["the target's own token"] == [1] * len(rounds)
+    total = [sum(v[i] for k, v in by_name.items() if k.startswith("accepted") or k == "the target's own token")
+             for i in range(len(rounds))]
+    assert total == [len(e.slots[0].ids) for e in rounds]
+    assert {e.slots[0].impl for e in rounds} >= {"draft-simple"}

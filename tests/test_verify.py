@@ -8,7 +8,6 @@ from specnb.context import Context
 from specnb.sampling import Sampler, SamplerParams
 from specnb.verify import (one_hot, rejection_verify, synth_len_to_p, synth_rates_resolve,
                            synth_verify)
-from spec_checks import tiny_pair  # noqa: F401
 
 
 def test_synthetic_rates_validation_and_resolution():
@@ -38,10 +37,10 @@ class _Counting(Sampler):
         return super().sample(ctx, idx)
 
 
-def test_synthetic_verifier_samples_every_position(tiny_pair):
+def test_synthetic_verifier_samples_every_position(pair):
     """server_sample_and_accept_synth samples the target at every position, also where the
     coin accepts the draft token, and keeps the drafted token in the sampler's window."""
-    tgt, _ = tiny_pair
+    tgt, _ = pair
     ctx = Context(tgt, n_ctx=32)
     from specnb.context import Batch
     draft = [7, 8, 9]
@@ -62,7 +61,7 @@ def test_synthetic_verifier_samples_every_position(tiny_pair):
     assert rng.bit_generator.state == state and s.n_sample == 4
 
 
-def test_rejection_verify_follows_target_distribution(tiny_pair):
+def test_rejection_verify_follows_target_distribution(pair):
     """Leviathan/Chen verification: the first two committed tokens follow the target's p.
 
     p and q are the real target and draft distributions of the tiny pair after a prompt
@@ -71,7 +70,7 @@ def test_rejection_verify_follows_target_distribution(tiny_pair):
     """
     from specnb.verify import target_dist as _target_dist
     from specnb.reference import Reference
-    tgt, dft = tiny_pair
+    tgt, dft = pair
     prompt = [5, 9, 14]
     T = 1.0
     rt, rd = Reference(tgt), Reference(dft)

@@ -72,11 +72,13 @@ def check_round(view, ev, exact: bool):
                     assert c.target_token != c.token
             else:
                 assert c.target_token is None
-            if not rec.replay:    # the draft's candidates: top-10-renormalized, argmax first
-                info = rec.draft_info[i]
+            if not rec.replay:    # the draft's candidates, most likely first: top-10-renormalized
+                info = rec.draft_info[i]   # (exact) or the ten likeliest of q (rejection)
                 assert [t for t, _, _ in c.top] == list(info.top_ids)
                 assert [p for _, _, p in c.top] == pytest.approx(list(info.top_p))
-                assert sum(p for _, _, p in c.top) == pytest.approx(1.0, abs=1e-6) or len(c.top) < 10
+                total = sum(p for _, _, p in c.top)
+                assert total == pytest.approx(1.0, abs=1e-6) or len(c.top) < 10 or \
+                    (not exact and total < 1.0 + 1e-6)
         kv = view.kv_cells[rec.seq]
         assert kv["target"] == expected_target_kv(rec)
         assert all(s in KV_STATES for s in kv["target"] + kv["draft"])

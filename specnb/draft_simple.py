@@ -26,6 +26,7 @@ from .errors import ParamError, check_param
 from .gate import IncompatibleVocabError, are_compatible
 from .sampling import Sampler, SamplerParams
 from .spec_impl import DraftParams, SpeculativeImpl
+from .verify import draw_index
 
 
 @dataclass
@@ -33,8 +34,10 @@ class DraftTokenInfo:
     """What the draft saw when it proposed one token (for the live view)."""
     token: int
     p: float                          # top-10-renormalized probability of the argmax
+                                      # (rejection mode: q(token), the sampled draft's)
     top_ids: list                     # the draft's top candidates ...
     top_p: list                       # ... and their top-10-renormalized probabilities
+                                      # (rejection mode: the ten likeliest of q, as they are)
     stopped_by_p_min: bool = False    # this argmax fell under p_min: not drafted
     source: str = "draft-simple"
 
@@ -48,8 +51,19 @@ class DraftSimple(SpeculativeImpl):
     computed while drafting are kept and process() decodes only the rows still missing
     (at most 1+d evaluations). With batch-invariant kernels both give identical draft KV. A
     memory that cannot drop part of a sequence always re-evaluates.
-    `sample_draft=True` (rejection-sampling verification) samples each draft token from
-    softmax(logits / draft_temp) instead of taking the argmax and keeps that distribution.
+    `sample_draft=True` (rejection-sampling verification) samples each draft token instead of
+    taking the argmax, and keeps the distribution q it was drawn from (`draft_dists`). What it
+    samples from: the draft's own copy of the target's sampler chain, as llama.cpp's
+    examples/speculative gives the draft a sampler with the target's parameters
+    (speculative.cpp:199 @c392e50) and replaces it each round by a clone of the target's
+    (:461). So each round starts from `dp.smpl.clone()` (the target's penalty window, DRY
+    history and mirostat mu), and at each position q = that clone's `distribution` over the
+    draft's logits (every sampler of the chain applied; no random number used, so XTC's coin
+    and mirostat's mu stay where the target left them for the whole draft), the token is drawn
+    from q with this impl's own generator (not the target's, whose numbers the verifier must
+    not share), and the clone accepts it before the next position (:549). Without a target
+    sampler in the request (dp.smpl None) the chain is plain softmax(logits / draft_temp).
+    p_min does not apply to a sampled draft.
     """
     type = "draft-simple"
 
@@ -77,7 +91,8 @@ class DraftSimple(SpeculativeImpl):
         # one draft sampler per sequence: top-k 10, then dist
         self.smpl = [Sampler(SamplerParams(top_k=10, samplers=("top_k",), seed=seed + s))
                      for s in range(n_seq)]
-        self.q: list[list[np.ndarray]] = [[] for _ in range(n_seq)]   # draft distributions (RS mode)
+        self.q: list[list] = [[] for _ in range(n_seq)]   # per position: q as Candidates (RS mode)
+        self._q_smpl: list = [None] * n_seq                # per sequence: this round's draft chain
         self._rng = np.random.Generator(np.random.PCG64(seed + 7919))
         self.n_eval_draft = 0      # draft-context rows evaluated by draft()
         self.n_eval_process = 0    # ... and by process() (and by seq_rm on a checkpointed memory)
@@ -188,6 +203,10 @@ class DraftSimple(SpeculativeImpl):
                 self._save(s)                                      # ckpt.update_dft
             self._drafted.add(s)
             self.smpl[s].reset()
+            if self.sample_draft:                                  # :461 the target's chain, cloned
+                self._q_smpl[s] = (dp.smpl.clone() if dp.smpl is not None else
+                                   Sampler(SamplerParams(temp=self.draft_temp, top_k=0, top_p=1.0,
+                                                         min_p=0.0)))
             dp.result.clear()
             i_batch[s] = len(batch)
             batch.add(dp.id_last, dp.n_past, s, True)            # the seed row
@@ -203,23 +222,22 @@ class DraftSimple(SpeculativeImpl):
             still = []
             for s in active:
                 dp = dps[s]
-                smpl = self.smpl[s]
-                smpl.sample(ctx, i_batch[s])                       # populates the candidates
-                cur = smpl.get_candidates()
-                tok = int(cur.ids[0])                              # greedy: the argmax
                 if self.sample_draft:                              # rejection-sampling mode
-                    q = _dist(ctx.get_logits_ith(i_batch[s]), self.draft_temp)
-                    tok = int(self._rng.choice(len(q), p=q))
-                    self.q[s].append(q)
-                top = min(cur.size, 10)
-                info = DraftTokenInfo(tok, float(cur.p[0]), cur.ids[:top].tolist(),
-                                      cur.p[:top].tolist())
-                if cur.p[0] < self.p_min and not self.sample_draft:   # confidence floor
-                    info.stopped_by_p_min = True
-                    self.info[s].append(info)
-                    continue
+                    tok, info = self._sample_q(s, i_batch[s])
+                else:
+                    smpl = self.smpl[s]
+                    smpl.sample(ctx, i_batch[s])                   # populates the candidates
+                    cur = smpl.get_candidates()
+                    tok = int(cur.ids[0])                          # greedy: the argmax
+                    top = min(cur.size, 10)
+                    info = DraftTokenInfo(tok, float(cur.p[0]), cur.ids[:top].tolist(),
+                                          cur.p[:top].tolist())
+                    if cur.p[0] < self.p_min:                      # confidence floor
+                        info.stopped_by_p_min = True
+                        self.info[s].append(info)
+                        continue
+                    smpl.accept(tok)
                 self.info[s].append(info)
-                smpl.accept(tok)
                 dp.result.append(tok)
                 cap = self.n_max if dp.n_max < 0 else min(self.n_max, dp.n_max)
                 if len(dp.result) >= cap:
@@ -239,13 +257,18 @@ class DraftSimple(SpeculativeImpl):
                 dp.result.clear()
                 self.q[s] = []
 
+    def _sample_q(self, s: int, row: int) -> tuple[int, DraftTokenInfo]:
+        """Rejection mode: draw one draft token from q, the draft chain's distribution at row."""
+        chain = self._q_smpl[s]
+        q = chain.distribution(self.ctx, row)              # Candidates: ids and p, draw order
+        tok = int(q.ids[draw_index(self._rng, q.p)])
+        chain.accept(tok)                                  # :549 the next position sees it
+        self.q[s].append(q)
+        top = np.argsort(-q.p, kind="stable")[:10]
+        return tok, DraftTokenInfo(tok, float(q.p[q.ids == tok][0]), q.ids[top].tolist(),
+                                   q.p[top].tolist())
+
     def draft_dists(self, seq: int) -> list | None:
-        """The distributions the last draft of seq was sampled from (rejection mode), else None."""
+        """The distributions (Candidates) the last draft of seq was sampled from (rejection
+        mode), else None."""
         return list(self.q[seq]) if self.sample_draft else None
-
-
-def _dist(logits: np.ndarray, temp: float) -> np.ndarray:
-    # [n_vocab] -> softmax(logits / temp) as float64
-    l = np.asarray(logits, dtype=np.float64) / max(temp, 1e-6)
-    e = np.exp(l - l.max())
-    return e / e.sum()

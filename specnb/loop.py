@@ -50,7 +50,6 @@ from .sampling import Sampler, SamplerParams
 from .speculative import DraftParams, SpecParams, Speculative, build_speculative, impl_stats
 from .verify import (VERIFY_MODES, Verifier, rejection_verify, synth_len_to_p,  # noqa: F401
                      synth_rates_resolve)
-from .verify import target_dist as _target_dist  # noqa: F401
 
 
 @dataclass
@@ -221,7 +220,8 @@ class SpeculativeLoop:
             n_draft_max = min(self.ctx_tgt.n_ctx - sl.n_past - 2,        # id_last + context shift
                               sl.n_predict - len(sl.generated) - 1)
             dps[sl.seq] = DraftParams(drafting=n_draft_max > 0, n_max=n_draft_max, n_past=sl.n_past,
-                                      id_last=sl.id_last, prompt=sl.prompt, result=[])
+                                      id_last=sl.id_last, prompt=sl.prompt, result=[],
+                                      smpl=sl.sampler if self.p.verify == "rejection" else None)
         with timed(ev, "t_draft"):
             self.spec.draft(dps)
         recs = {}
@@ -263,7 +263,8 @@ class SpeculativeLoop:
         """Phases 3 and 4 for one slot: the target decides, then commit or restore (:261-345)."""
         with timed(ev, "t_sample"):
             q_rows = None if rec.replay else self.spec.draft_dists(sl.seq)
-            ids, rec.target_p = self.verify(sl.sampler, self.ctx_tgt, sl.draft, idxs, rec.replay, q_rows)
+            ids, rec.target_p = self.verify(sl.sampler, self.ctx_tgt, sl.draft, idxs, rec.replay,
+                                            q_rows, sl.seq)
         rec.ids, rec.n_accepted = ids, len(ids) - 1
         with timed(ev, "t_rollback"):
             if not rec.replay:

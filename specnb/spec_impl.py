@@ -39,6 +39,7 @@ class DraftParams:
     id_last: int = 0          # the seed token
     prompt: list = field(default_factory=list)    # committed tokens [0, n_past)
     result: list = field(default_factory=list)    # output: the draft
+    smpl: object = None       # specnb: the target's sampler of seq (rejection-sampling mode)
 
 
 class SpeculativeImpl:

@@ -4,9 +4,25 @@
   sampler samples every row, a draft token is kept only when the sample equals it. The output
   is exactly the target sampler's, token for token.
 - "rejection": speculative sampling (Leviathan et al. 2023, Chen et al. 2023), a specnb
-  extension: keep draft token d with probability min(1, p(d) / q(d)), else sample from
-  norm(max(0, p - q)). The output follows the target's distribution (not its token stream).
-  A deterministic draft (an n-gram lookup) is a one-hot q: keep d with probability p(d).
+  extension of speculative-simple: keep draft token d with probability min(1, p(d) / q(d)),
+  else sample from norm(max(0, p - q)). The output follows the target's distribution (not its
+  token stream, so it is checked statistically, never token for token).
+    p: at each verification row, the distribution the target's whole chain samples from there
+       (the final candidates of `Sampler.sample`, every sampler of the chain applied, the
+       tokens committed before that row in its state), i.e. what "exact" samples from;
+    q: the distribution the draft token was drawn from. draft-simple draws it from its own
+       copy of the target's chain (the same parameters, cloned with the target's state each
+       round, its own random numbers; see draft_simple.py), so q is that chain's distribution
+       over the draft's logits. A deterministic draft (an n-gram lookup) is a one-hot q: keep d
+       with probability p(d), else sample from p without d.
+  llama.cpp's stochastic verifier (examples/speculative/speculative.cpp:239-365 @c392e50, run
+  when temp > 0) takes p the same way (common_sampler_sample then get_candidates, :241-243)
+  and q from a clone of the target's sampler run on the draft's logits (:461, :490, :553).
+  Two differences, both in specnb's favour: llama.cpp drafts the draft chain's most likely
+  candidate (cur_p->data[0], :545) instead of a sample from q, and builds the residual by
+  subtracting the two candidate arrays entry by entry after sorting each by id (:303-318),
+  which pairs the right tokens only when both arrays hold the same ids; specnb samples d from
+  q and subtracts token by token, so the output is exactly p's.
 - synthetic acceptance (--spec-synth-rates / --spec-synth-len, for benchmarking the loop):
   server_sample_and_accept_synth (tools/server/server-context.cpp @001d906a): the target is
   sampled at every position, the draft token is kept with the position's probability (never a
@@ -92,40 +108,60 @@ def synth_verify(smpl: Sampler, ctx, draft: list, idxs: list, probs: list, rng, 
 
 
 # ---- rejection sampling -------------------------------------------------------------------
-def rejection_verify(draft, q_rows, p_rows, rng) -> list:
-    """Speculative sampling (Leviathan et al. 2023, Chen et al. 2023).
+def draw_index(rng, w) -> int:
+    """An index i drawn with probability w[i] / sum(w), from one uniform number of rng."""
+    cum = np.cumsum(w, dtype=np.float64)
+    i = int(np.searchsorted(cum, rng.random() * cum[-1], side="right"))   # w[i] > 0 always
+    return i if i < len(cum) else int(np.nonzero(np.asarray(w) > 0)[0][-1])
 
-    draft[i] was sampled from the draft's distribution q_rows[i]; p_rows[i] is the target's
-    distribution at the same position (len(draft) + 1 rows). Keep draft[i] with probability
-    min(1, p(d) / q(d)); on the first rejection sample a replacement from norm(max(0, p - q))
-    and stop; after a full acceptance add a bonus token from the last p row. The returned ids
-    are distributed exactly as sampling from p one token at a time.
+
+def speculative_step(d: int, p: np.ndarray, q: np.ndarray, rng) -> tuple[int, bool]:
+    """One position of speculative sampling (Leviathan et al. 2023, Algorithm 1; Chen et al.
+    2023, Algorithm 2). Returns (token, kept).
+
+    d was drawn from the draft's distribution q; p is the target's at the same position
+    (vectors over the vocab).
+      - keep d with probability min(1, p(d) / q(d)): always where the target likes d at least
+        as much as the draft did, only part of the time where the draft over-proposed it;
+      - otherwise draw the token from the residual norm(max(0, p - q)): the mass p has and q lacks.
+    Why the token follows p: d is kept with probability q(x) min(1, p(x)/q(x)) = min(p(x), q(x))
+    for each x; a rejection happens with probability 1 - sum_y min(p(y), q(y)) = sum_y max(0,
+    p(y) - q(y)), which is the residual's normaliser, so P(token = x) = min(p(x), q(x)) +
+    max(0, p(x) - q(x)) = p(x).
+    """
+    if q[d] > 0 and rng.random() < min(1.0, p[d] / q[d]):
+        return int(d), True
+    resid = np.maximum(p - q, 0.0)
+    return draw_index(rng, resid if resid.sum() > 0 else p), False
+
+
+def rejection_verify(draft, q_rows, p_rows, rng) -> list:
+    """Speculative sampling over a whole draft, given every row's distributions (vectors).
+
+    draft[i] was sampled from q_rows[i]; p_rows[i] is the target's distribution at the same
+    position (len(draft) + 1 rows). `speculative_step` at each position; the first rejection
+    ends the walk with its replacement; after a full acceptance a bonus token is drawn from the
+    last p row. The returned ids are distributed exactly as sampling from p one token at a time.
     """
     ids = []
     for i, d in enumerate(draft):
-        p, q = p_rows[i], q_rows[i]
-        if q[d] > 0 and rng.random() < min(1.0, p[d] / q[d]):
-            ids.append(int(d))
-            continue
-        resid = np.maximum(p - q, 0.0)
-        tot = resid.sum()
-        ids.append(int(rng.choice(len(p), p=resid / tot if tot > 0 else p)))
-        return ids
-    p = p_rows[len(draft)]
-    ids.append(int(rng.choice(len(p), p=p)))
+        tok, kept = speculative_step(d, p_rows[i], q_rows[i], rng)
+        ids.append(tok)
+        if not kept:
+            return ids
+    ids.append(draw_index(rng, p_rows[len(draft)]))
     return ids
 
 
-def target_dist(logits, temp: float) -> np.ndarray:
-    # [n_vocab] -> the target distribution at temperature temp (one-hot argmax when temp <= 0)
-    l = np.asarray(logits, dtype=np.float64)
-    if temp <= 0:
-        p = np.zeros_like(l)
-        p[int(np.argmax(l))] = 1.0
-        return p
-    l = l / temp
-    e = np.exp(l - l.max())
-    return e / e.sum()
+def dense(dist, n: int) -> np.ndarray:
+    """A distribution as a float64 vector over n tokens: a vector as given, or a sampler's
+    Candidates (ids, p) spread out (ids >= n, which the other model cannot take, dropped)."""
+    if isinstance(dist, np.ndarray):
+        return np.asarray(dist, dtype=np.float64)
+    out = np.zeros(n, dtype=np.float64)
+    keep = dist.ids < n
+    out[dist.ids[keep]] = dist.p[keep]
+    return out
 
 
 def one_hot(token: int, n: int) -> np.ndarray:
@@ -134,34 +170,118 @@ def one_hot(token: int, n: int) -> np.ndarray:
     return q
 
 
+class _ChainRow:
+    """The target chain's distribution at one batch row, as llama.cpp's stochastic verifier
+    takes it: common_sampler_sample, then common_sampler_get_candidates
+    (examples/speculative/speculative.cpp:241-243 @c392e50). Sampling runs every sampler of
+    the chain once, as plain decoding does at that row, so XTC's coin and the draw's random
+    numbers move on exactly as they would; the sampled token itself is not used.
+    Mirostat moves mu inside its draw, by the surprise of the token it drew; `take` moves it
+    by the surprise of the token actually committed instead."""
+
+    def __init__(self, smpl: Sampler, ctx, idx: int):
+        self.smpl = smpl
+        self.mu = getattr(smpl.final, "mu", None)      # mirostat's mu before this row
+        smpl.sample(ctx, idx)
+        self.cand = smpl.get_candidates()
+        self.p = dense(self.cand, smpl.n_vocab)
+
+    def take(self, token: int) -> None:
+        """Commit `token` at this row into the chain's state (the penalty window, DRY's
+        history, mirostat's mu: mu - eta * (surprise - tau), as Mirostat.apply)."""
+        m = self.smpl.final
+        if self.mu is not None:
+            surprise = -np.log2(np.float32(self.p[token]))
+            m.mu = self.mu - m.eta * (surprise - m.tau)
+        self.smpl.accept(token)
+
+
+def rejection_sample_and_accept_n(smpl: Sampler, ctx, draft: list, q_rows, idxs: list, rng,
+                                  probs: list | None = None) -> list:
+    """Speculative sampling against the target's whole sampler chain, row by row: the
+    rejection-sampling twin of `sample_and_accept_n`.
+
+    Row idxs[i] of the last target batch predicts draft[i]. p there is the distribution the
+    target's chain samples from at that row (top-k, top-p, min-p, typical, penalties, DRY, XTC,
+    logit bias, mirostat: `verify="exact"`'s distribution), with every token committed before it
+    already in the chain's state; q_rows[i] is the distribution draft[i] was drawn from (a
+    sampler's Candidates or a vector; q_rows None: a deterministic draft, one-hot q).
+    `speculative_step` decides each position; the first rejection ends the walk with its
+    replacement; after a full acceptance the chain's own sample from the last row is the bonus
+    token. Returns the committed ids (len(draft) + 1 at most, 1 at least); `probs` gets each
+    id's p.
+    """
+    ids = []
+    for i, d in enumerate(draft):
+        row = _ChainRow(smpl, ctx, idxs[i])
+        q = one_hot(d, len(row.p)) if q_rows is None else dense(q_rows[i], len(row.p))
+        tok, kept = speculative_step(d, row.p, q, rng)
+        row.take(tok)
+        ids.append(tok)
+        if probs is not None:
+            probs.append(float(row.p[tok]))
+        if not kept:
+            return ids
+    tok = smpl.sample(ctx, idxs[len(draft)])               # the bonus: a plain sample from p
+    smpl.accept(tok)
+    ids.append(tok)
+    if probs is not None:
+        probs.append(smpl.prob_of(tok))
+    return ids
+
+
+def replay_and_accept(smpl: Sampler, ctx, approved: list, idxs: list,
+                      probs: list | None = None) -> list:
+    """A restored round's approved ids (the checkpoint path), committed as they are, then the
+    bonus token. Each row's chain runs again, from the sampler's clone, as it ran when the ids
+    were approved (the same coins and draws, mu moved by the same tokens)."""
+    for i, tok in enumerate(approved):
+        row = _ChainRow(smpl, ctx, idxs[i])
+        row.take(int(tok))
+        if probs is not None:
+            probs.append(float(row.p[int(tok)]))
+    tok = smpl.sample(ctx, idxs[len(approved)])
+    smpl.accept(tok)
+    if probs is not None:
+        probs.append(smpl.prob_of(tok))
+    return [int(t) for t in approved] + [tok]
+
+
 # ---- the verifier the loop calls ------------------------------------------------------------
+RS_SEED_TAG = 0x5eed          # the rejection verifier's own generator: PCG64([seed, RS_SEED_TAG])
+
+
 class Verifier:
-    """Picks the verification for one slot's round and returns (ids, target p of each id)."""
+    """Picks the verification for one slot's round and returns (ids, target p of each id).
+
+    Rejection sampling draws its coins and replacements from a generator of its own per
+    sequence (as llama.cpp's examples/speculative keeps one beside the samplers,
+    speculative.cpp:60 @c392e50), seeded from the sequence's sampler seed. It is not part of
+    the sampler, so restoring the sampler's clone on the checkpoint path does not replay
+    numbers that already decided a token.
+    """
 
     def __init__(self, mode: str, synth: list | None, synth_seed: int, vocab):
         self.mode, self.synth, self.vocab = mode, synth, vocab
         self.synth_rng = np.random.Generator(np.random.PCG64(synth_seed))
+        self.rs_rng: dict = {}                            # seq -> np.random.Generator
+
+    def _rs_rng(self, seq: int, smpl: Sampler):
+        if seq not in self.rs_rng:
+            self.rs_rng[seq] = np.random.Generator(np.random.PCG64([smpl.seed_used, RS_SEED_TAG]))
+        return self.rs_rng[seq]
 
     def __call__(self, smpl: Sampler, ctx, draft: list, idxs: list, replay: bool,
-                 q_rows: list | None = None) -> tuple[list, list]:
+                 q_rows: list | None = None, seq: int = 0) -> tuple[list, list]:
+        probs: list = []
         if self.synth is not None and draft:
             ids = synth_verify(smpl, ctx, draft, idxs, self.synth, self.synth_rng, self.vocab, replay)
             return ids, [float("nan")] * len(ids)
         if self.mode == "rejection" and draft:
-            if replay:   # approved ids of a restored round: commit them as they are, then the bonus
-                for d in draft:
-                    smpl.accept(d)
-                tok = smpl.sample(ctx, idxs[len(draft)])
-                smpl.accept(tok)
-                return list(draft) + [tok], [float("nan")] * len(draft) + [smpl.prob_of(tok)]
-            T = smpl.params.temp
-            p_rows = [target_dist(ctx.get_logits_ith(i), T) for i in idxs]
-            if q_rows is None:   # a deterministic draft: q is one-hot at each drafted token
-                q_rows = [one_hot(d, len(p_rows[0])) for d in draft]
-            ids = rejection_verify(draft, q_rows, p_rows, smpl.rng)
-            for t in ids:
-                smpl.accept(t)
-            return ids, [float(p_rows[i][t]) for i, t in enumerate(ids)]
-        probs: list = []
+            if replay:
+                return replay_and_accept(smpl, ctx, draft, idxs, probs), probs
+            ids = rejection_sample_and_accept_n(smpl, ctx, draft, q_rows, idxs,
+                                                self._rs_rng(seq, smpl), probs)
+            return ids, probs
         ids = sample_and_accept_n(smpl, ctx, draft, idxs, probs=probs)
         return ids, probs

@@ -79,6 +79,19 @@ def pair(pair_paths):
 
 
 @pytest.fixture(scope="session")
+def tied_pair(tiny_path, tiny_dir):
+    """A second tiny pair: a target with a tied output (seed 11) and its Q4_0 requantization.
+    Two tests need facts that hold on this pair and not on `pair`: a repeat penalty on the
+    prompt changes the first greedy token of some short random prompts
+    (test_loop.py::test_prompt_in_the_penalty_window), and ngram-cache drafts are accepted at
+    temperature 0.8 (test_speculative_simple.py::test_teaching_loop_equals_speculative_loop)."""
+    from specnb.model import load_model
+    tgt = tiny_path("Q8_0", seed=11, n_layer=2)
+    return load_model(tgt), load_model(forge.requantize(tgt, tiny_dir / "tied-pair-draft-Q4_0.gguf",
+                                                        "Q4_0"))
+
+
+@pytest.fixture(scope="session")
 def run_pair(pair):
     """Factory: one speculative run on `pair` to the end, "Once upon a time" greedy unless a
     sampler is given; spec: SpecParams fields, plus seq_rm=False for a target memory that cannot

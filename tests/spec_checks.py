@@ -1,12 +1,10 @@
-"""Shared pieces of the speculative-decoding tests: the tiny pair, prompts, plain decoding, and the
-loop's round invariants checked from its events (loop.py's docstring)."""
+"""Shared pieces of the speculative-decoding tests: sampler settings, prompts, plain decoding, and
+the loop's round invariants checked from its events (loop.py's docstring). The tiny pairs are
+conftest's fixtures `pair` and `tied_pair`."""
 import numpy as np
-import pytest
 
-from specnb import forge
 from specnb.context import Context
 from specnb.loop import generate
-from specnb.model import load_model
 from specnb.sampling import Sampler, SamplerParams
 
 SAMPLERS = {
@@ -16,14 +14,6 @@ SAMPLERS = {
     "min-p0.05": SamplerParams(temp=0.8, top_k=0, top_p=1.0, min_p=0.05),
     "repeat1.1": SamplerParams(temp=0.0, penalty_repeat=1.1, penalty_last_n=64),
 }
-
-
-@pytest.fixture(scope="module")
-def tiny_pair(tiny_path, tmp_path_factory):
-    """A tiny target and its Q4_0 requantization as draft (high but imperfect agreement)."""
-    tgt_path = tiny_path("Q8_0", seed=11, n_layer=2)
-    dft_path = forge.requantize(tgt_path, tmp_path_factory.mktemp("pair") / "dft.gguf", "Q4_0")
-    return load_model(tgt_path), load_model(dft_path)
 
 
 def prompts(model, n, seed=0, length=6):

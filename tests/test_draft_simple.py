@@ -6,7 +6,6 @@ from specnb.context import Batch, Context
 from specnb.draft_simple import DraftSimple
 from specnb.reference import Reference
 from specnb.spec_impl import DraftParams
-from spec_checks import tiny_pair  # noqa: F401
 
 
 def _prefilled(tgt, dft, prompt, partial=True, **kw):
@@ -21,9 +20,9 @@ def _draft(impl, prompt, n_max=-1):
     return dp.result
 
 
-def test_greedy_drafts_are_the_reference_argmax(tiny_pair):
+def test_greedy_drafts_are_the_reference_argmax(pair):
     """The draft is the draft model's argmax, step after step (the NumPy reference as oracle)."""
-    tgt, dft = tiny_pair
+    tgt, dft = pair
     prompt = [5, 9, 14, 30, 2]
     impl = _prefilled(tgt, dft, prompt, n_max=4)
     got = _draft(impl, prompt)
@@ -38,9 +37,9 @@ def test_greedy_drafts_are_the_reference_argmax(tiny_pair):
     assert _draft(impl, prompt, n_max=2) == got[:2]    # the round's cap
 
 
-def test_p_min_stops_before_the_token(tiny_pair):
+def test_p_min_stops_before_the_token(pair):
     """p_min is tested before the token is taken (master); the stopped candidate is recorded."""
-    tgt, dft = tiny_pair
+    tgt, dft = pair
     prompt = [5, 9, 14, 30, 2]
     full = _draft(_prefilled(tgt, dft, prompt, n_max=6), prompt)
     impl = _prefilled(tgt, dft, prompt, n_max=6, p_min=0.999)
@@ -50,11 +49,11 @@ def test_p_min_stops_before_the_token(tiny_pair):
     assert info[-1].stopped_by_p_min and info[-1].p < 0.999 and info[-1].token == full[len(got)]
 
 
-def test_checkpointed_draft_memory_behaves_as_a_removable_one(tiny_pair):
+def test_checkpointed_draft_memory_behaves_as_a_removable_one(pair):
     """A memory that cannot drop part of a sequence: before_verify restores the pre-draft state
     (ckpt.load_dft) and seq_rm restores and decodes again the rows it keeps; the next draft is
     the same as from a memory that can drop rows."""
-    tgt, dft = tiny_pair
+    tgt, dft = pair
     prompt = [5, 9, 14, 30, 2]
     n_past = len(prompt) - 1
     runs = {}

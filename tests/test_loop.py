@@ -9,8 +9,7 @@ from specnb import ParamError
 from specnb.context import Context
 from specnb.loop import SpecParams, SpeculativeLoop
 from specnb.sampling import Sampler, SamplerParams
-from spec_checks import (SAMPLERS, check_invariants, plain, prompts, repetitive_prompt,  # noqa: F401
-                         tiny_pair)
+from spec_checks import SAMPLERS, check_invariants, plain, prompts, repetitive_prompt
 
 TYPES = ["draft-simple", "ngram-simple", "ngram-map-k", "ngram-cache", "ngram-simple,draft-simple",
          "draft-simple,ngram-map-k,ngram-cache"]
@@ -27,8 +26,8 @@ def _loop(tgt, dft, prompt, n, sp, spec, tgt_rm=True, dft_rm=True, n_ctx=128, n_
 @pytest.mark.parametrize("name", list(SAMPLERS))
 @pytest.mark.parametrize("n_max,p_min", [(1, 0.0), (3, 0.0), (8, 0.0), (3, 0.5), (8, 0.5)])
 @pytest.mark.parametrize("seq_rm", [True, False])
-def test_lossless_tiny(tiny_pair, name, n_max, p_min, seq_rm):
-    tgt, dft = tiny_pair
+def test_lossless_tiny(pair, name, n_max, p_min, seq_rm):
+    tgt, dft = pair
     for seed in (1, 2):
         sp = SAMPLERS[name].replace(seed=seed)
         prompt = prompts(tgt, 1, seed)[0]
@@ -50,10 +49,10 @@ def _memories(types_list):
 
 @pytest.mark.parametrize("types,tgt_rm,dft_rm", _memories(TYPES))
 @pytest.mark.parametrize("name", ["greedy", "temp0.8-topk40", "repeat1.1"])
-def test_lossless_every_type_and_memory(tiny_pair, types, tgt_rm, dft_rm, name):
+def test_lossless_every_type_and_memory(pair, types, tgt_rm, dft_rm, name):
     """Every speculator type and combination, on all four memory combinations (the target's and
     the draft's memory removable or not), greedy and sampled, several draft-max."""
-    tgt, dft = tiny_pair
+    tgt, dft = pair
     n_accept = 0
     for seed, n_max in ((1, 2), (2, 5)):
         sp = SAMPLERS[name].replace(seed=seed)
@@ -74,8 +73,8 @@ def test_lossless_every_type_and_memory(tiny_pair, types, tgt_rm, dft_rm, name):
 @pytest.mark.parametrize("types,tgt_rm,dft_rm", _memories(["draft-simple", "ngram-simple,draft-simple",
                                                              "ngram-cache"]))
 @pytest.mark.parametrize("reeval", [True, False])
-def test_lossless_several_sequences(tiny_pair, types, tgt_rm, dft_rm, reeval):
-    tgt, dft = tiny_pair
+def test_lossless_several_sequences(pair, types, tgt_rm, dft_rm, reeval):
+    tgt, dft = pair
     ps = [repetitive_prompt(tgt, 5), prompts(tgt, 1, 6)[0], repetitive_prompt(tgt, 7, 16)]
     sps = [SAMPLERS["greedy"], SAMPLERS["temp0.8-topk40"].replace(seed=3),
            SAMPLERS["min-p0.05"].replace(seed=4)]
@@ -88,10 +87,10 @@ def test_lossless_several_sequences(tiny_pair, types, tgt_rm, dft_rm, reeval):
     assert loop.ctx_tgt.n_decode == 1 + len(events), "all slots verified in one target batch per round"
 
 
-def test_draft_memory_without_partial_removal(tiny_pair):
+def test_draft_memory_without_partial_removal(pair):
     """A draft context that cannot drop part of a sequence (recurrent-style memory) is restored
     from its checkpoint; the draft model's work shows in n_eval, the output equals plain."""
-    tgt, dft = tiny_pair
+    tgt, dft = pair
     prompt = prompts(tgt, 1, 3)[0]
     sp = SAMPLERS["greedy"]
     expect = plain(tgt, prompt, sp, 40)
@@ -107,8 +106,8 @@ def test_draft_memory_without_partial_removal(tiny_pair):
     assert out[True] == out[False], "same drafts and acceptances whatever the draft memory"
 
 
-def test_reeval_fix_same_output_fewer_draft_evaluations(tiny_pair):
-    tgt, dft = tiny_pair
+def test_reeval_fix_same_output_fewer_draft_evaluations(pair):
+    tgt, dft = pair
     prompt = prompts(tgt, 1, 9)[0]
     out, evals = {}, {}
     for reeval in (True, False):
@@ -123,17 +122,17 @@ def test_reeval_fix_same_output_fewer_draft_evaluations(tiny_pair):
     assert sum(e for e, _ in evals[False]) < sum(e for e, _ in evals[True])
 
 
-def test_tiny_pair_both_accepts_and_rejects(tiny_pair):
+def test_tiny_pair_both_accepts_and_rejects(pair):
     """The losslessness tests mean something only if drafts are both kept and thrown away."""
-    tgt, dft = tiny_pair
+    tgt, dft = pair
     for sp in (SAMPLERS["greedy"], SAMPLERS["temp0.8-topk40"].replace(seed=1)):
         loop = _loop(tgt, dft, [5, 6, 7, 8, 9, 10], 100, sp, SpecParams(n_max=3), n_ctx=256)
         loop.run()
         assert 0 < loop.n_accept < loop.n_drafted
 
 
-def test_n_min_discards_short_drafts(tiny_pair):
-    tgt, dft = tiny_pair
+def test_n_min_discards_short_drafts(pair):
+    tgt, dft = pair
     loop = _loop(tgt, dft, prompts(tgt, 1, 4)[0], 16, SAMPLERS["greedy"],
                  SpecParams(n_max=3, n_min=3, p_min=0.9))
     for ev in loop.rounds():
@@ -141,10 +140,10 @@ def test_n_min_discards_short_drafts(tiny_pair):
 
 
 # ---- the chain at work --------------------------------------------------------------------
-def test_chain_ngram_first_then_draft_model(tiny_pair):
+def test_chain_ngram_first_then_draft_model(pair):
     """ngram-simple,draft-simple: some rounds drafted by the lookup, the rest by the draft model,
     each counted in its own statistics; the typed order does not matter."""
-    tgt, dft = tiny_pair
+    tgt, dft = pair
     prompt = repetitive_prompt(tgt, 1)
     runs = {}
     for types in ("ngram-simple,draft-simple", "draft-simple,ngram-simple"):
@@ -171,8 +170,8 @@ def test_chain_ngram_first_then_draft_model(tiny_pair):
     assert runs["ngram-simple,draft-simple"] == runs["draft-simple,ngram-simple"]
 
 
-def test_ngram_types_need_no_draft_model(tiny_pair):
-    tgt, dft = tiny_pair
+def test_ngram_types_need_no_draft_model(pair):
+    tgt, dft = pair
     prompt = repetitive_prompt(tgt, 1)
     loop = SpeculativeLoop(Context(tgt, n_ctx=128), None, prompt, 24, SAMPLERS["greedy"],
                            SpecParams(types="ngram-map-k", n_max=4, **NGRAM))
@@ -191,10 +190,10 @@ def test_ngram_types_need_no_draft_model(tiny_pair):
 
 
 # ---- counters as llama.cpp counts them ------------------------------------------------------
-def test_acc_rate_per_pos_divides_by_accept_calls(tiny_pair):
+def test_acc_rate_per_pos_divides_by_accept_calls(pair):
     """common_speculative_print_stats: #acc rate/pos = n_acc_tokens_per_pos / n_call_accept, and
     impl_last is kept, so rounds that drafted nothing (p_min) still count an accept call."""
-    tgt, dft = tiny_pair
+    tgt, dft = pair
     loop = _loop(tgt, dft, prompts(tgt, 1, 3)[0], 40, SAMPLERS["greedy"], SpecParams(n_max=5, p_min=0.6))
     events = list(loop.rounds())
     st = loop.spec.stats()[0]
@@ -212,10 +211,10 @@ def test_acc_rate_per_pos_divides_by_accept_calls(tiny_pair):
         [sum(ev.slot.n_accepted > i for ev in events if ev.slot.draft) / n for i in range(5)])
 
 
-def test_checkpoint_path_counted_as_llama_cpp(tiny_pair):
+def test_checkpoint_path_counted_as_llama_cpp(pair):
     """speculative-simple: no accept() on the restored round, accept(a + 1) on its replay, and its
     summary counts the replay's a + 1 tokens as drafted and accepted."""
-    tgt, dft = tiny_pair
+    tgt, dft = pair
     loop = _loop(tgt, dft, prompts(tgt, 1, 3)[0], 40, SAMPLERS["greedy"], SpecParams(n_max=4), tgt_rm=False)
     events = list(loop.rounds())
     recs = [r for ev in events for r in ev.slots]
@@ -236,10 +235,10 @@ def test_checkpoint_path_counted_as_llama_cpp(tiny_pair):
 
 
 # ---- the prompt in the penalty window -------------------------------------------------------
-def test_prompt_in_the_penalty_window(tiny_pair):
+def test_prompt_in_the_penalty_window(tied_pair):
     """As llama-cli and llama-server: with a repeat penalty the prompt's tokens are penalized.
     Plain and speculative still agree; the first token differs from the run without them."""
-    tgt, dft = tiny_pair
+    tgt, dft = tied_pair
     sp = SamplerParams(temp=0.0, penalty_repeat=1.5, penalty_present=0.5, penalty_last_n=64)
     first_diff = 0
     for seed in range(6):
@@ -258,8 +257,8 @@ def test_prompt_in_the_penalty_window(tiny_pair):
     assert first_diff > 0, "on some prompt the penalized prompt changes the first token"
 
 
-def test_statistics_consistent(tiny_pair):
-    tgt, dft = tiny_pair
+def test_statistics_consistent(pair):
+    tgt, dft = pair
     loop = _loop(tgt, dft, prompts(tgt, 1, 3)[0], 40, SAMPLERS["greedy"], SpecParams(n_max=5))
     loop.run()
     st = loop.spec.stats()[0]
@@ -270,8 +269,8 @@ def test_statistics_consistent(tiny_pair):
     assert sum(r.accepted) == st["specnb_n_acc_tokens"] or r.stop_reason != "n_predict"
 
 
-def test_bad_spec_params(tiny_pair):
-    tgt, dft = tiny_pair
+def test_bad_spec_params(pair):
+    tgt, dft = pair
     for kw, name in ((dict(n_max=-1), "draft_max"), (dict(n_min=5, n_max=3), "draft_min"),
                      (dict(p_min=1.5), "draft_p_min"), (dict(verify="magic"), "verify"),
                      (dict(types="ngram-fancy"), "ngram-fancy"), (dict(types=""), "spec type"),
@@ -281,8 +280,8 @@ def test_bad_spec_params(tiny_pair):
             _loop(tgt, dft, [5, 6], 4, SAMPLERS["greedy"], SpecParams(**kw))
 
 
-def test_synthetic_acceptance_follows_rates(tiny_pair):
-    tgt, dft = tiny_pair
+def test_synthetic_acceptance_follows_rates(pair):
+    tgt, dft = pair
     rates = [0.8, 0.6, 0.3]
     with pytest.warns(UserWarning, match="not valid text"):
         loop = _loop(tgt, dft, prompts(tgt, 1, 1)[0], 400, SAMPLERS["greedy"],
@@ -295,8 +294,8 @@ def test_synthetic_acceptance_follows_rates(tiny_pair):
         assert abs(g - r) < 0.15, (got, rates)
 
 
-def test_rejection_mode_end_to_end(tiny_pair):
-    tgt, dft = tiny_pair
+def test_rejection_mode_end_to_end(pair):
+    tgt, dft = pair
     for types in ("draft-simple", "ngram-simple,draft-simple"):
         loop = _loop(tgt, dft, repetitive_prompt(tgt, 3), 40,
                      SamplerParams(temp=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=3),

@@ -5,10 +5,8 @@ and replays. Each setting must also change the plain output, so the sampler was 
 import numpy as np
 import pytest
 
-from specnb import forge
 from specnb.context import Context
 from specnb.loop import SpecParams, SpeculativeLoop, generate
-from specnb.model import load_model
 from specnb.sampling import Sampler, SamplerParams
 
 BASE = dict(temp=0.9, top_k=0, top_p=1.0, min_p=0.0)
@@ -27,21 +25,14 @@ SETTINGS = {
 }
 
 
-@pytest.fixture(scope="module")
-def tiny_pair(tiny_path, tmp_path_factory):
-    """A tiny target and its Q4_0 requantization as draft (high but imperfect agreement)."""
-    tgt_path = tiny_path("Q8_0", seed=11, n_layer=2)
-    dft_path = forge.requantize(tgt_path, tmp_path_factory.mktemp("pair") / "dft.gguf", "Q4_0")
-    return load_model(tgt_path), load_model(dft_path)
-
 
 def _plain(model, prompt, sp, n):
     return generate(Context(model, n_ctx=128), Sampler(sp), prompt, n).tokens
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))
-def test_speculative_equals_plain_with_sampler(tiny_pair, name):
-    tgt, dft = tiny_pair
+def test_speculative_equals_plain_with_sampler(pair, name):
+    tgt, dft = pair
     changed = False
     for seed, (n_max, seq_rm) in zip((1, 2), ((3, True), (5, False))):
         sp = SamplerParams(seed=seed, **SETTINGS[name])

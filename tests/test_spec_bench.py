@@ -3,11 +3,11 @@ from specnb.context import Context
 from specnb.sampling import SamplerParams
 from specnb.spec_bench import (CODE_EDIT_FUNCTION, NGRAM_TYPES, code_edit_prompt, compare_types,
                                format_spec_bench)
-from spec_checks import repetitive_prompt, tiny_pair  # noqa: F401
+from spec_checks import repetitive_prompt
 
 
-def test_compare_types_rows(tiny_pair):
-    tgt, dft = tiny_pair
+def test_compare_types_rows(pair):
+    tgt, dft = pair
     rows = compare_types(Context(tgt, n_ctx=128), Context(dft, n_ctx=128),
                          [("repeats", repetitive_prompt(tgt, 1))], 24, SamplerParams(temp=0.0), n_max=3)
     (row,) = rows

@@ -11,7 +11,6 @@ from specnb.context import Context
 from specnb.spec_impl import DraftParams, SpeculativeImpl
 from specnb.speculative import (DraftSimple, NgramCache, NgramMapK, NgramSimple, SpecParams,
                                 Speculative, build_speculative, parse_spec_types)
-from spec_checks import tiny_pair  # noqa: F401
 
 
 # ---- the chain ------------------------------------------------------------------------------
@@ -48,8 +47,8 @@ def test_spec_types_parsed_and_ordered_by_priority():
     assert SpecParams(types="none").resolved_types(True) == ()
 
 
-def test_build_speculative_makes_each_impl(tiny_pair):
-    tgt, dft = tiny_pair
+def test_build_speculative_makes_each_impl(pair):
+    tgt, dft = pair
     sp = SpecParams(types="draft-simple,ngram-cache,ngram-simple,ngram-map-k", n_max=5,
                     ngram_size_n=3, ngram_size_m=4).validate()
     chain = build_speculative(sp, tgt, Context(dft, n_ctx=32), n_seq=1)

@@ -6,7 +6,7 @@ from specnb.loop import SpecParams, SpeculativeLoop
 from specnb.sampling import Sampler
 from specnb.speculative import build_speculative
 from specnb.speculative_simple import speculative_simple
-from spec_checks import SAMPLERS, plain, repetitive_prompt, tiny_pair  # noqa: F401
+from spec_checks import SAMPLERS, plain, repetitive_prompt
 
 LLAMA_KEYS = ("type", "n_call_begin", "n_call_draft", "n_call_accept", "n_gen_drafts", "n_acc_drafts",
               "n_gen_tokens", "n_acc_tokens", "n_acc_tokens_per_pos", "n_eval")
@@ -23,8 +23,8 @@ LLAMA_KEYS = ("type", "n_call_begin", "n_call_draft", "n_call_accept", "n_gen_dr
     ("ngram-simple,draft-simple", 3, "greedy", False, False),
     ("draft-simple,ngram-cache,ngram-map-k", 4, "repeat1.1", True, True),
 ])
-def test_teaching_loop_equals_speculative_loop(tiny_pair, types, n_max, name, tgt_rm, dft_rm):
-    tgt, dft = tiny_pair
+def test_teaching_loop_equals_speculative_loop(tied_pair, types, n_max, name, tgt_rm, dft_rm):
+    tgt, dft = tied_pair
     sp = SAMPLERS[name].replace(seed=3)
     spec = SpecParams(types=types, n_max=n_max, ngram_size_n=1, ngram_size_m=8)
     prompt = repetitive_prompt(tgt, 4)

@@ -13,14 +13,18 @@ peeking into the contexts. For each round and each sequence it shows
     (after the first rejection), then the target's own token: → replacing the rejected draft
     token, or ★ the bonus token after a full acceptance (↻ marks re-verified tokens on the
     checkpoint path, ✂ the draft's candidate that p_min stopped);
+  - after each draft chip, a mark for the impl of the speculator chain that proposed it
+    (◆ the draft model, # an n-gram lookup; a legend lists the chain's impls in the order
+    they are tried); the spec-type control picks the chain, as --spec-type does;
   - the committed text, accepted draft tokens shaded green, target-only tokens blue;
   - for the target and the draft context, a strip of KV cells by position: committed
     [0, n_past), rows written this round and kept, rows written and rolled back;
   - on the checkpoint path: the save before verifying, the restore, the replayed draft.
 
 Hovering a chip shows the draft's top candidates (their top-10-renormalized probabilities,
-the numbers p_min is compared with) and the target's sample; clicking it, or picking it in
-the detail list, shows the same in the detail panel.
+the numbers p_min is compared with), or for an n-gram draft the n-gram it matched and where,
+and the target's sample; clicking it, or picking it in the detail list, shows the same in the
+detail panel.
 
 The state the view shows is also plain Python, for tests and for reading in a notebook:
 `view.chip_states`, `view.kv_cells`, `view.counters`, `view.committed`, `view.error`.

@@ -17,8 +17,9 @@ from ..pair import open_pair
 from . import settings as S
 from .player import JOIN_TIMEOUT_S, Player
 from .render import (CHIP_STYLE, KV_LEGEND, MARK, chip_border, chip_title, committed_html,
-                     counters_html, detail_html, error_html, history_html, kv_strip_html,
-                     no_round_header_html, slot_header_html, status_html, visible)
+                     counters_html, detail_html, error_html, history_html, impl_legend_html,
+                     impl_mark, kv_strip_html, no_round_header_html, slot_header_html, status_html,
+                     visible)
 from .state import Chip, RunState
 
 MIN_SPEED = 0.01              # rounds per second: the slowest the player steps
@@ -33,7 +34,10 @@ class LiveView:
     or a list of such lists. The other arguments are the initial settings; every one of them
     is also a control, and changing a control restarts the run from the prompt.
     `checkpoints=True` makes the target memory refuse partial removal (the checkpoint and
-    replay path); `draft_checkpoints=True` the draft memory. `n_ctx=None` sizes the contexts to
+    replay path); `draft_checkpoints=True` the draft memory. `spec_type` is --spec-type (one
+    type or a comma-separated list: draft-simple, ngram-simple, ngram-map-k, ngram-cache, none;
+    without draft-simple no draft context is built), `ngram_size_n` / `ngram_size_m` are
+    --spec-ngram-size-n / -m. `n_ctx=None` sizes the contexts to
     the prompt, n_predict and draft-max. `backend` ("cpu", "cuda", "auto") and `activations`
     ("f32", "q8": CPU only) choose how both contexts compute. `reeval`, `n_threads`,
     `sampler_extra` (more SamplerParams fields, e.g. min_p) and `synth_rates` / `synth_len`
@@ -46,6 +50,7 @@ class LiveView:
                  draft_max: int = 3, draft_min: int = 0, p_min: float = 0.0, temp: float = 0.0,
                  top_k: int = 40, top_p: float = 0.95, seed: int = 1, verify: str = "exact",
                  checkpoints: bool = False, draft_checkpoints: bool = False, reeval: bool = True,
+                 spec_type: str = "draft-simple", ngram_size_n: int = 12, ngram_size_m: int = 48,
                  n_ctx: int | None = None, n_threads: int | None = None, backend: str = "cpu",
                  activations: str = "f32", speed: float = 2.0, history: int = 8,
                  sampler_extra: dict | None = None, synth_rates=None, synth_len=None):
@@ -67,14 +72,16 @@ class LiveView:
         self.error = ""
         self.selected: Chip | None = None
         self._build_widgets(prompt, n_predict, draft_max, draft_min, p_min, temp, top_k, top_p,
-                            seed, verify, checkpoints, draft_checkpoints, speed)
+                            seed, verify, checkpoints, draft_checkpoints, speed,
+                            spec_type, ngram_size_n, ngram_size_m)
         self._player = Player(self._lock, lambda: self._advance() is not None, self._render,
                               self._set_error, self._show_playing)
         self.restart()
 
     # ---- widgets ------------------------------------------------------------------------
     def _build_widgets(self, prompt, n_predict, draft_max, draft_min, p_min, temp, top_k, top_p,
-                       seed, verify, checkpoints, draft_checkpoints, speed) -> None:
+                       seed, verify, checkpoints, draft_checkpoints, speed,
+                       spec_type, ngram_size_n, ngram_size_m) -> None:
         lay = lambda w: W.Layout(width=w)  # noqa: E731
         style = {"description_width": "initial"}
         self.w_prompt = W.Textarea(value=S.prompt_text(prompt), description="prompt",
@@ -95,13 +102,23 @@ class LiveView:
         self.w_draft_checkpoints = W.Checkbox(value=bool(draft_checkpoints), indent=False,
                                               layout=lay("auto"),
                                               description="draft memory cannot drop part of a sequence")
+        self.w_spec_type = W.Combobox(value=spec_type, options=list(S.SPEC_TYPE_CHOICES),
+                                      ensure_option=False, continuous_update=False,
+                                      description="spec-type", style=style, layout=lay("330px"),
+                                      placeholder="comma-separated, as --spec-type")
+        self.w_ngram_n = W.IntText(value=ngram_size_n, description="ngram-size-n", style=style,
+                                   layout=lay("160px"))
+        self.w_ngram_m = W.IntText(value=ngram_size_m, description="ngram-size-m", style=style,
+                                   layout=lay("160px"))
         # setting name -> control (set(), settings and the restart on change read this)
         self._controls = {"prompt": self.w_prompt, "n_predict": self.w_n_predict,
                           "draft_max": self.w_draft_max, "draft_min": self.w_draft_min,
                           "p_min": self.w_p_min, "temp": self.w_temp, "top_k": self.w_top_k,
                           "top_p": self.w_top_p, "seed": self.w_seed, "verify": self.w_verify,
                           "checkpoints": self.w_checkpoints,
-                          "draft_checkpoints": self.w_draft_checkpoints}
+                          "draft_checkpoints": self.w_draft_checkpoints,
+                          "spec_type": self.w_spec_type, "ngram_size_n": self.w_ngram_n,
+                          "ngram_size_m": self.w_ngram_m}
         self.controls = list(self._controls.values())
         for w in self.controls:
             w.observe(self._on_setting, names="value")
@@ -129,16 +146,18 @@ class LiveView:
         self.w_detail_pick.observe(self._on_pick, names="value")
         self.w_detail = W.HTML()
         self.w_history = W.HTML()
+        self.w_legend = W.HTML()
         title = W.HTML('<div style="font-size:15px;font-weight:bold">specnb live view: '
-                       'draft-simple speculative decoding</div>')
+                       'speculative decoding round by round</div>')
         row = lambda *ws: W.HBox(list(ws), layout=W.Layout(flex_flow="row wrap", align_items="center"))  # noqa: E731
         settings = W.VBox([
             self.w_prompt,
+            row(self.w_spec_type, self.w_ngram_n, self.w_ngram_m),
             row(self.w_draft_max, self.w_draft_min, self.w_p_min, self.w_n_predict),
             row(self.w_temp, self.w_top_k, self.w_top_p, self.w_seed),
             row(self.w_verify, self.w_checkpoints, self.w_draft_checkpoints)])
         buttons = row(self.b_step, self.b_play, self.w_speed, self.b_run, self.b_reset)
-        main = W.HBox([W.VBox([self.w_slots], layout=W.Layout(flex="1 1 auto", min_width="360px")),
+        main = W.HBox([W.VBox([self.w_legend, self.w_slots], layout=W.Layout(flex="1 1 auto", min_width="360px")),
                        W.VBox([self.w_counters], layout=W.Layout(flex="0 0 270px", margin="0 0 0 10px"))],
                       layout=W.Layout(align_items="flex-start"))
         self.widget = W.VBox([title, settings, buttons, self.w_status, self.w_error, main,
@@ -211,7 +230,8 @@ class LiveView:
         sps = S.sampler_params(s, n, self.sampler_extra)
         spec = S.spec_params(s, self.reeval, self.synth_rates, self.synth_len)
         n_ctx = S.context_size(prompts, s["n_predict"], s["draft_max"], self.n_ctx_opt)
-        pair = open_pair(self.target, self.draft, n_ctx=n_ctx, n_seq=n, backend=self.backend,
+        needs_draft = "draft-simple" in spec.resolved_types(True)    # n-gram types need none
+        pair = open_pair(self.target, self.draft if needs_draft else False, n_ctx=n_ctx, n_seq=n, backend=self.backend,
                          n_threads=self.n_threads, activations=self.activations,
                          tgt_seq_rm=not s["checkpoints"], dft_seq_rm=not s["draft_checkpoints"])
         return SpeculativeLoop(pair.ctx_tgt, pair.ctx_dft, prompts, s["n_predict"], sps, spec,
@@ -229,7 +249,8 @@ class LiveView:
             try:
                 self.loop = self._build_loop()
                 self.run = RunState(self.vocab, len(self.prompts), self.loop.p.verify,
-                                    int(self.loop.p.n_max))
+                                    int(self.loop.p.n_max), self.loop.spec.types,
+                                    self.loop.ctx_dft is not None)
             except SpecnbError as e:
                 self.error = str(e)
                 self.w_error.value = error_html(self.error)
@@ -382,7 +403,7 @@ class LiveView:
         else:
             st = f"round {len(self.run.events) - 1} done"
         s = self.settings
-        mode = s["verify"] + (", checkpoints" if s["checkpoints"] else "") \
+        mode = f'{s["spec_type"]}, {s["verify"]}' + (", checkpoints" if s["checkpoints"] else "") \
             + (", draft checkpoints" if s["draft_checkpoints"] else "")
         self.w_status.value = status_html(st, len(self.prompts), mode)
 
@@ -400,7 +421,8 @@ class LiveView:
 
     def _chip_button(self, c: Chip, p_min: float) -> W.Button:
         bg, border, fg = CHIP_STYLE[c.state]
-        b = W.Button(description=f"{MARK[c.state]} {visible(c.text)}", tooltip=chip_title(c, p_min),
+        mark = f" {impl_mark(c.impl)}" if c.impl else ""      # who proposed it (the legend)
+        b = W.Button(description=f"{MARK[c.state]} {visible(c.text)}{mark}", tooltip=chip_title(c, p_min),
                      layout=W.Layout(width="auto", height="26px", margin="1px 2px", padding="0 8px",
                                      border=f"2px {chip_border(c.state)} {border}"))
         b.style.button_color = bg
@@ -412,6 +434,8 @@ class LiveView:
             b.style.font_weight = "bold"
         b.add_class("specnb-chip")
         b.add_class(f"specnb-chip-{c.state}")
+        if c.impl:
+            b.add_class(f"specnb-impl-{c.impl}")
         key = c.key
         b.on_click(lambda _b: self._guard(lambda: setattr(self.w_detail_pick, "value", key)))
         return b
@@ -437,11 +461,13 @@ class LiveView:
             w_chips.children = chips
             w_text.value = committed_html(self.vocab, self.prompts[s], self.run.committed.get(s, []), n_new)
             w_kv.value = (kv_strip_html(sv.kv["target"], "target", sv.n_past)
-                          + kv_strip_html(sv.kv["draft"], "draft", sv.n_past)
+                          + kv_strip_html(sv.kv["draft"], "draft", sv.n_past,
+                                          empty="no draft context (no draft-simple in the chain)")
                           + (KV_LEGEND if s == len(self.prompts) - 1 else ""))
         for b in old_buttons:
             b.close()
         self.w_counters.value = counters_html(self.counters)
+        self.w_legend.value = impl_legend_html(self.run.types) if self.loop is not None else ""
         self._render_detail_pick()
         self.w_history.value = history_html(self.run.slot_views, self.history, p_min)
 

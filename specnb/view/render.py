@@ -35,6 +35,14 @@ KV_STYLE = {"committed": "background:#90a4ae;",
             "written": "background:#43a047;",
             "rolled-back": "background:repeating-linear-gradient(45deg,#e53935 0 3px,#ffcdd2 3px 6px);",
             "empty": "background:#fff;"}
+# who proposed a draft chip (the chain's impl types): the mark after its text, its colour, words
+IMPL_MARK = {"draft-simple": "◆", "ngram-simple": "#", "ngram-map-k": "#k", "ngram-cache": "#c"}
+IMPL_COLOUR = {"draft-simple": "#6a1b9a", "ngram-simple": "#00838f", "ngram-map-k": "#00695c",
+               "ngram-cache": "#4e342e"}
+IMPL_WORDS = {"draft-simple": "the draft model (draft-simple)",
+              "ngram-simple": "an n-gram lookup in the history (ngram-simple)",
+              "ngram-map-k": "an n-gram map of the history (ngram-map-k)",
+              "ngram-cache": "the n-gram caches (ngram-cache)"}
 KV_WORDS = {"committed": "committed before this round", "written": "written this round, kept",
             "rolled-back": "written this round, rolled back", "empty": "empty"}
 
@@ -53,9 +61,36 @@ def _fmt_p(p) -> str:
     return "—" if p is None or (isinstance(p, float) and math.isnan(p)) else f"{p:.3f}"
 
 
+def impl_mark(impl: str) -> str:
+    """The mark of the impl that proposed a chip ("" for the target's own token)."""
+    return IMPL_MARK.get(impl, impl[:1]) if impl else ""
+
+
+def impl_words(impl: str) -> str:
+    return IMPL_WORDS.get(impl, impl)
+
+
+def ngram_words(c: Chip) -> str:
+    """What an n-gram draft matched, in words (common_ngram_simple_draft / ngram-map-k: the
+    latest earlier occurrence of the last n tokens; ngram-cache: a cache entry)."""
+    gram = "".join(f"[{t}]" for t in c.ngram_text)
+    ids = " ".join(str(t) for t in c.ngram)
+    if c.match_pos is None or c.match_pos < 0:
+        where = f"the {c.cache} cache" if c.cache else "the caches"
+        return f"the n-gram {gram} (ids {ids}) was looked up in {where}, which proposed this token"
+    src = c.match_pos + len(c.ngram) + c.index
+    return (f"the last {len(c.ngram)} tokens {gram} (ids {ids}) occurred earlier at position "
+            f"{c.match_pos}; the draft copies what followed them (this token: position {src})")
+
+
 def chip_title(c: Chip, p_min: float | None = None) -> str:
-    """The hover text of a chip: its state, the draft's top candidates, the target's sample."""
+    """The hover text of a chip: its state, who proposed it, the draft's top candidates or the
+    matched n-gram, the target's sample."""
     lines = [f"{MARK[c.state]} {c.text!r} (id {c.token}) at position {c.pos}: {WORDS[c.state]}"]
+    if c.impl:
+        lines.append(f"{impl_mark(c.impl)} proposed by {impl_words(c.impl)}")
+    if c.is_ngram:
+        lines.append(ngram_words(c))
     if c.top:
         lines.append("draft top candidates (top-10 renormalized p):")
         for t, txt, p in c.top:
@@ -78,16 +113,38 @@ def chip_html(c: Chip, p_min: float | None = None) -> str:
     bg, border, fg = CHIP_STYLE[c.state]
     deco = "text-decoration:line-through;" if c.state == "rejected" else ""
     dash = chip_border(c.state)
-    return (f'<span class="specnb-chip specnb-chip-{c.state}" title="{_e(chip_title(c, p_min))}" '
+    impl = (f' specnb-impl-{_e(c.impl)}" data-impl="{_e(c.impl)}' if c.impl else "")
+    mark = (f'<sup class="specnb-impl-mark" style="color:{IMPL_COLOUR.get(c.impl, "#37474f")};'
+            f'margin-left:2px">{_e(impl_mark(c.impl))}</sup>' if c.impl else "")
+    return (f'<span class="specnb-chip specnb-chip-{c.state}{impl}" title="{_e(chip_title(c, p_min))}" '
             f'style="display:inline-block;margin:1px 2px;padding:1px 6px;border:2px {dash} {border};'
             f'border-radius:10px;background:{bg};color:{fg};font-family:monospace;font-size:12px;{deco}">'
-            f'{MARK[c.state]} {_e(visible(c.text))}</span>')
+            f'{MARK[c.state]} {_e(visible(c.text))}{mark}</span>')
 
 
-def kv_strip_html(states: list, label: str, n_past: int, window: int = KV_WINDOW) -> str:
-    """One context's cells as a row of small squares; long committed prefixes are folded."""
+def impl_legend_html(types) -> str:
+    """The legend of who proposes draft tokens: one mark per impl of the chain, in the order
+    the chain tries them (n-gram lookups first, the draft model for what they leave)."""
+    types = list(types)
+    if not types:
+        body = "spec-type none: no speculation, the target decodes alone"
+    else:
+        body = "draft tokens proposed by: " + " · ".join(
+            f'<span class="specnb-impl-key" data-impl="{_e(t)}"><b style="color:'
+            f'{IMPL_COLOUR.get(t, "#37474f")}">{_e(impl_mark(t))}</b> {_e(impl_words(t))}</span>'
+            for t in types)
+        if len(types) > 1:
+            body += " (tried in this order; the first that drafts a sequence wins the round)"
+    return f'<div class="specnb-impl-legend" style="font-size:11px;color:#455a64;margin:2px 0">{body}</div>'
+
+
+def kv_strip_html(states: list, label: str, n_past: int, window: int = KV_WINDOW,
+                  empty: str = "") -> str:
+    """One context's cells as a row of small squares; long committed prefixes are folded;
+    `empty` is shown instead when there are no cells (no such context)."""
     start = max(0, min(n_past, len(states)) - window // 2) if len(states) > window else 0
-    cells = []
+    cells = [] if states or not empty else [
+        f'<span class="specnb-kv-none" style="font-size:11px;color:#78909c">{_e(empty)}</span>']
     if start:
         cells.append(f'<span class="specnb-kv-fold" title="positions 0..{start - 1}: committed" '
                      f'style="font-size:11px;color:#546e7a;margin-right:3px">[0…{start - 1}] ✓</span>')
@@ -149,6 +206,9 @@ def counters_html(c: dict) -> str:
             row("committed", "tokens committed", c["committed"]),
             row("t_round_ms", "time per round", f'{c["t_round_ms"]:.1f} ms'),
             row("t_round_mean_ms", "mean time per round", f'{c["t_round_mean_ms"]:.1f} ms')]
+    for t, v in c.get("by_impl", {}).items():        # per impl of the chain
+        rows.append(row(f"impl-{t}", f"{impl_mark(t)} {t}: drafted / accepted",
+                        f'{v["drafted"]} / {v["accepted"]}'))
     return ('<div class="specnb-counters" style="font-size:12px;min-width:230px">'
             '<b>counters</b><table style="border-collapse:collapse">' + "".join(rows) + "</table>"
             '<div style="margin-top:4px;color:#455a64">acceptance per position</div>'
@@ -164,28 +224,44 @@ def detail_html(c: Chip | None, p_min: float, verify: str) -> str:
             f' <span style="color:#546e7a">(id {c.token}, position {c.pos}, round {c.round}, '
             f'sequence {c.seq})</span>: {_e(WORDS[c.state])}</div>')
     body = []
+    if c.impl:
+        body.append(f'<div class="specnb-drafted-by" data-impl="{_e(c.impl)}" style="margin-top:2px">'
+                    f'<b style="color:{IMPL_COLOUR.get(c.impl, "#37474f")}">{_e(impl_mark(c.impl))}</b>'
+                    f' proposed by {_e(impl_words(c.impl))}</div>')
+    if c.is_ngram:
+        gram = "".join(f'<code style="background:#e0f2f1;margin-right:1px">{_e(visible(t))}</code>'
+                       for t in c.ngram_text)
+        body.append(f'<div class="specnb-ngram" style="margin-top:2px">matched n-gram {gram}: '
+                    f'{_e(ngram_words(c))}</div>')
+    rejection = verify == "rejection"
     if c.top:
         pm = (f'p_min = {p_min:g}: the draft keeps drafting while its argmax has p ≥ p_min'
               if p_min > 0 else "p_min = 0: no confidence floor")
         if c.state == "p-min-stop":
             pm = f'p_min = {p_min:g}: the argmax had p = {c.draft_p:.3f} &lt; p_min, so drafting stopped here'
+        what = ("q, the distribution the draft token was sampled from (the target's sampler chain "
+                "over the draft's logits), its ten likeliest tokens" if rejection else
+                f"draft top candidates, top-10 renormalized ({pm}; red bars are under p_min)")
+        floor = 0.0 if rejection else p_min
         rows = "".join(
             f'<tr style="{"font-weight:bold;" if t == c.token else ""}'
             f'{"background:#e3f2fd;" if t == c.target_token else ""}">'
             f'<td style="padding:0 6px;font-family:monospace">{_e(visible(txt))}</td>'
             f'<td style="padding:0 6px;color:#78909c">{t}</td>'
             f'<td style="padding:0 6px"><span style="display:inline-block;height:9px;'
-            f'width:{int(DETAIL_BAR_PX * p)}px;background:{"#c62828" if p < p_min else "#2e7d32"}"></span> {p:.3f}</td>'
+            f'width:{int(DETAIL_BAR_PX * p)}px;background:{"#c62828" if p < floor else "#2e7d32"}"></span> {p:.3f}</td>'
             f'<td style="padding:0 6px;font-size:11px">{"draft" if t == c.token else ""}'
             f'{" target" if t == c.target_token else ""}</td></tr>'
             for t, txt, p in c.top)
-        body.append(f'<div style="margin-top:4px">draft top candidates, top-10 renormalized '
-                    f'({_e(pm)}; red bars are under p_min):</div>'
+        body.append(f'<div style="margin-top:4px">{_e(what)}:</div>'
                     f'<table class="specnb-top" style="font-size:12px">{rows}</table>')
-        if verify == "rejection" and c.is_draft:
-            body.append('<div style="font-size:12px;color:#455a64">rejection-sampling mode: the draft '
-                        'token was sampled from the draft distribution q; the target keeps it with '
-                        'probability min(1, p/q)</div>')
+    if rejection and c.is_draft:
+        how = ("the draft token was sampled from q; the target keeps it with probability "
+               "min(1, p/q), else samples from norm(max(0, p - q))" if c.top else
+               "a deterministic draft (q is one-hot): the target keeps it with probability p, "
+               "else samples from p without it")
+        body.append(f'<div class="specnb-rejection-note" style="font-size:12px;color:#455a64">'
+                    f'rejection-sampling mode: {_e(how)}</div>')
     if c.target_token is not None:
         verdict = ""
         if c.is_draft:
@@ -221,7 +297,9 @@ def slot_header_html(sv: SlotView, vocab) -> str:
             f'<b>round {sv.round}</b> · sequence {sv.seq} · id_last '
             f'<code>{_e(visible(piece(vocab, sv.id_last)))}</code> (id {sv.id_last}) at n_past = '
             f'<b class="specnb-n-past">{sv.n_past}</b> · drafted {n_draft_chips}'
-            f' · accepted {sv.n_accepted if not sv.replay else 0} · committed {len(sv.committed)}{b}</div>')
+            + (f' by <span class="specnb-round-impl" data-impl="{_e(sv.impl)}">'
+               f'{_e(impl_mark(sv.impl))} {_e(sv.impl)}</span>' if sv.impl else "")
+            + f' · accepted {sv.n_accepted if not sv.replay else 0} · committed {len(sv.committed)}{b}</div>')
 
 
 def error_html(msg: str) -> str:

@@ -11,6 +11,10 @@ from ..loop import SpecParams
 from ..sampling import SamplerParams
 
 MAX_SEQUENCES = 8
+# the spec-type control's choices (it also takes any comma-separated list, as --spec-type does)
+SPEC_TYPE_CHOICES = ("draft-simple", "ngram-simple", "ngram-map-k", "ngram-cache",
+                     "ngram-simple,draft-simple", "ngram-map-k,draft-simple",
+                     "ngram-cache,draft-simple", "none")
 # n_ctx=None sizes the contexts: the longest prompt + n_predict + draft-max + N_CTX_SLACK,
 # rounded up to a multiple of N_CTX_STEP (and at least N_CTX_STEP).
 N_CTX_SLACK = 8
@@ -61,9 +65,11 @@ def sampler_params(s: dict, n_seq: int, extra: dict | None = None) -> list:
 
 
 def spec_params(s: dict, reeval: bool, synth_rates=None, synth_len=None) -> SpecParams:
-    return SpecParams(n_max=s["draft_max"], n_min=s["draft_min"], p_min=float(s["p_min"]),
-                      reeval=reeval, verify=s["verify"], synth_rates=synth_rates,
-                      synth_len=synth_len).validate()
+    """SpecParams from the controls: --spec-type, --draft-max/min/p-min, the n-gram sizes."""
+    return SpecParams(types=s["spec_type"].strip(), n_max=s["draft_max"], n_min=s["draft_min"],
+                      p_min=float(s["p_min"]), reeval=reeval, verify=s["verify"],
+                      synth_rates=synth_rates, synth_len=synth_len,
+                      ngram_size_n=s["ngram_size_n"], ngram_size_m=s["ngram_size_m"]).validate()
 
 
 def context_size(prompts: list, n_predict, draft_max, n_ctx: int | None = None) -> int:

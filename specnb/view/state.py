@@ -22,8 +22,8 @@ MS_PER_S = 1e3
 class Chip:
     """One token of a round's row: a draft token, the target's own token, or the p_min stop.
 
-    The draft side (top, draft_p) comes from the drafting impl's per-token info; the target
-    side (target_*) from the target's samples.
+    The draft side (impl, top, draft_p, and for an n-gram draft the matched n-gram) comes from
+    the drafting impl's per-token info; the target side (target_*) from the target's samples.
     """
     round: int
     seq: int
@@ -37,6 +37,15 @@ class Chip:
     target_token: int | None = None   # the target's sample for this position (None: not examined)
     target_text: str = ""
     target_p: float | None = None
+    impl: str = ""                    # type of the impl that proposed it (draft tokens only)
+    ngram: list | None = None         # n-gram drafts: the n-gram looked up (ids), its pieces, ...
+    ngram_text: list = field(default_factory=list)
+    match_pos: int | None = None      # ... where its earlier occurrence starts (-1: a cache)
+    cache: str = ""                   # ... and, for ngram-cache, which cache proposed it
+
+    @property
+    def is_ngram(self) -> bool:
+        return self.ngram is not None
 
     @property
     def is_draft(self) -> bool:
@@ -65,6 +74,7 @@ class SlotView:
     replay: bool = False
     stop: str = ""
     verify: str = "exact"
+    impl: str = ""                    # type of the impl that drafted this round ("" for none)
 
     @property
     def chip_states(self) -> list:
@@ -132,6 +142,19 @@ def _candidates(vocab, info) -> list:
             for t, p in zip(getattr(info, "top_ids", ()), getattr(info, "top_p", ()))]
 
 
+def _draft_side(c: Chip, vocab, info, impl: str) -> None:
+    """Fill a draft chip from its impl's per-token info: who proposed it (DraftTokenInfo or
+    NgramTokenInfo .source, else the round's impl), the candidates, the matched n-gram."""
+    c.impl = getattr(info, "source", "") or impl
+    c.top = _candidates(vocab, info)
+    c.draft_p = next((p for t, _, p in c.top if t == c.token), 0.0) if c.top else None
+    if getattr(info, "ngram", None) is not None:
+        c.ngram = [int(t) for t in info.ngram]
+        c.ngram_text = [piece(vocab, t) for t in c.ngram]
+        c.match_pos = int(info.match_pos)
+        c.cache = str(getattr(info, "cache", "") or "")
+
+
 def _p_min_stop(rec, vocab, round_: int):
     """The draft's next candidate when p_min stopped the draft, or None: one info past the
     drafted tokens, flagged stopped_by_p_min (only when the info lines up with this draft)."""
@@ -140,12 +163,15 @@ def _p_min_stop(rec, vocab, round_: int):
             or [int(x.token) for x in info[:d]] != [int(t) for t in rec.draft]:
         return None
     x = info[d]
-    return Chip(round_, rec.seq, d, int(x.token), piece(vocab, x.token), "p-min-stop",
-                rec.n_past + 1 + d, float(x.p), _candidates(vocab, x))
+    c = Chip(round_, rec.seq, d, int(x.token), piece(vocab, x.token), "p-min-stop", rec.n_past + 1 + d)
+    _draft_side(c, vocab, x, rec.impl)
+    c.draft_p = float(x.p)
+    return c
 
 
-def slot_view(rec, round_: int, vocab, verify: str = "exact") -> SlotView:
-    """Turn one SlotRound into what the view shows."""
+def slot_view(rec, round_: int, vocab, verify: str = "exact", has_draft: bool = True) -> SlotView:
+    """Turn one SlotRound into what the view shows (has_draft=False: no draft context, so no
+    draft KV strip)."""
     d = len(rec.draft)
     info = list(rec.draft_info)
     k = len(rec.ids) - 1                  # the target's own token: ids[k], at n_past + 1 + k
@@ -154,9 +180,10 @@ def slot_view(rec, round_: int, vocab, verify: str = "exact") -> SlotView:
         j = i if i < d else k             # which target sample this chip shows
         tok = rec.draft[i] if i < d else rec.ids[k]
         c = Chip(round_, rec.seq, i, int(tok), piece(vocab, tok), st, rec.n_past + 1 + j)
-        if i < d and i < len(info):       # the draft side: what the draft saw
-            c.top = _candidates(vocab, info[i])
-            c.draft_p = next((p for t, _, p in c.top if t == c.token), 0.0)
+        if i < d and i < len(info):       # the draft side: what the drafting impl saw
+            _draft_side(c, vocab, info[i], rec.impl)
+        elif i < d:
+            c.impl = rec.impl
         if j <= k and st != "unexamined":  # the target side: its sample at this position
             c.target_token = int(rec.ids[j])
             c.target_text = piece(vocab, rec.ids[j])
@@ -170,9 +197,9 @@ def slot_view(rec, round_: int, vocab, verify: str = "exact") -> SlotView:
     n_dft = max(rec.n_past + d + 1, max(rec.kv_dft) + 1)
     return SlotView(round_, rec.seq, rec.n_past, rec.id_last, chips,
                     {"target": kv_states(rec.n_past, rec.kv_tgt, n_tgt),
-                     "draft": kv_states(rec.n_past, rec.kv_dft, n_dft)},
+                     "draft": kv_states(rec.n_past, rec.kv_dft, n_dft) if has_draft else []},
                     0 if rec.replay else d, rec.n_accepted, committed_flags(rec),
-                    rec.checkpoint, rec.replay, rec.stop, verify)
+                    rec.checkpoint, rec.replay, rec.stop, verify, "" if rec.replay else rec.impl)
 
 
 # ---- a whole run ---------------------------------------------------------------------------------
@@ -180,11 +207,14 @@ class RunState:
     """The view's state for one run: every RoundEvent so far and what it shows.
 
     n_seq: the run's sequences; verify: the loop's verification mode (for the detail panel);
-    n_max: its draft-max (the length of the per-position acceptance).
+    n_max: its draft-max (the length of the per-position acceptance); types: the chain's impl
+    types, in the order they run; has_draft: whether there is a draft context.
     """
 
-    def __init__(self, vocab, n_seq: int = 0, verify: str = "exact", n_max: int = 0):
+    def __init__(self, vocab, n_seq: int = 0, verify: str = "exact", n_max: int = 0,
+                 types=(), has_draft: bool = True):
         self.vocab, self.n_seq, self.verify, self.n_max = vocab, int(n_seq), verify, int(n_max)
+        self.types, self.has_draft = list(types), bool(has_draft)
         self.events: list = []
         self.slot_views: list = []          # per round: {seq: SlotView}
         self.committed: dict = {s: [] for s in range(self.n_seq)}   # seq -> [(token, from_draft)]
@@ -196,7 +226,7 @@ class RunState:
         self.events.append(ev)
         views = {}
         for rec in ev.slots:
-            sv = slot_view(rec, ev.round, self.vocab, self.verify)
+            sv = slot_view(rec, ev.round, self.vocab, self.verify, self.has_draft)
             views[rec.seq] = sv
             self.committed.setdefault(rec.seq, []).extend(sv.committed)
         self.slot_views.append(views)
@@ -244,5 +274,20 @@ class RunState:
                 "acc_per_pos": st["acc_rate_per_pos"], "mean_acc_len": st["mean_acc_len"],
                 "committed": st["n_committed"], "tokens_per_call": st["tokens_per_call"],
                 "t_round_ms": MS_PER_S * t[-1] if t else 0.0,
-                "t_round_mean_ms": MS_PER_S * st["t_round_mean"], "n_dft_eval": st["n_dft_eval"]}
+                "t_round_mean_ms": MS_PER_S * st["t_round_mean"], "n_dft_eval": st["n_dft_eval"],
+                "by_impl": self.by_impl}
+
+    @property
+    def by_impl(self) -> dict:
+        """{type: {"drafted", "accepted"}} per impl of the chain: draft tokens it proposed and
+        how many of them the target accepted (replays not counted again), as the impl's
+        n_gen_tokens and specnb_n_acc_tokens count them."""
+        out = {t: {"drafted": 0, "accepted": 0} for t in self.types}
+        for ev in self.events:
+            for r in ev.slots:
+                if r.draft and not r.replay and r.impl:
+                    o = out.setdefault(r.impl, {"drafted": 0, "accepted": 0})
+                    o["drafted"] += len(r.draft)
+                    o["accepted"] += r.n_accepted
+        return out
 

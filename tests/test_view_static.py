@@ -19,7 +19,7 @@ def test_snapshot_html_holds_what_the_view_shows(pair):
     view.run_to_end()
     html = snapshot_html(view)
     latest = view.latest_views()[0]
-    chips = re.findall(r'class="specnb-chip specnb-chip-([a-z-]+)"', html)
+    chips = re.findall(r'class="specnb-chip specnb-chip-([a-z-]+)[" ]', html)
     shown_first = chips[:len(latest.chips)]       # the latest round's chips come first
     assert shown_first == [c.state for c in latest.chips]
     for c in latest.chips:
@@ -28,6 +28,7 @@ def test_snapshot_html_holds_what_the_view_shows(pair):
     assert f'data-counter="rounds">{c["rounds"]}<' in html
     assert f'data-counter="committed">{c["committed"]}<' in html
     assert html.count("specnb-kv-strip specnb-kv-target") == 1
+    assert "specnb-impl-legend" in html and 'data-impl="draft-simple"' in html
     assert html.count("specnb-history-row") == min(view.history, c["rounds"] - 1)
 
 

@@ -46,4 +46,7 @@ if "NUMBA_CACHE_DIR" not in _os.environ:
 from .errors import (SpecnbError, GGUFError, UnsupportedError, ParamError, ContextFullError,  # noqa: E402
                      BatchError, VocabError, ModelNotFoundError)
 
+__all__ = ["SpecnbError", "GGUFError", "UnsupportedError", "ParamError", "ContextFullError",
+           "BatchError", "VocabError", "ModelNotFoundError"]
+
 __version__ = "0.1.0"

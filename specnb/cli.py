@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 from .errors import SpecnbError
 
@@ -445,13 +444,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("generate", help="plain decoding")
-    _add_model(p); _prompt_args(p); _add_sampling(p); _add_common(p)
+    _add_model(p)
+    _prompt_args(p)
+    _add_sampling(p)
+    _add_common(p)
     p.add_argument("-n", "--n-predict", type=int, default=64)
     p.add_argument("-c", "--ctx-size", type=int, default=2048)
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("tokenize", help="text -> token ids, as llama-tokenize")
-    _add_model(p); _prompt_args(p)
+    _add_model(p)
+    _prompt_args(p)
     p.add_argument("--ids", action="store_true", help="print only the ids, as a list")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-bos", action="store_true", help="do not add BOS/EOS even if the vocab asks")
@@ -459,14 +462,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_tokenize)
 
     p = sub.add_parser("perplexity", help="perplexity as llama-perplexity")
-    _add_model(p); _add_common(p)
+    _add_model(p)
+    _add_common(p)
     p.add_argument("-f", "--file", default=None)
     p.add_argument("-c", "--ctx-size", type=int, default=512)
     p.add_argument("--chunks", type=int, default=None, help="score at most this many chunks")
     p.set_defaults(func=cmd_perplexity)
 
     p = sub.add_parser("bench", help="decode speed and batch cost")
-    _add_model(p); _add_common(p, activations=False)
+    _add_model(p)
+    _add_common(p, activations=False)
     p.add_argument("--activations", choices=["f32", "q8", "both"], default="both",
                    help="which CPU activation modes to measure, side by side (default both)")
     p.add_argument("--no-memory", action="store_true",
@@ -497,7 +502,9 @@ def build_parser() -> argparse.ArgumentParser:
         _add_model(p)
         _add_model(p, "-md", "model_draft", "draft: a model name or a GGUF path (default: "
                    "smollm2-135m-q4_0, the default target requantized to Q4_0)")
-        _prompt_args(p); _add_sampling(p); _add_common(p)
+        _prompt_args(p)
+        _add_sampling(p)
+        _add_common(p)
         p.add_argument("-n", "--n-predict", type=int, default=64)
         p.add_argument("-c", "--ctx-size", type=int, default=2048)
         p.add_argument("--draft-max", "--draft", type=int, default=3)

@@ -1,10 +1,10 @@
 """One constructor for a target/draft pair and their contexts (common_speculative_init_from_params).
 
 `open_pair(target, draft)` loads both models (a registry name such as "qwen2.5-coder-1.5b", a
-path, an already loaded Model, or None for the default) and builds one Context for each with the same n_ctx and one KV sequence per target
-sequence, as llama.cpp sizes the draft context: the draft must hold the same history as the
-target, not only n_max extra tokens. `draft=False` opens the target alone (speculators that need
-no draft model, such as the n-gram ones).
+path, an already loaded Model, or None for the default) and builds one Context for each with the
+same n_ctx and one KV sequence per target sequence, as llama.cpp sizes the draft context: the
+draft must hold the same history as the target, not only n_max extra tokens. `draft=False`
+opens the target alone (speculators that need no draft model, such as the n-gram ones).
 """
 from __future__ import annotations
 

@@ -232,7 +232,7 @@ def ngram_edit_bench(model_path=None, draft_max_values=(1, 2, 3, 4, 6), n_predic
     for _ in range(repeats):
         for dm in draft_max_values:
             p_tok, p_wall, p_cpu, _ = timed_run(plain)
-            s_tok, s_wall, s_cpu, st = timed_run(lambda: spec(dm))
+            s_tok, s_wall, s_cpu, st = timed_run(lambda dm=dm: spec(dm))
             identical = identical and s_tok == p_tok
             text = model.vocab.detokenize(p_tok)
             plain_wall.append(p_wall)

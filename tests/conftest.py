@@ -87,8 +87,8 @@ def tied_pair(tiny_path, tiny_dir):
     temperature 0.8 (test_speculative_simple.py::test_teaching_loop_equals_speculative_loop)."""
     from specnb.model import load_model
     tgt = tiny_path("Q8_0", seed=11, n_layer=2)
-    return load_model(tgt), load_model(forge.requantize(tgt, tiny_dir / "tied-pair-draft-Q4_0.gguf",
-                                                        "Q4_0"))
+    return load_model(tgt), load_model(requantize(tgt, tiny_dir / "tied-pair-draft-Q4_0.gguf",
+                                                  "Q4_0"))
 
 
 @pytest.fixture(scope="session")

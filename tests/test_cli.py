@@ -1,6 +1,5 @@
 """The command line: JSON outputs, exit codes, one-line errors without tracebacks."""
 import json
-import os
 import subprocess
 import sys
 

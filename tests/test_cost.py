@@ -92,4 +92,4 @@ def test_moved_names_resolve():
     assert (measure_cost_ratio, sweep_draft_max) == (experiments.measure_cost_ratio,
                                                      experiments.sweep_draft_max)
     with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):
-        cost.nonesuch
+        _ = cost.nonesuch

@@ -139,18 +139,29 @@ def _parse_layout(name: str, data: bytes, data_start: int | None = None) -> Seed
         bounds.append((pos, label))
 
     mark("start")
-    fld("magic", 4, "magic"); pos += 4; mark("after magic")
-    fld("version", 4, "version"); version = take("<I"); mark("after version")
-    fld("count", 8, "tensor count"); n_t = take("<Q")
-    fld("count", 8, "kv count"); n_kv = take("<Q"); mark("after counts")
+    fld("magic", 4, "magic")
+    pos += 4
+    mark("after magic")
+    fld("version", 4, "version")
+    version = take("<I")
+    mark("after version")
+    fld("count", 8, "tensor count")
+    n_t = take("<Q")
+    fld("count", 8, "kv count")
+    n_kv = take("<Q")
+    mark("after counts")
     align = 32
     for i in range(n_kv):
         mark(f"kv[{i}]")
-        fld("key_len", 8, f"kv[{i}] key length"); n = take("<Q")
-        key = data[pos:pos + n]; pos += n
+        fld("key_len", 8, f"kv[{i}] key length")
+        n = take("<Q")
+        key = data[pos:pos + n]
+        pos += n
         k = key.decode(errors="replace")
         mark(f"kv[{i}] {k} after key")
-        fld("kv_type", 4, f"{k} type"); t = take("<I"); mark(f"{k} value")
+        fld("kv_type", 4, f"{k} type")
+        t = take("<I")
+        mark(f"{k} value")
         v0 = pos
         if t in _FMT:
             val = struct.unpack_from(_FMT[t], data, pos)[0]
@@ -159,11 +170,15 @@ def _parse_layout(name: str, data: bytes, data_start: int | None = None) -> Seed
             if k == "general.alignment":
                 align = val
         elif t == STRING:
-            fld("str_len", 8, f"{k} string length"); n = take("<Q"); pos += n
+            fld("str_len", 8, f"{k} string length")
+            n = take("<Q")
+            pos += n
         else:
             assert t == ARRAY
-            fld("arr_type", 4, f"{k} array type"); et = take("<I")
-            fld("arr_len", 8, f"{k} array length"); n = take("<Q")
+            fld("arr_type", 4, f"{k} array type")
+            et = take("<I")
+            fld("arr_len", 8, f"{k} array length")
+            n = take("<Q")
             mark(f"{k} elements")
             if et == STRING:
                 for j in range(n):
@@ -176,17 +191,22 @@ def _parse_layout(name: str, data: bytes, data_start: int | None = None) -> Seed
     mark("end of kvs")
     for i in range(n_t):
         mark(f"tensor info {i}")
-        fld("name_len", 8, f"tensor {i} name length"); n = take("<Q")
-        nm = data[pos:pos + n]; pos += n
+        fld("name_len", 8, f"tensor {i} name length")
+        n = take("<Q")
+        nm = data[pos:pos + n]
+        pos += n
         s = nm.decode(errors="replace")
-        fld("n_dims", 4, f"{s} n_dims"); nd = take("<I")
+        fld("n_dims", 4, f"{s} n_dims")
+        nd = take("<I")
         dims = []
         for d in range(nd):
             fld("dim", 8, f"{s} dim {d}", orig=struct.unpack_from("<Q", data, pos)[0])
             dims.append(take("<Q"))
-        fld("ttype", 4, f"{s} type"); qt = take("<I")
+        fld("ttype", 4, f"{s} type")
+        qt = take("<I")
         off = struct.unpack_from("<Q", data, pos)[0]
-        fld("toffset", 8, f"{s} offset", orig=off); pos += 8
+        fld("toffset", 8, f"{s} offset", orig=off)
+        pos += 8
         tinfos.append(TInfo(nm, dims, qt, off))
     mark("end of tensor infos")
     tinfo_end = pos
@@ -782,7 +802,8 @@ def _decode_array(kv: KV):
     for _ in range(n):
         if et == STRING:
             ln = struct.unpack_from("<Q", kv.value, pos)[0]
-            items.append(kv.value[pos + 8:pos + 8 + ln]); pos += 8 + ln
+            items.append(kv.value[pos + 8:pos + 8 + ln])
+            pos += 8 + ln
         else:
             items.append(struct.unpack_from(_FMT[et], kv.value, pos)[0])
             pos += struct.calcsize(_FMT[et])

@@ -1,5 +1,4 @@
 """The GGUF reader: real files parse fast and lazily; bad files give a GGUFError naming the problem."""
-import os
 import struct
 import time
 
@@ -111,7 +110,10 @@ def test_unsupported_architecture(tmp_path, tiny_path):
     w = GGUFWriter(str(tmp_path / "g2.gguf"), "gemma3")
     w.add_uint32("gemma3.block_count", 1)
     w.add_tensor("token_embd.weight", np.zeros((4, 32), dtype=np.float32))
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     with pytest.raises(UnsupportedError, match=r"'gemma3'.*llama, mistral, qwen2"):
         load_model(tmp_path / "g2.gguf")
 

@@ -141,7 +141,8 @@ def test_opens_with_goals_and_llama_cpp_anchors(path):
     cells = load(path)["cells"]
     first = source(cells[0])
     assert cells[0]["cell_type"] == "markdown" and first.startswith("# "), f"{path.name}: no title cell"
-    assert "By the end of this notebook" in first, f"{path.name}: the first cell does not say what the learner will understand"
+    assert "By the end of this notebook" in first, \
+        f"{path.name}: the first cell does not say what the learner will understand"
     assert ANCHOR.search(first), f"{path.name}: the first cell cites no llama.cpp file:line anchor"
 
 
@@ -164,6 +165,7 @@ def test_committed_with_clean_outputs(path):
             assert outs, f"{path.name} cell {i}: a checked cell with no stored output"
             for out in outs:
                 t = text_of(out)
-                assert not ABS_PATH.search(t), f"{path.name} cell {i}: a checked output shows a path: {ABS_PATH.search(t).group()}"
+                assert not ABS_PATH.search(t), \
+                    f"{path.name} cell {i}: a checked output shows a path: {ABS_PATH.search(t).group()}"
                 assert not re.search(r"0x[0-9a-f]{8,}", t), f"{path.name} cell {i}: a checked output shows an address"
     assert checked, f"{path.name}: no cell is marked # NBVAL_CHECK_OUTPUT"

@@ -1,15 +1,12 @@
 """Interrupted runs, threads, the end of the context, parameter checks."""
-import os
 import threading
 
-import numpy as np
 import pytest
 
 from specnb import ContextFullError, ParamError
 from specnb import forge
 from specnb.context import Batch, Context
 from specnb.loop import SpecParams, SpeculativeLoop, generate
-from specnb.model import load_model
 from specnb.sampling import Sampler, SamplerParams
 
 SP = SamplerParams(temp=0.8, top_k=40, top_p=1.0, min_p=0.0, seed=5)

@@ -139,7 +139,7 @@ def check_rendered(view):
             assert b.description.endswith(" " + IMPL_MARKS[c.impl])
             assert "proposed by" in b.tooltip
     latest = view.latest_views()
-    for s, (head, _chips, text, kv) in enumerate(view._slots_w):
+    for s, (head, _chips, _text, kv) in enumerate(view._slots_w):
         if s not in latest:
             continue
         assert f'specnb-n-past">{latest[s].n_past}<' in head.value

@@ -37,7 +37,8 @@ def snapshot_html(view) -> str:
             '#cfd8dc;padding:6px;width:930px"><div style="font-size:15px;font-weight:bold">specnb '
             'live view (a picture of the state it shows; run the notebook to step through it)</div>'
             '<div style="display:flex;align-items:flex-start"><div style="flex:1 1 auto">'
-            + (impl_legend_html(run.types) if view.loop is not None else "") + "".join(slots) + KV_LEGEND + '</div><div style="flex:0 0 270px;margin-left:10px">'
+            + (impl_legend_html(run.types) if view.loop is not None else "")
+            + "".join(slots) + KV_LEGEND + '</div><div style="flex:0 0 270px;margin-left:10px">'
             + counters_html(view.counters) + "</div></div>"
             + history_html(run.slot_views, view.history, p_min) + "</div>")
 

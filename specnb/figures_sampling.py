@@ -194,8 +194,14 @@ def fig_slot_positions(events, title: str = "One target batch per round: each sl
     for name, colour in SLOT_CELLS:        # a legend for the cell kinds
         fig.add_scatter(x=[None], y=[None], mode="markers", name=name,
                         marker=dict(symbol="square", size=12, color=colour))
+    k = 0
+    for ev in events[:-1]:                 # a line between rounds: each block is one target call
+        k += len(ev.slots)
+        fig.add_hline(y=k - 0.5, line=dict(color="#37474f", width=2))
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(dtick=1)
     fig = _layout(fig, title, "position", "")
-    fig.update_layout(height=160 + 22 * len(y), plot_bgcolor="white")
+    fig.update_layout(height=200 + 22 * len(y), plot_bgcolor="white",
+                      legend=dict(orientation="h", yref="container", yanchor="bottom", y=0.01, x=0),
+                      margin=dict(t=50, b=120))
     return fig

@@ -46,7 +46,7 @@ class DraftSimple(SpeculativeImpl):
     """common_speculative_impl_draft_simple: a small draft model drafting greedily.
 
     `reeval=True` reproduces llama.cpp: the draft memory is rolled back to n_past after drafting
-    and process() replays the whole target batch (about 2(1+d) draft evaluations per round).
+    and process() replays the whole target batch (d + (1 + d) = 2d + 1 draft evaluations per round).
     `reeval=False` is the fix the server flags (TAG_SPEC_AVOID_DRAFT_REEVAL): the KV rows
     computed while drafting are kept and process() decodes only the rows still missing
     (at most 1+d evaluations). With batch-invariant kernels both give identical draft KV. A

@@ -1,6 +1,6 @@
 """speculative-simple's main loop for one sequence, line by line (the loop to read first).
 
-Each step cites examples/speculative-simple/speculative-simple.cpp @08d0baac. `SpeculativeLoop`
+Each step cites examples/speculative-simple/speculative-simple.cpp at master 34af94cd. `SpeculativeLoop`
 (loop.py) is the same loop for several sequences, with timings, events and the other
 verification modes; both give the same tokens and counters. As the example, this does not
 put the prompt into the sampler's penalty window (llama-cli and llama-server, and specnb's
@@ -41,34 +41,34 @@ def speculative_simple(ctx_tgt, spec, smpl, inp: list, n_predict: int) -> dict:
         for i, d in enumerate(draft):                     # :227-229 ... then the draft
             batch.add(d, n_past + 1 + i, seq, True)
         n_past += 1
-        ctx_tgt.decode(batch)                             # :232 one target batch
-        spec.process(batch)                               # :240 the speculators see it
-        smpl_save = smpl.clone() if use_ckpt_tgt else None                # :246-249
-        n_draft = len(draft)                              # :252
-        ids = sample_and_accept_n(smpl, ctx_tgt, draft)   # :261 the target's sampler decides
-        if use_ckpt_tgt and len(ids) - 1 < n_draft:       # :270 partial acceptance, no seq_rm:
-            draft = ids                                   # :273 the approved ids are the next draft
-            ctx_tgt.state_seq_set(seq, ckpt)              # :276-278 ckpt.load_tgt
-            spec.seq_rm(seq, n_past - 1)                  # :281-285 ckpt.load_dft
-            smpl = smpl_save                              # :288
-            n_past = len(prompt_tgt)                      # :290
+        ctx_tgt.decode(batch)                             # :233 one target batch
+        spec.process(batch)                               # :237 the speculators see it
+        smpl_save = smpl.clone() if use_ckpt_tgt else None                # :243-246
+        n_draft = len(draft)                              # :249
+        ids = sample_and_accept_n(smpl, ctx_tgt, draft)   # :258 the target's sampler decides
+        if use_ckpt_tgt and len(ids) - 1 < n_draft:       # :267 partial acceptance, no seq_rm:
+            draft = ids                                   # :270 the approved ids are the next draft
+            ctx_tgt.state_seq_set(seq, ckpt)              # :272-275 ckpt.load_tgt
+            spec.seq_rm(seq, n_past - 1)                  # :278-281 ckpt.load_dft
+            smpl = smpl_save                              # :285
+            n_past = len(prompt_tgt)                      # :287
             continue
-        spec.accept(seq, len(ids) - 1)                    # :295 credit the drafter
-        n_drafted += n_draft                              # :299-300
+        spec.accept(seq, len(ids) - 1)                    # :292 credit the drafter
+        n_drafted += n_draft                              # :295-296
         n_accept += len(ids) - 1
         eog = False
-        for tok in ids:                                   # :308-316 commit the accepted ids
+        for tok in ids:                                   # :305-316 commit the accepted ids
             prompt_tgt.append(id_last)
             id_last = tok
             out.append(tok)
             eog = ctx_tgt.model.vocab.is_eog(tok)
-            if eog or len(out) >= n_predict:              # exact stop (see :342 below)
+            if eog or len(out) >= n_predict:              # exact stop (see :339 below)
                 break
-        draft = []                                        # :330
+        draft = []                                        # :327
         n_past = len(prompt_tgt)                          # :298 n_past += the committed ids
-        ctx_tgt.seq_rm(seq, n_past, -1)                   # :335-339 drop the rejected tail
+        ctx_tgt.seq_rm(seq, n_past, -1)                   # :329-337 drop the rejected tail
         spec.seq_rm(seq, n_past)
-        # :342 speculative-simple stops once n_predict > N (at least N + 1 tokens); specnb at N
+        # :339 speculative-simple stops once n_predict > N (at least N + 1 tokens); specnb at N
         if eog or len(out) >= n_predict or n_past >= ctx_tgt.n_ctx:
             return {"tokens": out, "n_drafted": n_drafted, "n_accept": n_accept,
                     "stats": spec.stats()}

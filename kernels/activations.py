@@ -80,7 +80,7 @@ import math  # noqa: E402
 import numba  # noqa: E402
 from numba import cuda  # noqa: E402
 
-from .norm import MAX_THREADS, block_max, block_sum, block_sync  # noqa: E402
+from .cuda_common import MAX_THREADS, block_max, block_sum, block_sync  # noqa: E402
 
 
 @cuda.jit

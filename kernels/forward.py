@@ -16,7 +16,8 @@ from numba import njit
 from .activations import swiglu
 from .attention import attention
 from .norm import rmsnorm
-from .quant import _matmul_q8, dequant_row, has_q8_kernel, matmul
+from .matmul import dequant_row, matmul
+from .matmul_q8 import _matmul_q8, has_q8_kernel
 from .rope import rope
 
 WQ, WK, WV, WO, W_GATE, W_UP, W_DOWN = range(7)

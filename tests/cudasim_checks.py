@@ -179,7 +179,7 @@ def group_quant():
     d = cuda.to_device
     for i, qt in enumerate(sorted(Q.SUPPORTED_QTYPES, key=Q.qtype_name)):
         name = Q.qtype_name(qt)
-        big = qt in (Q.Q4_K, Q.Q6_K)
+        big = qt in Q.K_QTYPES
         n_in = {Q.F32: 37, Q.F16: 37, Q.BF16: 38}.get(qt, 512 if big else 64)  # odd rows too
         n_out = 5
         w = Q._random_weights(qt, n_out, n_in, rng)

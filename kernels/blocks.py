@@ -16,7 +16,8 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from .qtypes import F16, F32
-from .simd import (_F16C, _call, _i32, _is_bytes, _ptr, _f32_from_bits, vbitcast, vbits, vbits32,
+from .simd import (_F16C, _call, _i32, _is_bytes, _ptr, _f32_from_bits, ld_i8, ld_u8, ld_u16,
+                   ld_u32, vbitcast, vbits, vbits32,
                    vfloat, vload_b32, vload_i8, vload_u8, vload_u16, vload_u32, vnibbles, vstore)
 
 # small helpers of the hot loops: always inlined by LLVM (else a call per row or block); not cached
@@ -35,7 +36,7 @@ _HALF = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).ast
 @_inline
 def _half(w, p):
     # float32 <- the little-endian float16 at byte p of w
-    return _HALF[np.int64(w[p]) | (np.int64(w[p + 1]) << 8)]
+    return _HALF[ld_u16(w, p)]
 
 
 @intrinsic
@@ -61,8 +62,7 @@ def _scale16(typingctx, w, p):
 @_inline
 def _u32(w, p):
     # int64 <- the little-endian uint32 at byte p of w
-    return (np.int64(w[p]) | (np.int64(w[p + 1]) << 8) | (np.int64(w[p + 2]) << 16)
-            | (np.int64(w[p + 3]) << 24))
+    return ld_u32(w, p)
 
 
 # ---- 32-element groups: one block (Q*_0, Q*_1) or one sub-block (K types) as four f32x8 ----------
@@ -128,9 +128,9 @@ def _g_q5_1(w, g):
 def _scale_min_k4(w, sc_p, s):
     # (sc, mn) of sub-block s (0..7) from the 12 packed bytes at sc_p (ggml's get_scale_min_k4)
     if s < 4:
-        return np.int64(w[sc_p + s]) & 63, np.int64(w[sc_p + s + 4]) & 63
-    return ((np.int64(w[sc_p + s + 4]) & 15) | ((np.int64(w[sc_p + s - 4]) >> 6) << 4),
-            (np.int64(w[sc_p + s + 4]) >> 4) | ((np.int64(w[sc_p + s]) >> 6) << 4))
+        return ld_u8(w, sc_p + s) & 63, ld_u8(w, sc_p + s + 4) & 63
+    return ((ld_u8(w, sc_p + s + 4) & 15) | ((ld_u8(w, sc_p + s - 4) >> 6) << 4),
+            (ld_u8(w, sc_p + s + 4) >> 4) | ((ld_u8(w, sc_p + s) >> 6) << 4))
 
 
 @_inline
@@ -172,8 +172,8 @@ def _g_q2_k(w, g):
     sh = 2 * (s & 3)
     d = _half(w, p + 80)
     dmin = _half(w, p + 82)
-    sc0 = np.int64(w[p + 2 * s])     # groups 2s and 2s + 1: scale (low nibble), min (high)
-    sc1 = np.int64(w[p + 2 * s + 1])
+    sc0 = ld_u8(w, p + 2 * s)        # groups 2s and 2s + 1: scale (low nibble), min (high)
+    sc1 = ld_u8(w, p + 2 * s + 1)
     dl0, ml0 = d * np.float32(sc0 & 15), dmin * np.float32(sc0 >> 4)
     dl1, ml1 = d * np.float32(sc1 & 15), dmin * np.float32(sc1 >> 4)
     return (dl0 * vfloat((vload_u8(w, q) >> sh) & 3) - ml0,
@@ -185,8 +185,8 @@ def _g_q2_k(w, g):
 @_inline
 def _scale_q3_k(w, sc_p, g):
     # the signed 6-bit scale of group g (0..15) from the 12 packed bytes at sc_p
-    lo = (np.int64(w[sc_p + (g & 7)]) >> (4 * (g >> 3))) & 15
-    hi = (np.int64(w[sc_p + 8 + (g & 3)]) >> (2 * (g >> 2))) & 3
+    lo = (ld_u8(w, sc_p + (g & 7)) >> (4 * (g >> 3))) & 15
+    hi = (ld_u8(w, sc_p + 8 + (g & 3)) >> (2 * (g >> 2))) & 3
     return (lo | (hi << 4)) - 32
 
 
@@ -224,8 +224,8 @@ def _g_q6_k(w, g):
     qh = p + 128 + 32 * h
     sh_l, sh_h = 4 * (t >> 1), 2 * t
     d = _half(w, p + 208)
-    d0 = d * np.float32(np.int8(w[p + 192 + 2 * s]))
-    d1 = d * np.float32(np.int8(w[p + 193 + 2 * s]))
+    d0 = d * np.float32(ld_i8(w, p + 192 + 2 * s))
+    d1 = d * np.float32(ld_i8(w, p + 193 + 2 * s))
     return (d0 * vfloat(_q6(w, ql, qh, sh_l, sh_h, 0)), d0 * vfloat(_q6(w, ql, qh, sh_l, sh_h, 8)),
             d1 * vfloat(_q6(w, ql, qh, sh_l, sh_h, 16)), d1 * vfloat(_q6(w, ql, qh, sh_l, sh_h, 24)))
 
@@ -251,7 +251,7 @@ def _scalar(w, qtype, i):
         return _f32_from_bits(_u32(w, 4 * i))
     if qtype == F16:
         return _half(w, 2 * i)
-    return _f32_from_bits((np.int64(w[2 * i]) | (np.int64(w[2 * i + 1]) << 8)) << 16)
+    return _f32_from_bits(ld_u16(w, 2 * i) << 16)
 
 
 @_inline

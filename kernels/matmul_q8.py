@@ -35,9 +35,9 @@ from . import qtypes as T
 from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS, matmul, matmul_ref
 from .qtypes import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, check_shapes
 from .simd import _AVX512, vabs, vhmax, vhsum_i, vload, vmax, vrint, vstore_i8
-from .simd_wide import vabs8, vgroups4
-from .tiles import (tdot4, tdot4s, tfloat, tfma, tload_bytes, tload_f32, tload_i16, tmadd,
-                    tmul, tnegate_where, tsplat, tstore_hsum, twiden, tzeros)
+from .simd_wide import vabs8, vgroups4, vsplat16
+from .tiles import (tbroadcast, tdot4, tdot4s, tfloat, tfma, tload_bytes, tload_f32, tload_i16,
+                    tmadd, tmul, tnegate_where, tstore_hsum, twiden, tzeros)
 
 _jit = njit(cache=True, fastmath=False)
 _inline = njit(fastmath=False, forceinline=True, _nrt=False)
@@ -54,145 +54,160 @@ def has_q8_kernel(qtype):
 
 # ---- the activations as int8 blocks ------------------------------------------------------------
 
+# The quantized activations are stored chunk-major, the rows of a chunk side by side (the
+# kernels read a tile's R rows at constant offsets from one address): the int8 values as
+# qx[chunk of 64, row, 64], the block scales as [block, row] (K) or [chunk, row, 16] (the others).
+
 @_jit
 def _quantize_q8_k(x, qx, dx, bs):
-    # x [n_rows, n] -> qx int8 [n_rows, n], dx [n_rows, n / 256], bs int16 [n_rows, n / 16]
-    # (ggml's quantize_row_q8_K_ref: iscale = -127 / max, q = min(127, nearest(iscale * x)))
+    # x [n_rows, n] -> qx int8 [n / 64, n_rows, 64], dx [n / 256, n_rows], bs int16
+    # [n / 256, n_rows, 16] (ggml's quantize_row_q8_K_ref: iscale = -127 / max, where max is the
+    # first element of largest magnitude, q = min(127, nearest(iscale * x)), d = 1 / iscale, bs
+    # the sums of each 16 q)
     n_rows, n = x.shape
     for r in range(n_rows):
+        xr = x[r]
         for b in range(n // 256):
             i0 = 256 * b
             amax = np.float32(0)
             mx = np.float32(0)
-            for j in range(i0, i0 + 256):           # the first element of largest magnitude
-                a = abs(x[r, j])
+            for j in range(i0, i0 + 256):
+                a = abs(xr[j])
                 if a > amax:
                     amax = a
-                    mx = x[r, j]
-            if amax == 0:
-                dx[r, b] = 0
-                qx[r, i0:i0 + 256] = 0
-                bs[r, 16 * b:16 * b + 16] = 0
-                continue
-            iscale = np.float32(-127) / mx
-            xr, qr = x[r], qx[r]
-            for g in range(16):
-                i = i0 + 16 * g
-                q0 = vrint(vload(xr, i) * iscale)
-                q1 = vrint(vload(xr, i + 8) * iscale)
-                vstore_i8(qr, i, q0)
-                vstore_i8(qr, i + 8, q1)
-                bs[r, 16 * b + g] = vhsum_i(q0 + q1)
-            dx[r, b] = np.float32(1) / iscale
+                    mx = xr[j]
+            iscale = np.float32(-127) / mx if amax != 0 else np.float32(0)
+            for c in range(4):
+                qc = qx[4 * b + c, r]
+                for h in range(4):
+                    i = i0 + 64 * c + 16 * h
+                    q0 = vrint(vload(xr, i) * iscale)
+                    q1 = vrint(vload(xr, i + 8) * iscale)
+                    vstore_i8(qc, 16 * h, q0)
+                    vstore_i8(qc, 16 * h + 8, q1)
+                    bs[b, r, 4 * c + h] = vhsum_i(q0 + q1)
+            dx[b, r] = np.float32(1) / iscale if amax != 0 else np.float32(0)
 
 
 @_jit
 def _quantize_q8_32(x, qx, dx16, sx16):
-    # x [n_rows, n] -> qx int8 [n_rows, npad] (npad: n rounded up to 64, the rest zero) and per
-    # chunk c of 64: dx16 [n_rows, 16 c : 16 c + 16] = [d_2c] * 8 + [d_2c+1] * 8, sx16 the same
-    # of s = d * sum(q); per 32-block d = max|x| / 127, q = round(x / d) (ties to even)
+    # x [n_rows, n] -> qx int8 [npad / 64, n_rows, 64] (npad: n rounded up to 64, the rest zero)
+    # and per chunk c of 64: dx16 [c, row] = [d_2c] * 8 + [d_2c+1] * 8, sx16 the same of
+    # s = d * sum(q); per 32-block d = max|x| / 127, q = round(x / d) (ties to even)
     n_rows, n = x.shape
     for r in range(n_rows):
-        xr, qr = x[r], qx[r]
-        for b in range(qx.shape[1] // 32):
-            i = 32 * b
+        xr = x[r]
+        for b in range(2 * qx.shape[0]):
+            c, h = b // 2, 32 * (b % 2)
+            qc = qx[c, r]
             d = np.float32(0)
             s = np.float32(0)
-            if i < n:
+            if 32 * b < n:
+                i = 32 * b
                 v0, v1, v2, v3 = vload(xr, i), vload(xr, i + 8), vload(xr, i + 16), vload(xr, i + 24)
                 amax = vhmax(vmax(vmax(vabs(v0), vabs(v1)), vmax(vabs(v2), vabs(v3))))
                 d = amax / np.float32(127)
                 inv = np.float32(1) / d if d != 0 else np.float32(0)
                 q0, q1, q2, q3 = vrint(v0 * inv), vrint(v1 * inv), vrint(v2 * inv), vrint(v3 * inv)
-                vstore_i8(qr, i, q0)
-                vstore_i8(qr, i + 8, q1)
-                vstore_i8(qr, i + 16, q2)
-                vstore_i8(qr, i + 24, q3)
+                vstore_i8(qc, h, q0)
+                vstore_i8(qc, h + 8, q1)
+                vstore_i8(qc, h + 16, q2)
+                vstore_i8(qc, h + 24, q3)
                 s = d * np.float32(vhsum_i((q0 + q1) + (q2 + q3)))
             else:
-                qr[i:i + 32] = 0
-            j = 16 * (b // 2) + 8 * (b % 2)
-            dx16[r, j:j + 8] = d
-            sx16[r, j:j + 8] = s
+                qc[h:h + 32] = 0
+            dx16[c, r, h // 4:h // 4 + 8] = d
+            sx16[c, r, h // 4:h // 4 + 8] = s
+
+
+@_jit
+def _alloc_q8_k(n_rows, n):
+    return (np.empty((n // 64, n_rows, 64), np.int8), np.empty((n // 256, n_rows), np.float32),
+            np.empty((n // 256, n_rows, 16), np.int16))
+
+
+@_jit
+def _alloc_q8_32(n_rows, n):
+    nch = (n + 63) // 64
+    return (np.empty((nch, n_rows, 64), np.int8), np.empty((nch, n_rows, 16), np.float32),
+            np.empty((nch, n_rows, 16), np.float32))
 
 
 def quantize_q8_k(x):
-    """[n_rows, n] float32 -> (qx int8 [n_rows, n], d [n_rows, n / 256], bsums int16
-    [n_rows, n / 16]): ggml's block_q8_K fields."""
+    """[n_rows, n] float32 -> ggml's block_q8_K fields, row by row: (qx int8 [n_rows, n],
+    d [n_rows, n / 256], bsums int16 [n_rows, n / 16])."""
     x = np.ascontiguousarray(x, np.float32)
     n_rows, n = x.shape
-    qx = np.empty((n_rows, n), np.int8)
-    dx = np.empty((n_rows, n // 256), np.float32)
-    bs = np.empty((n_rows, n // 16), np.int16)
+    qx, dx, bs = _alloc_q8_k(n_rows, n)
     _quantize_q8_k(x, qx, dx, bs)
-    return qx, dx, bs
+    return (qx.transpose(1, 0, 2).reshape(n_rows, n), dx.T.copy(),
+            bs.transpose(1, 0, 2).reshape(n_rows, n // 16))
 
 
 def quantize_q8_32(x):
-    """[n_rows, n] float32 -> (qx int8 [n_rows, npad], dx16, sx16 [n_rows, npad / 4]) (see
-    _quantize_q8_32): ggml's block_q8_0 / block_q8_1 fields, spread for the kernels."""
+    """[n_rows, n] float32 -> ggml's block_q8_0 / block_q8_1 fields, row by row: (qx int8
+    [n_rows, n], d [n_rows, n / 32], s [n_rows, n / 32])."""
     x = np.ascontiguousarray(x, np.float32)
     n_rows, n = x.shape
-    npad = (n + 63) // 64 * 64
-    qx = np.empty((n_rows, npad), np.int8)
-    dx16 = np.empty((n_rows, npad // 4), np.float32)
-    sx16 = np.empty((n_rows, npad // 4), np.float32)
+    qx, dx16, sx16 = _alloc_q8_32(n_rows, n)
     _quantize_q8_32(x, qx, dx16, sx16)
-    return qx, dx16, sx16
+    nb = n // 32
+    return (qx.transpose(1, 0, 2).reshape(n_rows, -1)[:, :n], dx16[:, :, ::8].transpose(1, 0, 2).reshape(n_rows, -1)[:, :nb],
+            sx16[:, :, ::8].transpose(1, 0, 2).reshape(n_rows, -1)[:, :nb])
 
 
 # ---- passes: one weight row times a tile of R activation rows ------------------------------------
-# All arrays are flat; weight row o starts at byte p = o * row_bytes, activation row r at element
-# r * n_in (int8), its block scales at r * (number of blocks).
+# All arrays are flat; weight row o starts at byte p = o * row_bytes; chunk j of activation row r
+# at byte 64 (j n_rows + r) of qx (the layout of the quantizers above).
 
 def _k_pass(setup, chunk, bsize, R):
     @_inline
-    def run(w, p, nb, qx, dx, bs, out, o, n_out, r0):
+    def run(w, p, nb, qx, dx, bs, out, o, n_out, r0, n_rows):
         # out[r0 + r, o] for r < R; nb super-blocks of bsize bytes
-        n_in = 256 * nb
         acc_f = tzeros(np.float32, 16, R)
+        cs = 64 * n_rows                                # bytes from one chunk to the next
         for b in range(nb):
             pb = p + bsize * b
             S, C, d, e = setup(w, pb)
-            xb = r0 * n_in + 256 * b
+            xb = (4 * b * n_rows + r0) * 64
             acc = tzeros(np.int32, 16, R)
-            acc = tdot4s(acc, chunk(w, pb, 0), tload_bytes(qx, xb, n_in, R, 64), vgroups4(S, 0))
-            acc = tdot4s(acc, chunk(w, pb, 1), tload_bytes(qx, xb + 64, n_in, R, 64), vgroups4(S, 1))
-            acc = tdot4s(acc, chunk(w, pb, 2), tload_bytes(qx, xb + 128, n_in, R, 64), vgroups4(S, 2))
-            acc = tdot4s(acc, chunk(w, pb, 3), tload_bytes(qx, xb + 192, n_in, R, 64), vgroups4(S, 3))
-            ib = r0 * nb + b
-            acc_f = tfma(tsplat(dx, ib, nb, R, 16, d), tfloat(acc), acc_f)
-            bias = tmadd(C, tload_i16(bs, 16 * ib, 16 * nb, R, 16))             # [R] i32x8
-            acc_f = tfma(tsplat(dx, ib, nb, R, 16, e), twiden(tfloat(bias), 16), acc_f)
+            acc = tdot4s(acc, chunk(w, pb, 0), tload_bytes(qx, xb, 64, R, 64), vgroups4(S, 0))
+            acc = tdot4s(acc, chunk(w, pb, 1), tload_bytes(qx, xb + cs, 64, R, 64), vgroups4(S, 1))
+            acc = tdot4s(acc, chunk(w, pb, 2), tload_bytes(qx, xb + 2 * cs, 64, R, 64), vgroups4(S, 2))
+            acc = tdot4s(acc, chunk(w, pb, 3), tload_bytes(qx, xb + 3 * cs, 64, R, 64), vgroups4(S, 3))
+            ib = b * n_rows + r0
+            bias = tmadd(C, tload_i16(bs, 16 * ib, 16, R, 16))                 # [R] i32x8
+            # this super-block's sum, d * acc + e * bias (16 lanes), times the row's d_x
+            t = tfma(twiden(tfloat(bias), 16), vsplat16(e), tmul(tfloat(acc), vsplat16(d)))
+            acc_f = tfma(tbroadcast(dx, ib, 1, R, 16), t, acc_f)
         tstore_hsum(out, r0 * n_out + o, n_out, acc_f)
     return run
 
 
 def _b_pass(pair, one, signed, has_min, bsize, R):
     @_inline
-    def dot(acc_f, q, dw, m, qx, dx16, sx16, xc, ic, n_in, nch):
-        x = tload_bytes(qx, xc, n_in, R, 64)
+    def dot(acc_f, q, dw, m, qx, dx16, sx16, j):
+        # chunk j (at element 64 j of every row) of the tile
+        x = tload_bytes(qx, 64 * j, 64, R, 64)
         if signed:                      # |w| times x with w's sign (pmaddubsw takes unsigned w)
             x = tnegate_where(x, q)
             q = vabs8(q)
         acc = tdot4(tzeros(np.int32, 16, R), q, x)
-        acc_f = tfma(tfloat(acc), tmul(tload_f32(dx16, ic, 16 * nch, R, 16), dw), acc_f)
+        acc_f = tfma(tfloat(acc), tmul(tload_f32(dx16, 16 * j, 16, R, 16), dw), acc_f)
         if has_min:
-            acc_f = tfma(tload_f32(sx16, ic, 16 * nch, R, 16), m, acc_f)
+            acc_f = tfma(tload_f32(sx16, 16 * j, 16, R, 16), m, acc_f)
         return acc_f
 
     @_inline
-    def run(w, p, nb, qx, dx16, sx16, out, o, n_out, r0):
-        nch = (nb + 1) // 2
-        n_in = 64 * nch                  # the padded activation row
+    def run(w, p, nb, qx, dx16, sx16, out, o, n_out, r0, n_rows):
         acc_f = tzeros(np.float32, 16, R)
         for c in range(nb // 2):
             q, dw, m = pair(w, p + 2 * bsize * c, bsize)
-            acc_f = dot(acc_f, q, dw, m, qx, dx16, sx16, r0 * n_in + 64 * c, 16 * (r0 * nch + c), n_in, nch)
+            acc_f = dot(acc_f, q, dw, m, qx, dx16, sx16, c * n_rows + r0)
         if nb % 2:
             c = nb // 2
             q, dw, m = one(w, p + 2 * bsize * c)
-            acc_f = dot(acc_f, q, dw, m, qx, dx16, sx16, r0 * n_in + 64 * c, 16 * (r0 * nch + c), n_in, nch)
+            acc_f = dot(acc_f, q, dw, m, qx, dx16, sx16, c * n_rows + r0)
         tstore_hsum(out, r0 * n_out + o, n_out, acc_f)
     return run
 
@@ -205,38 +220,38 @@ def _rows(make_pass):
 
     @njit(fastmath=False, _nrt=False)
     def rows(qx2, dx2, sx2, w2, out2, lo, hi, nb):
-        n_rows = qx2.shape[0]
+        n_rows = qx2.shape[1]
         n_out = out2.shape[1]
         rb = w2.shape[1]
         qx, dx, sx, w, out = qx2.reshape(-1), dx2.reshape(-1), sx2.reshape(-1), w2.reshape(-1), out2.reshape(-1)
         if n_rows == 1:                             # the decode loop, compiled on its own
             for o in range(lo, hi):
-                P1(w, o * rb, nb, qx, dx, sx, out, o, n_out, 0)
+                P1(w, o * rb, nb, qx, dx, sx, out, o, n_out, 0, n_rows)
             return
         for o in range(lo, hi):
             p = o * rb
             r = 0
             while n_rows - r >= R_MAX:
                 if R_MAX == 8:
-                    P8(w, p, nb, qx, dx, sx, out, o, n_out, r)
+                    P8(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
                 else:
-                    P4(w, p, nb, qx, dx, sx, out, o, n_out, r)
+                    P4(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
                 r += R_MAX
             k = n_rows - r
             if k == 1:
-                P1(w, p, nb, qx, dx, sx, out, o, n_out, r)
+                P1(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
             elif k == 2:
-                P2(w, p, nb, qx, dx, sx, out, o, n_out, r)
+                P2(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
             elif k == 3:
-                P3(w, p, nb, qx, dx, sx, out, o, n_out, r)
+                P3(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
             elif k == 4:
-                P4(w, p, nb, qx, dx, sx, out, o, n_out, r)
+                P4(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
             elif k == 5:
-                P5(w, p, nb, qx, dx, sx, out, o, n_out, r)
+                P5(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
             elif k == 6:
-                P6(w, p, nb, qx, dx, sx, out, o, n_out, r)
+                P6(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
             elif k == 7:
-                P7(w, p, nb, qx, dx, sx, out, o, n_out, r)
+                P7(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
     return rows
 
 
@@ -294,9 +309,7 @@ def _q8_32_rows(qx, dx16, sx16, w, qtype, out, lo, hi, nb):
 def _matmul_q8_k(x, w, qtype, out):
     n_rows, n_in = x.shape
     n_out = w.shape[0]
-    qx = np.empty((n_rows, n_in), np.int8)
-    dx = np.empty((n_rows, n_in // 256), np.float32)
-    bs = np.empty((n_rows, n_in // 16), np.int16)
+    qx, dx, bs = _alloc_q8_k(n_rows, n_in)
     _quantize_q8_k(x, qx, dx, bs)
     nb = n_in // 256
     if n_out * n_in <= SERIAL_MAX_ELEMENTS:
@@ -311,10 +324,7 @@ def _matmul_q8_k(x, w, qtype, out):
 def _matmul_q8_32(x, w, qtype, out):
     n_rows, n_in = x.shape
     n_out = w.shape[0]
-    npad = (n_in + 63) // 64 * 64
-    qx = np.empty((n_rows, npad), np.int8)
-    dx16 = np.empty((n_rows, npad // 4), np.float32)
-    sx16 = np.empty((n_rows, npad // 4), np.float32)
+    qx, dx16, sx16 = _alloc_q8_32(n_rows, n_in)
     _quantize_q8_32(x, qx, dx16, sx16)
     nb = n_in // 32
     if n_out * n_in <= SERIAL_MAX_ELEMENTS:

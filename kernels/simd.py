@@ -38,6 +38,8 @@ from numba.extending import intrinsic, models, overload, register_model
 #   vhsum(v) vhmax(v) vhsum_i(v)     reductions to one scalar (vhsum in a fixed order)
 #   sfma(a, b, c)                    float32 scalar a * b + c, fused where the CPU has FMA
 #   vdot_u8i8(a, b) vdot_i8i8(a, b)  i32x8 of sums of 4 adjacent byte products
+#   ld_u8 ld_i8 ld_u16 ld_u32(a, i)  int64 <- one little-endian integer at byte i
+#   f64x8: vload_f64(a, i) (float32 a[i:i+8] widened) vto_f32 vfloor vto_i64 vbits_f64 vclamp
 
 class Vec(types.Type):
     def __init__(self, dtype, lanes):
@@ -219,13 +221,12 @@ def vbits(typingctx, word, j0):
 
 @intrinsic
 def vbits32(typingctx, word):
-    # lane j = bit j of the integer word
+    # lane j = bit j of the integer word (the 32 bits as a mask vector: kmov + vpmovm2b with
+    # AVX-512, a broadcast and a compare with AVX2)
     if isinstance(word, types.Integer):
         def codegen(context, builder, sig, args):
-            v32 = ir.VectorType(_i32, 32)
-            w = _splat(builder, context.cast(builder, args[0], sig.args[0], types.int32), v32)
-            b = builder.and_(builder.lshr(w, ir.Constant(v32, list(range(32)))), ir.Constant(v32, [1] * 32))
-            return builder.trunc(b, _V32B)
+            w = context.cast(builder, args[0], sig.args[0], types.uint32)
+            return builder.zext(builder.bitcast(w, ir.VectorType(ir.IntType(1), 32)), _V32B)
         return i8x32(word), codegen
 
 
@@ -279,8 +280,9 @@ def _vec_binop(float_op, int_op):
     @intrinsic
     def binop(typingctx, a, b):
         vt = a if isinstance(a, Vec) else b
-        op = float_op if vt == f32x8 else int_op
-        scalar = (types.Integer, types.Float) if vt == f32x8 else types.Integer
+        is_float = isinstance(vt.dtype, types.Float)
+        op = float_op if is_float else int_op
+        scalar = (types.Integer, types.Float) if is_float else types.Integer
         if op is not None and all(t == vt or isinstance(t, scalar) for t in (a, b)):
             def codegen(context, builder, sig, args):
                 vals = [x if t == vt else
@@ -299,10 +301,47 @@ def _register_operator(pyop, impl):
 
 
 for _pyop, _fop, _iop in ((operator.add, "fadd", "add"), (operator.sub, "fsub", "sub"),
-                          (operator.mul, "fmul", "mul"), (operator.and_, None, "and_"),
+                          (operator.mul, "fmul", "mul"), (operator.truediv, "fdiv", None),
+                          (operator.and_, None, "and_"),
                           (operator.or_, None, "or_"), (operator.rshift, None, "lshr"),
                           (operator.lshift, None, "shl")):
     _register_operator(_pyop, _vec_binop(_fop, _iop))
+
+
+# -- float64 (the exponential of SwiGLU)
+
+f64x8 = Vec(types.float64, 8)
+i64x8 = Vec(types.int64, 8)
+_V8D = ir.VectorType(ir.DoubleType(), 8)
+_V8L = ir.VectorType(ir.IntType(64), 8)
+
+
+@intrinsic
+def vload_f64(typingctx, a, i):
+    # f64x8 <- float32 a[i:i+8], widened
+    if _is_1d_c(a, types.float32) and isinstance(i, types.Integer):
+        def codegen(context, builder, sig, args):
+            v = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V8F), align=4)
+            return builder.fpext(v, _V8D)
+        return f64x8(a, i), codegen
+
+
+vto_f32 = _vec_unary(f64x8, f32x8, lambda b, v: b.fptrunc(v, _V8F))      # rounded to float32
+vfloor = _vec_unary(f64x8, f64x8, lambda b, v: _call(b, "llvm.floor.v8f64", _V8D, [v]))
+vto_i64 = _vec_unary(f64x8, i64x8, lambda b, v: b.fptosi(v, _V8L))       # toward zero
+vbits_f64 = _vec_unary(i64x8, f64x8, lambda b, v: b.bitcast(v, _V8D))    # the bits
+
+
+@intrinsic
+def vclamp(typingctx, v, lo, hi):
+    # min(max(v, lo), hi) lane-wise, lo and hi scalars
+    if v == f64x8 and isinstance(lo, types.Float) and isinstance(hi, types.Float):
+        def codegen(context, builder, sig, args):
+            lo_v = _splat(builder, context.cast(builder, args[1], sig.args[1], types.float64), _V8D)
+            hi_v = _splat(builder, context.cast(builder, args[2], sig.args[2], types.float64), _V8D)
+            m = _call(builder, "llvm.maxnum.v8f64", _V8D, [args[0], lo_v])
+            return _call(builder, "llvm.minnum.v8f64", _V8D, [m, hi_v])
+        return f64x8(v, lo, hi), codegen
 
 
 # -- reductions
@@ -368,6 +407,34 @@ vdot_i8i8 = _dot_bytes(True)
 
 
 # -- scalars
+
+def _scalar_load(bits, signed):
+    # int64 <- the little-endian integer of `bits` bits at byte i of a byte array: one load, no
+    # bounds check and no negative-index wraparound (a[i] in jitted code does both)
+    @intrinsic
+    def load(typingctx, a, i):
+        if _is_bytes(a) and isinstance(i, types.Integer):
+            def codegen(context, builder, sig, args):
+                v = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], ir.IntType(bits)), align=1)
+                return (builder.sext if signed else builder.zext)(v, ir.IntType(64))
+            return types.int64(a, i), codegen
+    return load
+
+
+ld_u8 = _scalar_load(8, False)
+ld_i8 = _scalar_load(8, True)
+ld_u16 = _scalar_load(16, False)
+ld_u32 = _scalar_load(32, False)
+
+
+@intrinsic
+def _f64_from_bits(typingctx, u):
+    # float64 with the bit pattern of the int64 u
+    if isinstance(u, types.Integer):
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(context.cast(builder, args[0], sig.args[0], types.int64), ir.DoubleType())
+        return types.float64(u), codegen
+
 
 @intrinsic
 def _f32_from_bits(typingctx, u):

@@ -16,6 +16,7 @@ The conventions are simd.py's (no bounds checks, IEEE float ops, byte offsets fo
     vtrunc16(v)                        i16x16 <- the low 16 bits of each lane
     vgroups4(v, c)                     i32x16: lane l = v[4c + l // 4] (c a constant): the scales
                                        of chunk c of a super-block, one per 16 elements
+    vsplat16(s)                        f32x16 of the float32 scalar s
     vsplat2(a, b) / vsparse2(a, b)     f32x16: [a] * 8 + [b] * 8 / [a, 0 * 7, b, 0 * 7]
     dot4_codegen(...)                  the dot products, for tiles.py's tdot4 / tdot4s
 """
@@ -216,6 +217,14 @@ def vgroups4(typingctx, v, c):
         def codegen(context, builder, sig, args):
             return builder.shuffle_vector(args[0], args[0], _const(ir.VectorType(_i32, 16), [4 * k + l // 4 for l in range(16)]))
         return i32x16(v, c), codegen
+
+
+@intrinsic
+def vsplat16(typingctx, s):
+    if isinstance(s, (types.Float, types.Integer)):
+        def codegen(context, builder, sig, args):
+            return _splat(builder, context.cast(builder, args[0], sig.args[0], types.float32), _V16F)
+        return f32x16(s), codegen
 
 
 def _two(sparse):

@@ -16,6 +16,7 @@ array a, for r < R (R a literal constant). No bounds checks: the callers check t
     tload_bytes(a, i, stride, R, n)      Tile(i8 x n) <- n bytes per row (int8 or uint8 array)
     tload_i16(a, i, stride, R, n)        Tile(i16 x n) <- n int16 per row
     tload_f32(a, i, stride, R, n)        Tile(f32 x n) <- n float32 per row
+    tbroadcast(a, i, stride, R, n)       Tile(f32 x n), row r = splat(a[i + r stride])
     tsplat(a, i, stride, R, n, scale)    Tile(f32 x n), row r = splat(a[i + r stride] * scale)
     tdot4(acc, u, x) / tdot4s(acc, u, x, s)   acc[r] + the 64-byte dot (simd.dot4_codegen)
     tnegate_where(x, w)                  x[r] with the lanes where the byte vector w < 0 negated
@@ -107,6 +108,18 @@ def _loader(dtypes, elt, align):
 tload_bytes = _loader((types.int8, types.uint8), types.int8, 1)
 tload_i16 = _loader((types.int16,), types.int16, 2)
 tload_f32 = _loader((types.float32,), types.float32, 4)
+
+
+@intrinsic
+def tbroadcast(typingctx, a, i, stride, R, n):
+    if _is_1d(a, types.float32) and _literal(R, n):
+        T = Tile(Vec(types.float32, n.literal_value), R.literal_value)
+
+        def codegen(context, builder, sig, args):
+            vty = context.get_value_type(T.vec)
+            vals = _row_loads(context, builder, sig, args, T.rows, ir.FloatType(), 4)
+            return _tile(builder, context.get_value_type(T), [_splat(builder, v, vty) for v in vals])
+        return T(a, i, stride, R, n), codegen
 
 
 @intrinsic
@@ -248,5 +261,5 @@ def tstore_hsum(typingctx, out, i, stride, t):
         return types.none(out, i, stride, t), codegen
 
 
-__all__ = ["Tile", "tzeros", "tload_bytes", "tload_i16", "tload_f32", "tsplat", "tdot4", "tdot4s",
+__all__ = ["Tile", "tzeros", "tload_bytes", "tload_i16", "tload_f32", "tbroadcast", "tsplat", "tdot4", "tdot4s",
            "tnegate_where", "tmadd", "tfloat", "tfma", "tmul", "twiden", "tstore_hsum"]

@@ -3,7 +3,6 @@
 - the whole forward pass in one compiled call (kernels/forward.py) against the Python forward
   that calls each kernel in turn (bit for bit, both activation modes, every architecture);
 - activations="q8" (llama.cpp's int8 activations): close to the reference, batch invariant;
-- the SIMD attention kernel against the NumPy reference, serial and threaded paths identical;
 - the bench's llama.cpp figures against the text llama.cpp printed (tests/data).
 """
 import json
@@ -16,7 +15,6 @@ import pytest
 from specnb import ParamError, UnsupportedError
 from specnb.context import Batch, Context
 from specnb.forge import tiny_model
-from specnb.kernels import attention as At
 from specnb.model import load_model
 from specnb.reference import Reference
 
@@ -96,30 +94,6 @@ def test_activations_parameter_is_checked(tiny_model):
         Context(tiny_model, n_ctx=16, activations="int4")
     with pytest.raises(UnsupportedError, match="CPU-only"):
         Context(tiny_model, n_ctx=16, backend="cuda", activations="q8")
-
-
-@pytest.mark.parametrize("hd", [16, 48, 64, 128])
-def test_attention_kernel_against_reference(hd):
-    rng = np.random.default_rng(hd)
-    n, nh, nkv, n_ctx = 5, 6, 2, 96
-    q = rng.standard_normal((n, nh, hd)).astype(np.float32)
-    kc = rng.standard_normal((3, n_ctx, nkv * hd)).astype(np.float32)
-    vc = rng.standard_normal((3, n_ctx, nkv * hd)).astype(np.float32)
-    valid = rng.random((3, n_ctx)) < 0.8                    # holes in every sequence
-    seq = np.array([0, 2, 1, 2, 0])
-    pos = np.array([10, 60, 33, 61, 11])
-    valid[seq, pos] = True
-    out = At.attention(q, kc, vc, valid, seq, pos, nkv, np.empty_like(q))
-    ref = At.attention_ref(q, kc.reshape(3, n_ctx, nkv, hd), vc.reshape(3, n_ctx, nkv, hd),
-                           valid, seq, pos, nkv)
-    assert np.abs(out - ref).max() < 1e-5 * np.abs(vc).max()
-    # the threaded path (large work) computes every (row, head) exactly as the serial one
-    par = np.empty_like(q)
-    At._attention_parallel(q, kc, vc, valid, seq, pos, nkv, par)
-    assert np.array_equal(par.view(np.uint32), out.view(np.uint32))
-    # and a row alone equals the same row in the batch
-    one = At.attention(q[3:4].copy(), kc, vc, valid, seq[3:4], pos[3:4], nkv, np.empty_like(q[:1]))
-    assert np.array_equal(one[0].view(np.uint32), out[3].view(np.uint32))
 
 
 def test_bench_llama_cpp_figures_are_the_printed_ones():

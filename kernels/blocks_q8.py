@@ -22,8 +22,9 @@ Q*_0 / Q*_1 (blocks of 32):
 import numpy as np
 
 from .blocks import _b_q4_0, _b_q4_1, _b_q5_0, _b_q5_1, _b_q8_0, _inline, _scale16, _u32
-from .simd_wide import (vbytes16, vcat32, vdup2, vfields64, vload_b64, vload_i8x16, vload_u8x16,
-                        vpairs, vsparse2, vsplat2, vtrunc16)
+from .simd_wide import (ld_f32, st_f32, vbytes16, vcat32, vdup2, vfields64, vload_b64, vload_f32x16,
+                        vload_i8x16, vload_i16x16, vload_i32x16, vload_u8x16, vpairs, vsparse2, vsplat2,
+                        vstore_at, vtrunc16)
 
 _KM1, _KM2, _KM3 = 0x3F3F3F3F, 0x0F0F0F0F, 0x03030303   # ggml's kmask1..3
 
@@ -105,6 +106,33 @@ def chunk_q6_k(w, p, c):
     return low | (vfields64(w, p + 128 + 32 * h, 4 * t, 4 * t + 2, 3) << 4)
 
 
+# ---- decoded super-blocks in a scratch buffer ---------------------------------------------------
+# The first pass over a weight row stores what it decoded; the passes for the rest of a batch
+# read it back instead of decoding again: per super-block the 4 chunks (256 bytes), S (64), C (32),
+# d and e, in K_BUF_BYTES.
+
+K_BUF_BYTES = 384
+
+
+@_inline
+def store_k_scales(buf, q, S, C, d, e):
+    # (the chunks go to buf[q + 64 c] as they are decoded)
+    vstore_at(buf, q + 256, S)
+    vstore_at(buf, q + 320, C)
+    st_f32(buf, q + 352, d)
+    st_f32(buf, q + 356, e)
+
+
+@_inline
+def setup_kbuf(buf, p):
+    return vload_i32x16(buf, p + 256), vload_i16x16(buf, p + 320), ld_f32(buf, p + 352), ld_f32(buf, p + 356)
+
+
+@_inline
+def chunk_kbuf(buf, p, c):
+    return vload_b64(buf, p + 64 * c)
+
+
 # ---- Q*_0 / Q*_1: two blocks of 32 ---------------------------------------------------------------
 
 def _pairs(bfn):
@@ -127,7 +155,28 @@ pair_q4_1, one_q4_1 = _pairs(_b_q4_1)
 pair_q5_0, one_q5_0 = _pairs(_b_q5_0)
 pair_q5_1, one_q5_1 = _pairs(_b_q5_1)
 
+# two decoded blocks in a scratch buffer: the bytes (64), dw (64), m (64): B_BUF_BYTES per chunk
+B_BUF_BYTES = 192
+
+
+@_inline
+def store_b(buf, q, u, dw, m):
+    vstore_at(buf, q, u)
+    vstore_at(buf, q + 64, dw)
+    vstore_at(buf, q + 128, m)
+
+
+@_inline
+def pair_bbuf(buf, p, bsize):
+    return vload_b64(buf, p), vload_f32x16(buf, p + 64), vload_f32x16(buf, p + 128)
+
+
+@_inline
+def one_bbuf(buf, p):
+    return pair_bbuf(buf, p, 0)
+
 __all__ = ["setup_q2_k", "setup_q3_k", "setup_q4_k", "setup_q5_k", "setup_q6_k", "chunk_q2_k",
            "chunk_q3_k", "chunk_q4_k", "chunk_q5_k", "chunk_q6_k", "pair_q8_0", "pair_q4_0",
            "pair_q4_1", "pair_q5_0", "pair_q5_1", "one_q8_0", "one_q4_0", "one_q4_1", "one_q5_0",
-           "one_q5_1"]
+           "one_q5_1", "K_BUF_BYTES", "store_k_scales", "setup_kbuf", "chunk_kbuf", "B_BUF_BYTES", "store_b",
+           "pair_bbuf", "one_bbuf"]

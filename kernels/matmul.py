@@ -27,20 +27,23 @@ from .blocks import (_g_bf16, _g_f32, _g_q2_k, _g_q3_k, _g_q4_0, _g_q4_1, _g_q4_
                      _g_q5_1, _g_q5_k, _g_q6_k, _g_q8_0, _inline, _scalar, _store4)
 from .qtypes import (BF16, F32, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
                      check_qtype, check_shapes, qtype_name, row_bytes)
-from .simd import vfma, vhsum, vload, vzero
+from .simd import _AVX512, vfma, vhsum, vload, vzero
+from .tiles import tadd, tfma, tile_rows, tload_f32, tstore_hsum, tzeros
 
 _jit = njit(cache=True, fastmath=False)
+R_MAX = 6 if _AVX512 else 3
 
 # ---- dot products in the one fixed order ---------------------------------------------------------
 # For one activation row x and one weight row w of n elements:
 #   acc_k (k = 0..3) = fma(x[32c + 8k : +8], w[32c + 8k : +8], acc_k) over the whole 32-steps c,
 #   then the remaining 8-lane steps into acc_0, acc_1, acc_2 (float types only),
 #   s = hsum((acc_0 + acc_1) + (acc_2 + acc_3)), then s += x[i] * w[i] for the last n % 8.
-# Whether w is dequantized in registers or read back from a float32 buffer, and whether 1, 2 or 3
-# activation rows share a pass over w, every (row, output) pair runs exactly these operations.
-# Batches of 1 to 3 rows decode each weight row in registers (one pass); from 4 rows on a weight
-# row is decoded once into a float32 buffer and read back by passes of 2 rows (8 accumulators:
-# enough independent FMA chains to hide their latency, few enough to stay in registers).
+# Quantized weight rows are decoded in registers once per tile of up to R_MAX activation rows
+# (6 with AVX-512, 3 otherwise: as many as their four accumulators each fit the registers) and
+# meet every row of the tile (tiles.py); for more rows the first tile also keeps the decoded row
+# in a float32 buffer that the other tiles read back. Float weight rows (F32, F16, BF16, any n)
+# are decoded into the buffer and read back row by row. Whichever way, and whatever the tile size,
+# every (row, output) pair runs exactly these operations.
 
 @_inline
 def _g_buf(buf, g):
@@ -87,12 +90,13 @@ def _specialize(gfn):
     a constant, like a C++ template, so the type is decided once per row, outside the loops.
     (They are not cached on their own but compiled into their cached callers. Jitted code must
     call them through module globals, not receive them as arguments: a function passed as a
-    value would make the caller uncachable.) Returns (deq, rows, dot_rows):
+    value would make the caller uncachable.) Returns (deq, rows, dot1):
       deq(w_row, out, n)                    out[:n] <- the row, n % 32 == 0
-      dot_rows(w_row, x, r, nr, out, o, buf, n)
-                                            out[r : r+nr, o] <- x[r : r+nr] . w_row, nr = 1, 2, 3,
-                                            in one pass over w_row (buf: see _finish)
-      rows(x, w, out, lo, hi, buf)          out[:, lo:hi] <- x @ w[lo:hi]^T (quantized types)
+      rows(x, w, out, lo, hi, buf)          out[:, lo:hi] <- x @ w[lo:hi]^T (quantized types: each
+                                            weight row decoded once, in registers, for tiles of up
+                                            to R_MAX activation rows (tiles.py); buf: float32 [n_in])
+      dot1(w_row, x_row, buf, n)            one dot product, the tail included (float types)
+      tiles                                 the tile passes (of _g_buf: reading a decoded row)
     """
 
     @_inline
@@ -101,81 +105,72 @@ def _specialize(gfn):
             _store4(out, 32 * g, gfn(w, g))
 
     @_inline
-    def dots1(w, x0, n):
+    def dot1(w, x0, buf, n):
         a = _zero4()
         for g in range(n // 32):
             a = _fma4(x0, 32 * g, gfn(w, g), a)
-        return a
+        return _finish(a, x0, buf, n)
 
-    @_inline
-    def dots2(w, x0, x1, n):
-        a = b = _zero4()
-        for g in range(n // 32):
-            v = gfn(w, g)
-            a = _fma4(x0, 32 * g, v, a)
-            b = _fma4(x1, 32 * g, v, b)
-        return a, b
+    def make_pass(R, store=False):
+        @_inline
+        def run(r, base, w, x, n_in, out, o, n_out, buf):
+            # out[r0 + i, o] for i < R, r0 = base + r: _fma4's four accumulators for every row of
+            # the tile, then vhsum((a0 + a1) + (a2 + a3)) (_finish without a tail: n_in % 32 == 0);
+            # store: also keep the decoded row in buf, for the passes of the rows after these
+            r0 = base + r
+            a0 = a1 = a2 = a3 = tzeros(np.float32, 8, R)
+            xr = r0 * n_in
+            for g in range(n_in // 32):
+                v = gfn(w, g)
+                if store:
+                    _store4(buf, 32 * g, v)
+                i = xr + 32 * g
+                a0 = tfma(tload_f32(x, i, n_in, R, 8), v[0], a0)
+                a1 = tfma(tload_f32(x, i + 8, n_in, R, 8), v[1], a1)
+                a2 = tfma(tload_f32(x, i + 16, n_in, R, 8), v[2], a2)
+                a3 = tfma(tload_f32(x, i + 24, n_in, R, 8), v[3], a3)
+            tstore_hsum(out, r0 * n_out + o, n_out, tadd(tadd(a0, a1), tadd(a2, a3)))
+        return run
 
-    @_inline
-    def dots3(w, x0, x1, x2, n):
-        a = b = c = _zero4()
-        for g in range(n // 32):
-            v = gfn(w, g)
-            a = _fma4(x0, 32 * g, v, a)
-            b = _fma4(x1, 32 * g, v, b)
-            c = _fma4(x2, 32 * g, v, c)
-        return a, b, c
-
-    @_inline
-    def dot_rows(w, x, r, nr, out, o, buf, n):
-        if nr == 3:
-            a, b, c = dots3(w, x[r], x[r + 1], x[r + 2], n)
-            out[r, o] = _finish(a, x[r], buf, n)
-            out[r + 1, o] = _finish(b, x[r + 1], buf, n)
-            out[r + 2, o] = _finish(c, x[r + 2], buf, n)
-        elif nr == 2:
-            a, b = dots2(w, x[r], x[r + 1], n)
-            out[r, o] = _finish(a, x[r], buf, n)
-            out[r + 1, o] = _finish(b, x[r + 1], buf, n)
-        else:
-            out[r, o] = _finish(dots1(w, x[r], n), x[r], buf, n)
+    tiles = tile_rows(make_pass, R_MAX)
+    one = make_pass(1)
+    first = make_pass(R_MAX, store=True)
 
     @njit(fastmath=False, _nrt=False)
-    def rows(x, w, out, lo, hi, buf):
-        # one loop per batch shape, so that each is compiled on its own (the 1-row decode loop
-        # most of all); the arithmetic per (row, output) is the same in all of them
-        n_rows, n_in = x.shape
-        if n_rows == 1:                          # dequantized in registers
+    def rows(x2, w, out2, lo, hi, buf):
+        # one tile of up to R_MAX rows decodes each weight row in registers; beyond that the first
+        # tile also stores the decoded row in buf and the others read it back (_g_buf)
+        n_rows, n_in = x2.shape
+        n_out = out2.shape[1]
+        x, out = x2.reshape(-1), out2.reshape(-1)
+        if n_rows == 1:                          # the decode loop, compiled on its own
             for o in range(lo, hi):
-                out[0, o] = _finish(dots1(w[o], x[0], n_in), x[0], buf, n_in)
-        elif n_rows == 2:
+                one(0, 0, w[o], x, n_in, out, o, n_out, buf)
+        elif n_rows <= R_MAX:
             for o in range(lo, hi):
-                dot_rows(w[o], x, 0, 2, out, o, buf, n_in)
-        elif n_rows == 3:
+                tiles(n_rows, 0, w[o], x, n_in, out, o, n_out, buf)
+        else:
             for o in range(lo, hi):
-                dot_rows(w[o], x, 0, 3, out, o, buf, n_in)
-        else:                                    # dequantized once, read back 2 rows a pass
-            for o in range(lo, hi):
-                deq(w[o], buf, n_in)
-                for r in range(0, n_rows, 2):
-                    _buf_dot_rows(buf, x, r, min(2, n_rows - r), out, o, buf, n_in)
+                first(0, 0, w[o], x, n_in, out, o, n_out, buf)
+                _buf_tiles(n_rows - R_MAX, R_MAX, buf, x, n_in, out, o, n_out, buf)
 
-    return deq, rows, dot_rows
+    return deq, rows, dot1, tiles
 
 
-_, _, _buf_dot_rows = _specialize(_g_buf)
-_deq_f32, _, _ = _specialize(_g_f32)
-_deq_bf16, _, _ = _specialize(_g_bf16)
-_deq_q4_1, _rows_q4_1, _ = _specialize(_g_q4_1)
-_deq_q8_0, _rows_q8_0, _ = _specialize(_g_q8_0)
-_deq_q4_0, _rows_q4_0, _ = _specialize(_g_q4_0)
-_deq_q5_0, _rows_q5_0, _ = _specialize(_g_q5_0)
-_deq_q5_1, _rows_q5_1, _ = _specialize(_g_q5_1)
-_deq_q4_k, _rows_q4_k, _ = _specialize(_g_q4_k)
-_deq_q6_k, _rows_q6_k, _ = _specialize(_g_q6_k)
-_deq_q2_k, _rows_q2_k, _ = _specialize(_g_q2_k)
-_deq_q3_k, _rows_q3_k, _ = _specialize(_g_q3_k)
-_deq_q5_k, _rows_q5_k, _ = _specialize(_g_q5_k)
+
+_, _, _buf_dot1, _buf_tiles = _specialize(_g_buf)
+_deq_f32 = _specialize(_g_f32)[0]
+_deq_bf16 = _specialize(_g_bf16)[0]
+_deq_q4_1, _rows_q4_1 = _specialize(_g_q4_1)[:2]
+_deq_q8_0, _rows_q8_0 = _specialize(_g_q8_0)[:2]
+_deq_q4_0, _rows_q4_0 = _specialize(_g_q4_0)[:2]
+_deq_q5_0, _rows_q5_0 = _specialize(_g_q5_0)[:2]
+_deq_q5_1, _rows_q5_1 = _specialize(_g_q5_1)[:2]
+_deq_q4_k, _rows_q4_k = _specialize(_g_q4_k)[:2]
+_deq_q6_k, _rows_q6_k = _specialize(_g_q6_k)[:2]
+_deq_q2_k, _rows_q2_k = _specialize(_g_q2_k)[:2]
+_deq_q3_k, _rows_q3_k = _specialize(_g_q3_k)[:2]
+_deq_q5_k, _rows_q5_k = _specialize(_g_q5_k)[:2]
 
 
 # ---- one row to float32 ------------------------------------------------------------------------
@@ -246,12 +241,12 @@ def dequantize(w: np.ndarray, qtype: int, n_in: int) -> np.ndarray:
 
 @_jit
 def _rows_float(x, w, qtype, out, lo, hi, buf):
-    # F32 / F16 / BF16 w (any n_in): each row dequantized into buf, then the buffered dots
+    # F32 / F16 / BF16 w (any n_in): each row dequantized into buf, then the dots row by row
     n_rows, n_in = x.shape
     for o in range(lo, hi):
         _dequant_row(w[o], qtype, buf, n_in)
-        for r in range(0, n_rows, 2):
-            _buf_dot_rows(buf, x, r, min(2, n_rows - r), out, o, buf, n_in)
+        for r in range(n_rows):
+            out[r, o] = _buf_dot1(buf, x[r], buf, n_in)
 
 
 @_jit

@@ -16,8 +16,9 @@ Rounding x to int8 moves each product by up to max|x_block| / 254, so this is no
 (matmul.py is); it is what llama.cpp computes, and several times faster.
 
 Kernels: a pass takes one weight row and a tile of R activation rows (tiles.py): every 64-weight
-chunk is decoded once and meets the R rows in R integer dot products (one VNNI instruction, or two
-AVX2 ones, per row). Each row's sums run the same instructions in the same order whatever R is:
+chunk is decoded once and meets the R rows in R integer dot products (one or two VNNI
+instructions, or two or three AVX2 ones, per row). For more than R_MAX rows the first pass keeps
+the decoded row in a scratch buffer (L1-resident) and the passes for the other rows read it back. Each row's sums run the same instructions in the same order whatever R is:
 a float32 16-lane accumulator per row gets one fused multiply-add per super-block (K types) or per
 chunk of two blocks (the others), and a fixed halving tree adds its lanes at the end. So a row's
 outputs are bit-identical alone or in any batch. The integer sums are exact, so every SIMD level
@@ -35,9 +36,9 @@ from . import qtypes as T
 from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS, matmul, matmul_ref
 from .qtypes import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, check_shapes
 from .simd import _AVX512, vabs, vhmax, vhsum_i, vload, vmax, vrint, vstore_i8
-from .simd_wide import vabs8, vgroups4, vsplat16
-from .tiles import (tbroadcast, tdot4, tdot4s, tfloat, tfma, tload_bytes, tload_f32, tload_i16,
-                    tmadd, tmul, tnegate_where, tstore_hsum, twiden, tzeros)
+from .simd_wide import vabs8, vgroups4, vsplat16, vstore_at
+from .tiles import (tbroadcast, tdot4, tdot4s, tfloat, tfma, tile_rows, tload_bytes, tload_f32,
+                    tload_i16, tmadd, tmul, tnegate_where, tstore_hsum, twiden, tzeros)
 
 _jit = njit(cache=True, fastmath=False)
 _inline = njit(fastmath=False, forceinline=True, _nrt=False)
@@ -160,21 +161,34 @@ def quantize_q8_32(x):
 # All arrays are flat; weight row o starts at byte p = o * row_bytes; chunk j of activation row r
 # at byte 64 (j n_rows + r) of qx (the layout of the quantizers above).
 
-def _k_pass(setup, chunk, bsize, R):
+def _k_pass(setup, chunk, bsize, R, store=False):
     @_inline
-    def run(w, p, nb, qx, dx, bs, out, o, n_out, r0, n_rows):
-        # out[r0 + r, o] for r < R; nb super-blocks of bsize bytes
+    def u(w, pb, c, buf, q):
+        # chunk c of the super-block at pb (and into buf at q when this pass stores)
+        v = chunk(w, pb, c)
+        if store:
+            vstore_at(buf, q + 64 * c, v)
+        return v
+
+    @_inline
+    def run(r, base, w, p, nb, qx, dx, bs, out, o, n_out, n_rows, buf):
+        # out[r0 + i, o] for i < R, r0 = base + r; nb super-blocks of bsize bytes at byte p of w;
+        # store: also keep the decoded super-blocks in buf (blocks_q8.store_k)
+        r0 = base + r
         acc_f = tzeros(np.float32, 16, R)
         cs = 64 * n_rows                                # bytes from one chunk to the next
         for b in range(nb):
             pb = p + bsize * b
+            q = B.K_BUF_BYTES * b
             S, C, d, e = setup(w, pb)
+            if store:
+                B.store_k_scales(buf, q, S, C, d, e)
             xb = (4 * b * n_rows + r0) * 64
             acc = tzeros(np.int32, 16, R)
-            acc = tdot4s(acc, chunk(w, pb, 0), tload_bytes(qx, xb, 64, R, 64), vgroups4(S, 0))
-            acc = tdot4s(acc, chunk(w, pb, 1), tload_bytes(qx, xb + cs, 64, R, 64), vgroups4(S, 1))
-            acc = tdot4s(acc, chunk(w, pb, 2), tload_bytes(qx, xb + 2 * cs, 64, R, 64), vgroups4(S, 2))
-            acc = tdot4s(acc, chunk(w, pb, 3), tload_bytes(qx, xb + 3 * cs, 64, R, 64), vgroups4(S, 3))
+            acc = tdot4s(acc, u(w, pb, 0, buf, q), tload_bytes(qx, xb, 64, R, 64), vgroups4(S, 0))
+            acc = tdot4s(acc, u(w, pb, 1, buf, q), tload_bytes(qx, xb + cs, 64, R, 64), vgroups4(S, 1))
+            acc = tdot4s(acc, u(w, pb, 2, buf, q), tload_bytes(qx, xb + 2 * cs, 64, R, 64), vgroups4(S, 2))
+            acc = tdot4s(acc, u(w, pb, 3, buf, q), tload_bytes(qx, xb + 3 * cs, 64, R, 64), vgroups4(S, 3))
             ib = b * n_rows + r0
             bias = tmadd(C, tload_i16(bs, 16 * ib, 16, R, 16))                 # [R] i32x8
             # this super-block's sum, d * acc + e * bias (16 lanes), times the row's d_x
@@ -184,7 +198,7 @@ def _k_pass(setup, chunk, bsize, R):
     return run
 
 
-def _b_pass(pair, one, signed, has_min, bsize, R):
+def _b_pass(pair, one, signed, has_min, bsize, R, store=False):
     @_inline
     def dot(acc_f, q, dw, m, qx, dx16, sx16, j):
         # chunk j (at element 64 j of every row) of the tile
@@ -199,68 +213,65 @@ def _b_pass(pair, one, signed, has_min, bsize, R):
         return acc_f
 
     @_inline
-    def run(w, p, nb, qx, dx16, sx16, out, o, n_out, r0, n_rows):
+    def run(r, base, w, p, nb, qx, dx16, sx16, out, o, n_out, n_rows, buf):
+        r0 = base + r
         acc_f = tzeros(np.float32, 16, R)
         for c in range(nb // 2):
             q, dw, m = pair(w, p + 2 * bsize * c, bsize)
+            if store:
+                B.store_b(buf, B.B_BUF_BYTES * c, q, dw, m)
             acc_f = dot(acc_f, q, dw, m, qx, dx16, sx16, c * n_rows + r0)
         if nb % 2:
             c = nb // 2
             q, dw, m = one(w, p + 2 * bsize * c)
+            if store:
+                B.store_b(buf, B.B_BUF_BYTES * c, q, dw, m)
             acc_f = dot(acc_f, q, dw, m, qx, dx16, sx16, c * n_rows + r0)
         tstore_hsum(out, r0 * n_out + o, n_out, acc_f)
     return run
 
 
-def _rows(make_pass):
-    """rows(qx, dx, sx, w2, out, lo, hi): out[:, lo:hi] in passes of R_MAX rows, then one pass of
-    the rest (one compiled pass per R: R is a constant of each)."""
-    P = [make_pass(R) for R in range(1, 9)]
-    P1, P2, P3, P4, P5, P6, P7, P8 = P if R_MAX == 8 else P[:4] + [P[0]] * 4
+def _rows(make_pass, buf_tiles):
+    """rows(qx, dx, sx, w2, out, lo, hi, nb, buf): out[:, lo:hi] in tiles of rows (tiles.tile_rows):
+    up to R_MAX rows decode each weight row in registers; beyond that the first tile also keeps
+    the decoded row in buf (uint8 scratch) and the other tiles read it back (buf_tiles)."""
+    run = tile_rows(make_pass, R_MAX)
+    one = make_pass(1)
+    first = make_pass(R_MAX, True)
 
     @njit(fastmath=False, _nrt=False)
-    def rows(qx2, dx2, sx2, w2, out2, lo, hi, nb):
+    def rows(qx2, dx2, sx2, w2, out2, lo, hi, nb, buf):
         n_rows = qx2.shape[1]
         n_out = out2.shape[1]
         rb = w2.shape[1]
         qx, dx, sx, w, out = qx2.reshape(-1), dx2.reshape(-1), sx2.reshape(-1), w2.reshape(-1), out2.reshape(-1)
         if n_rows == 1:                             # the decode loop, compiled on its own
             for o in range(lo, hi):
-                P1(w, o * rb, nb, qx, dx, sx, out, o, n_out, 0, n_rows)
-            return
-        for o in range(lo, hi):
-            p = o * rb
-            r = 0
-            while n_rows - r >= R_MAX:
-                if R_MAX == 8:
-                    P8(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
-                else:
-                    P4(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
-                r += R_MAX
-            k = n_rows - r
-            if k == 1:
-                P1(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
-            elif k == 2:
-                P2(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
-            elif k == 3:
-                P3(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
-            elif k == 4:
-                P4(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
-            elif k == 5:
-                P5(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
-            elif k == 6:
-                P6(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
-            elif k == 7:
-                P7(w, p, nb, qx, dx, sx, out, o, n_out, r, n_rows)
+                one(0, 0, w, o * rb, nb, qx, dx, sx, out, o, n_out, n_rows, buf)
+        elif n_rows <= R_MAX:
+            for o in range(lo, hi):
+                run(n_rows, 0, w, o * rb, nb, qx, dx, sx, out, o, n_out, n_rows, buf)
+        else:
+            for o in range(lo, hi):
+                first(0, 0, w, o * rb, nb, qx, dx, sx, out, o, n_out, n_rows, buf)
+                buf_tiles(n_rows - R_MAX, R_MAX, buf, 0, nb, qx, dx, sx, out, o, n_out, n_rows, buf)
     return rows
 
 
+_k_buf_tiles = tile_rows(lambda R: _k_pass(B.setup_kbuf, B.chunk_kbuf, B.K_BUF_BYTES, R), R_MAX)
+_b_buf_tiles = {signed_min: tile_rows(lambda R, sm=signed_min: _b_pass(B.pair_bbuf, B.one_bbuf, sm[0], sm[1],
+                                                                         B.B_BUF_BYTES // 2, R), R_MAX)
+                for signed_min in ((True, False), (False, True))}
+_b_buf_signed, _b_buf_min = _b_buf_tiles[True, False], _b_buf_tiles[False, True]
+
+
 def _k_rows(setup, chunk, bsize):
-    return _rows(lambda R: _k_pass(setup, chunk, bsize, R))
+    return _rows(lambda R, store=False: _k_pass(setup, chunk, bsize, R, store), _k_buf_tiles)
 
 
 def _b_rows(pair, one, signed, has_min, bsize):
-    return _rows(lambda R: _b_pass(pair, one, signed, has_min, bsize, R))
+    return _rows(lambda R, store=False: _b_pass(pair, one, signed, has_min, bsize, R, store),
+                 _b_buf_signed if signed else _b_buf_min)
 
 
 _rows_q2_k = _k_rows(B.setup_q2_k, B.chunk_q2_k, 84)
@@ -276,31 +287,31 @@ _rows_q5_1 = _b_rows(B.pair_q5_1, B.one_q5_1, False, True, 24)
 
 
 @_jit
-def _q8_k_rows(qx, dx, bs, w, qtype, out, lo, hi, nb):
+def _q8_k_rows(qx, dx, bs, w, qtype, out, lo, hi, nb, buf):
     if qtype == Q4_K:
-        _rows_q4_k(qx, dx, bs, w, out, lo, hi, nb)
+        _rows_q4_k(qx, dx, bs, w, out, lo, hi, nb, buf)
     elif qtype == Q6_K:
-        _rows_q6_k(qx, dx, bs, w, out, lo, hi, nb)
+        _rows_q6_k(qx, dx, bs, w, out, lo, hi, nb, buf)
     elif qtype == Q5_K:
-        _rows_q5_k(qx, dx, bs, w, out, lo, hi, nb)
+        _rows_q5_k(qx, dx, bs, w, out, lo, hi, nb, buf)
     elif qtype == Q3_K:
-        _rows_q3_k(qx, dx, bs, w, out, lo, hi, nb)
+        _rows_q3_k(qx, dx, bs, w, out, lo, hi, nb, buf)
     else:
-        _rows_q2_k(qx, dx, bs, w, out, lo, hi, nb)
+        _rows_q2_k(qx, dx, bs, w, out, lo, hi, nb, buf)
 
 
 @_jit
-def _q8_32_rows(qx, dx16, sx16, w, qtype, out, lo, hi, nb):
+def _q8_32_rows(qx, dx16, sx16, w, qtype, out, lo, hi, nb, buf):
     if qtype == Q4_1:
-        _rows_q4_1(qx, dx16, sx16, w, out, lo, hi, nb)
+        _rows_q4_1(qx, dx16, sx16, w, out, lo, hi, nb, buf)
     elif qtype == Q8_0:
-        _rows_q8_0(qx, dx16, sx16, w, out, lo, hi, nb)
+        _rows_q8_0(qx, dx16, sx16, w, out, lo, hi, nb, buf)
     elif qtype == Q4_0:
-        _rows_q4_0(qx, dx16, sx16, w, out, lo, hi, nb)
+        _rows_q4_0(qx, dx16, sx16, w, out, lo, hi, nb, buf)
     elif qtype == Q5_0:
-        _rows_q5_0(qx, dx16, sx16, w, out, lo, hi, nb)
+        _rows_q5_0(qx, dx16, sx16, w, out, lo, hi, nb, buf)
     else:
-        _rows_q5_1(qx, dx16, sx16, w, out, lo, hi, nb)
+        _rows_q5_1(qx, dx16, sx16, w, out, lo, hi, nb, buf)
 
 
 # ---- the matrix product ----------------------------------------------------------------------
@@ -312,12 +323,14 @@ def _matmul_q8_k(x, w, qtype, out):
     qx, dx, bs = _alloc_q8_k(n_rows, n_in)
     _quantize_q8_k(x, qx, dx, bs)
     nb = n_in // 256
+    nbuf = nb * B.K_BUF_BYTES if n_rows > R_MAX else 1
     if n_out * n_in <= SERIAL_MAX_ELEMENTS:
-        _q8_k_rows(qx, dx, bs, w, qtype, out, 0, n_out, nb)
+        _q8_k_rows(qx, dx, bs, w, qtype, out, 0, n_out, nb, np.empty(nbuf, np.uint8))
         return
     n_chunks = min(n_out, _N_CHUNKS)
+    bufs = np.empty((n_chunks, nbuf), np.uint8)
     for c in prange(n_chunks):
-        _q8_k_rows(qx, dx, bs, w, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, nb)
+        _q8_k_rows(qx, dx, bs, w, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, nb, bufs[c])
 
 
 @njit(parallel=True, fastmath=False, cache=True)
@@ -327,12 +340,14 @@ def _matmul_q8_32(x, w, qtype, out):
     qx, dx16, sx16 = _alloc_q8_32(n_rows, n_in)
     _quantize_q8_32(x, qx, dx16, sx16)
     nb = n_in // 32
+    nbuf = (nb + 1) // 2 * B.B_BUF_BYTES if n_rows > R_MAX else 1
     if n_out * n_in <= SERIAL_MAX_ELEMENTS:
-        _q8_32_rows(qx, dx16, sx16, w, qtype, out, 0, n_out, nb)
+        _q8_32_rows(qx, dx16, sx16, w, qtype, out, 0, n_out, nb, np.empty(nbuf, np.uint8))
         return
     n_chunks = min(n_out, _N_CHUNKS)
+    bufs = np.empty((n_chunks, nbuf), np.uint8)
     for c in prange(n_chunks):
-        _q8_32_rows(qx, dx16, sx16, w, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, nb)
+        _q8_32_rows(qx, dx16, sx16, w, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, nb, bufs[c])
 
 
 @_jit

@@ -4,6 +4,8 @@ each where the CPU has AVX-512, two AVX2 registers elsewhere, plain LLVM vectors
 The conventions are simd.py's (no bounds checks, IEEE float ops, byte offsets for byte arrays).
 
     vload_b64(a, i)                    i8x64 <- 64 bytes
+    vstore_at(a, i, v)                 any vector's bytes -> a[i:]; vload_i32x16 / vload_i16x16 /
+                                       vload_f32x16(a, i) read them back; ld_f32 / st_f32 scalars
     vfields64(a, i, sh0, sh1, mask)    i8x64: lanes 0..31 = (a[i:i+32] >> sh0) & mask, lanes
                                        32..63 = (a[i:i+32] >> sh1) & mask (nibbles, 2-bit fields)
     vcat32(a, b)                       i8x64 <- two i8x32
@@ -119,6 +121,47 @@ _VNNI_W = _operand_form("llvm.x86.avx512.vpdpwssd.512", "<16 x i32>", "<32 x i16
 # -- loads, fields, conversions
 
 @intrinsic
+def vstore_at(typingctx, a, i, v):
+    # any vector's bytes into the byte array a at byte i (a scratch buffer of decoded weights)
+    if _is_bytes(a) and isinstance(i, types.Integer) and isinstance(v, Vec):
+        def codegen(context, builder, sig, args):
+            p = _ptr(context, builder, sig.args[0], args[0], args[1], context.get_value_type(sig.args[2]))
+            builder.store(args[2], p, align=1)
+            return context.get_dummy_value()
+        return types.none(a, i, v), codegen
+
+
+def _typed_load(vt):
+    @intrinsic
+    def load(typingctx, a, i):
+        if _is_bytes(a) and isinstance(i, types.Integer):
+            def codegen(context, builder, sig, args):
+                p = _ptr(context, builder, sig.args[0], args[0], args[1], context.get_value_type(vt))
+                return builder.load(p, align=1)
+            return vt(a, i), codegen
+    return load
+
+
+@intrinsic
+def ld_f32(typingctx, a, i):
+    if _is_bytes(a) and isinstance(i, types.Integer):
+        def codegen(context, builder, sig, args):
+            return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], ir.FloatType()), align=1)
+        return types.float32(a, i), codegen
+
+
+@intrinsic
+def st_f32(typingctx, a, i, v):
+    if _is_bytes(a) and isinstance(i, types.Integer) and isinstance(v, types.Float):
+        def codegen(context, builder, sig, args):
+            p = _ptr(context, builder, sig.args[0], args[0], args[1], ir.FloatType())
+            builder.store(context.cast(builder, args[2], sig.args[2], types.float32), p, align=1)
+            return context.get_dummy_value()
+        return types.none(a, i, v), codegen
+
+
+
+@intrinsic
 def vload_b64(typingctx, a, i):
     if _is_bytes(a) and isinstance(i, types.Integer):
         def codegen(context, builder, sig, args):
@@ -178,6 +221,9 @@ def _load16(signed):
 
 vload_u8x16 = _load16(False)
 vload_i8x16 = _load16(True)
+vload_i32x16 = _typed_load(i32x16)
+vload_i16x16 = _typed_load(i16x16)
+vload_f32x16 = _typed_load(f32x16)
 
 
 @intrinsic

@@ -21,12 +21,12 @@ array a, for r < R (R a literal constant). No bounds checks: the callers check t
     tdot4(acc, u, x) / tdot4s(acc, u, x, s)   acc[r] + the 64-byte dot (simd.dot4_codegen)
     tnegate_where(x, w)                  x[r] with the lanes where the byte vector w < 0 negated
     tmadd(c, t)                          i32 lanes: c[2l] t[r][2l] + c[2l+1] t[r][2l+1] (int16)
-    tfloat(t) tfma(a, b, c) tmul(a, b)   lane-wise; a plain vector argument serves every row
+    tfloat(t) tfma(a, b, c) tmul tadd    lane-wise; a plain vector argument serves every row
     twiden(t, lanes)                     each row zero-extended to more lanes
     tstore_hsum(out, i, stride, t)       out[i + r stride] = hsum(t[r]), a fixed halving tree
 """
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.extending import intrinsic, models, register_model
 
 from .simd import Vec, _call, _i32, _ptr, _splat
@@ -223,6 +223,7 @@ def _fma(b, x, y, z):
 _is_f32 = lambda *ts: _same_vec(*ts) and _vec(ts[0]).dtype == types.float32   # noqa: E731
 tfma = _tile_op("tfma", _is_f32, _first_tile, _fma)
 tmul = _tile_op("tmul", _is_f32, _first_tile, lambda b, x, y: b.fmul(x, y))
+tadd = _tile_op("tadd", _is_f32, _first_tile, lambda b, x, y: b.fadd(x, y))
 
 
 @intrinsic
@@ -261,5 +262,41 @@ def tstore_hsum(typingctx, out, i, stride, t):
         return types.none(out, i, stride, t), codegen
 
 
+# ---- passes over a batch ------------------------------------------------------------------------
+
+def tile_rows(make_pass, r_max: int):
+    """run(n_rows, *args): the batch in tiles, passes[R](r0, *args) for tiles of R rows from row
+    r0: r_max rows at a time, then one tile of the rest. make_pass(R) builds the pass for R rows
+    (R = 1 .. 8; r_max <= 8), each compiled with its R a constant."""
+    P = [make_pass(R) for R in range(1, r_max + 1)]
+    P = P + [P[0]] * (8 - r_max)                       # (never called: the rest is < r_max)
+    P1, P2, P3, P4, P5, P6, P7, P8 = P
+    PMAX = P[r_max - 1]
+
+    @njit(fastmath=False, _nrt=False, forceinline=True)
+    def run(n_rows, *args):
+        r = 0
+        while n_rows - r >= r_max:
+            PMAX(r, *args)
+            r += r_max
+        k = n_rows - r
+        if k == 1:
+            P1(r, *args)
+        elif k == 2:
+            P2(r, *args)
+        elif k == 3:
+            P3(r, *args)
+        elif k == 4:
+            P4(r, *args)
+        elif k == 5:
+            P5(r, *args)
+        elif k == 6:
+            P6(r, *args)
+        elif k == 7:
+            P7(r, *args)
+    return run
+
+
 __all__ = ["Tile", "tzeros", "tload_bytes", "tload_i16", "tload_f32", "tbroadcast", "tsplat", "tdot4", "tdot4s",
-           "tnegate_where", "tmadd", "tfloat", "tfma", "tmul", "twiden", "tstore_hsum"]
+           "tnegate_where", "tmadd", "tfloat", "tfma", "tmul", "tadd", "twiden", "tstore_hsum",
+           "tile_rows"]

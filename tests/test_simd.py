@@ -178,20 +178,22 @@ import numpy as np
 from specnb.kernels import matmul, matmul_q8, qtypes, simd
 rng = np.random.default_rng(5)
 out = {"level": simd.SIMD_LEVEL}
-x = rng.standard_normal((3, 512)).astype(np.float32)
+n = 11                           # more rows than a tile: the scratch-buffer passes too
+x = rng.standard_normal((n, 512)).astype(np.float32)
+buf = np.empty(16 * 384, np.uint8)
 for name in sys.argv[1].split(","):
     qt = int(getattr(qtypes, name))
     w = qtypes.random_blocks(qt, 17, 512, rng)
-    r = np.empty((3, 17), np.float32)
+    r = np.empty((n, 17), np.float32)
     if name in ("Q4_K", "Q6_K"):
-        qx, dx, bs = matmul_q8._alloc_q8_k(3, 512)
+        qx, dx, bs = matmul_q8._alloc_q8_k(n, 512)
         matmul_q8._quantize_q8_k(x, qx, dx, bs)
-        getattr(matmul_q8, "_rows_" + name.lower())(qx, dx, bs, w, r, 0, 17, 2)
+        getattr(matmul_q8, "_rows_" + name.lower())(qx, dx, bs, w, r, 0, 17, 2, buf)
     else:
-        qx, d16, s16 = matmul_q8._alloc_q8_32(3, 512)
+        qx, d16, s16 = matmul_q8._alloc_q8_32(n, 512)
         matmul_q8._quantize_q8_32(x, qx, d16, s16)
-        getattr(matmul_q8, "_rows_" + name.lower())(qx, d16, s16, w, r, 0, 17, 16)
-    f = np.empty((3, 17), np.float32)
+        getattr(matmul_q8, "_rows_" + name.lower())(qx, d16, s16, w, r, 0, 17, 16, buf)
+    f = np.empty((n, 17), np.float32)
     matmul._matmul_rows(x, w, qt, f, 0, 17, np.empty(512, np.float32))
     out[name] = [r.view(np.uint32).tolist(), f.view(np.uint32).tolist()]
 print(json.dumps(out))

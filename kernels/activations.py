@@ -3,9 +3,9 @@
 llama.cpp: ggml_swiglu (silu(gate) * up) in the feed-forward block; the greedy sampler's argmax
 and the top-k sampler in src/llama-sampler.cpp.
 
-SwiGLU computes silu in float64 (as the NumPy reference does) with its own exponential, `exp64`:
-a polynomial written with the explicit-SIMD layer, 8 lanes at a time, the same operations for the
-vector body and the scalar tail, so every element gets the same value wherever it sits (batch
+SwiGLU computes silu in float64 (as the NumPy reference does) with its own exponential, `vexp64`:
+a polynomial written with the explicit-SIMD layer, 8 lanes at a time; the scalar tail runs the
+same vector code on one lane, so every element gets the same value wherever it sits (batch
 invariance). Its error is within 2 ulp of float64 (the result is rounded to float32 after).
 """
 import math
@@ -13,7 +13,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .simd import _f64_from_bits, vbits_f64, vclamp, vfloor, vload, vload_f64, vstore, vto_f32, vto_i64
+from .simd import vbits_f64, vclamp, vfirst, vfloor, vload, vload_f64, vsplat64, vstore, vto_f32, vto_i64
 
 LOG2E = 1.4426950408889634
 LN2_HI = 6.93147180369123816490e-01       # ln 2 split in two (Cody and Waite): k * LN2_HI is exact
@@ -30,29 +30,9 @@ def swiglu_ref(gate, up):
 
 
 @njit(fastmath=False, inline="always")
-def exp64(x):
-    # float64 e^x for x clamped to [EXP_MIN, EXP_MAX] (scalar)
-    x = min(max(x, EXP_MIN), EXP_MAX)
-    k = np.floor(x * LOG2E + 0.5)
-    r = (x - k * LN2_HI) - k * LN2_LO
-    p = r * _C[0] + _C[1]
-    p = p * r + _C[2]
-    p = p * r + _C[3]
-    p = p * r + _C[4]
-    p = p * r + _C[5]
-    p = p * r + _C[6]
-    p = p * r + _C[7]
-    p = p * r + _C[8]
-    p = p * r + _C[9]
-    p = p * r + _C[10]
-    p = p * r + _C[11]
-    p = p * r + _C[12]
-    return p * _f64_from_bits((np.int64(k) + 1023) << 52)
-
-
-@njit(fastmath=False, inline="always")
 def vexp64(x):
-    # the same on f64x8 lanes
+    # float64 e^x of each f64x8 lane, x clamped to [EXP_MIN, EXP_MAX]: e^x = 2^k e^r with
+    # k = round(x / ln 2), r = x - k ln 2, e^r by its Taylor polynomial (Horner)
     x = vclamp(x, EXP_MIN, EXP_MAX)
     k = vfloor(x * LOG2E + 0.5)
     r = (x - k * LN2_HI) - k * LN2_LO
@@ -69,6 +49,12 @@ def vexp64(x):
     p = p * r + _C[11]
     p = p * r + _C[12]
     return p * vbits_f64((vto_i64(k) + 1023) << 52)
+
+
+@njit(fastmath=False, inline="always")
+def exp64(x):
+    # the same for one float64 (lane 0 of a vector): the scalar tails get the vector's values
+    return vfirst(vexp64(vsplat64(x)))
 
 
 @njit(fastmath=False, inline="always")

@@ -51,34 +51,36 @@ def block_sync(T):
         cuda.syncthreads()
 
 
-@cuda.jit(device=True, inline=True)
-def block_sum(sh, tid, T):
-    # -> sum of sh[0:T] by a fixed tree (every thread of the block calls this after writing
-    # sh[tid]; sh is free again once every thread has read the result: call block_sync first)
-    block_sync(T)
-    p2 = 1
-    while p2 < T:
-        p2 *= 2
-    stride = p2 // 2
-    while stride > 0:
-        if tid < stride and tid + stride < T:
-            sh[tid] += sh[tid + stride]
+def _block_reduce(combine):
+    # a block reduction by combine(sh, i, j): sh[i] <- sh[i] (+) sh[j], over a fixed tree
+    @cuda.jit(device=True, inline=True)
+    def reduce(sh, tid, T):
+        # -> the reduction of sh[0:T] (every thread of the block calls this after writing sh[tid];
+        # sh is free again once every thread has read the result: call block_sync first)
         block_sync(T)
-        stride //= 2
-    return sh[0]
+        p2 = 1
+        while p2 < T:
+            p2 *= 2
+        stride = p2 // 2
+        while stride > 0:
+            if tid < stride and tid + stride < T:
+                combine(sh, tid, tid + stride)
+            block_sync(T)
+            stride //= 2
+        return sh[0]
+    return reduce
 
 
 @cuda.jit(device=True, inline=True)
-def block_max(sh, tid, T):
-    # -> max of sh[0:T] (same protocol as block_sum)
-    block_sync(T)
-    p2 = 1
-    while p2 < T:
-        p2 *= 2
-    stride = p2 // 2
-    while stride > 0:
-        if tid < stride and tid + stride < T and sh[tid + stride] > sh[tid]:
-            sh[tid] = sh[tid + stride]
-        block_sync(T)
-        stride //= 2
-    return sh[0]
+def _add(sh, i, j):
+    sh[i] += sh[j]
+
+
+@cuda.jit(device=True, inline=True)
+def _max(sh, i, j):
+    if sh[j] > sh[i]:
+        sh[i] = sh[j]
+
+
+block_sum = _block_reduce(_add)
+block_max = _block_reduce(_max)

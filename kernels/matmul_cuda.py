@@ -209,29 +209,6 @@ def _k4_scale_min(sc0, sc1, sc2, sb):
 
 
 @_dev
-def _slot_q4_k(wq, wh, wf, base, s, wv, j):
-    p = base + 144 * (s >> 5)
-    q = s & 31
-    c = q >> 3
-    d = _half(wh, p)
-    dmin = _half(wh, p + 2)
-    sc0 = _w4(wq, p + 4)
-    sc1 = _w4(wq, p + 8)
-    sc2 = _w4(wq, p + 12)
-    v = _w4(wq, p + 16 + 4 * q)
-    sc, mn = _k4_scale_min(sc0, sc1, sc2, 2 * c)
-    dl = d * _fl(sc, 0)
-    ml = dmin * _fl(mn, 0)
-    for i in range(4):
-        wv[j + i] = _fmul(dl, _fl(_nib(v, 2 * i), 0)) - ml
-    sc, mn = _k4_scale_min(sc0, sc1, sc2, 2 * c + 1)
-    dl = d * _fl(sc, 0)
-    ml = dmin * _fl(mn, 0)
-    for i in range(4):
-        wv[j + 4 + i] = _fmul(dl, _fl(_nib(v, 2 * i + 1), 0)) - ml
-
-
-@_dev
 def _slot_q6_k(wq, wh, wf, base, s, wv, j):
     p = base + 210 * (s >> 5)
     q = s & 31
@@ -252,32 +229,34 @@ def _slot_q6_k(wq, wh, wf, base, s, wv, j):
         wv[j + 4 + i] = d1 * _fl(hi, 32)
 
 
-@_dev
-def _slot_q5_k(wq, wh, wf, base, s, wv, j):
-    # Q4_K's nibbles and scales; the fifth bit of element 64c + 4u + i (+ 32) is bit 2c (2c + 1)
-    # of byte 4u + i of qh
-    p = base + 176 * (s >> 5)
-    q = s & 31
-    c = q >> 3
-    d = _half(wh, p)
-    dmin = _half(wh, p + 2)
-    sc0 = _w4(wq, p + 4)
-    sc1 = _w4(wq, p + 8)
-    sc2 = _w4(wq, p + 12)
-    qh = _w4(wq, p + 16 + 4 * (q & 7))
-    v = _w4(wq, p + 48 + 4 * q)
-    sc, mn = _k4_scale_min(sc0, sc1, sc2, 2 * c)
-    dl = d * _fl(sc, 0)
-    ml = dmin * _fl(mn, 0)
-    for i in range(4):
-        q5 = _nib(v, 2 * i) | (_bits(qh, 8 * i + 2 * c, 1) << _u32(4))
-        wv[j + i] = _fmul(dl, _fl(q5, 0)) - ml
-    sc, mn = _k4_scale_min(sc0, sc1, sc2, 2 * c + 1)
-    dl = d * _fl(sc, 0)
-    ml = dmin * _fl(mn, 0)
-    for i in range(4):
-        q5 = _nib(v, 2 * i + 1) | (_bits(qh, 8 * i + 2 * c + 1, 1) << _u32(4))
-        wv[j + 4 + i] = _fmul(dl, _fl(q5, 0)) - ml
+def _slot_k45(block_bytes, qs_off, qh_off):
+    # Q4_K (no qh: qh_off < 0) and Q5_K: 8 nibbles of word q of qs (sub-blocks 2c and 2c + 1,
+    # c = q // 8); the fifth bit of element 64c + 4u + i (+ 32) is bit 2c (2c + 1) of byte 4u + i
+    # of qh
+    @_dev
+    def slot(wq, wh, wf, base, s, wv, j):
+        p = base + block_bytes * (s >> 5)
+        q = s & 31
+        c = q >> 3
+        d = _half(wh, p)
+        dmin = _half(wh, p + 2)
+        sc0 = _w4(wq, p + 4)
+        sc1 = _w4(wq, p + 8)
+        sc2 = _w4(wq, p + 12)
+        qh = _w4(wq, p + qh_off + 4 * (q & 7)) if qh_off >= 0 else _u32(0)
+        v = _w4(wq, p + qs_off + 4 * q)
+        for hi in range(2):
+            sc, mn = _k4_scale_min(sc0, sc1, sc2, 2 * c + hi)
+            dl = d * _fl(sc, 0)
+            ml = dmin * _fl(mn, 0)
+            for i in range(4):
+                q5 = _nib(v, 2 * i + hi) | (_bits(qh, 8 * i + 2 * c + hi, 1) << _u32(4))
+                wv[j + 4 * hi + i] = _fmul(dl, _fl(q5, 0)) - ml
+    return slot
+
+
+_slot_q4_k = _slot_k45(144, 16, -1)
+_slot_q5_k = _slot_k45(176, 48, 16)
 
 
 @_dev

@@ -39,7 +39,8 @@ from numba.extending import intrinsic, models, overload, register_model
 #   sfma(a, b, c)                    float32 scalar a * b + c, fused where the CPU has FMA
 #   vdot_u8i8(a, b) vdot_i8i8(a, b)  i32x8 of sums of 4 adjacent byte products
 #   ld_u8 ld_i8 ld_u16 ld_u32(a, i)  int64 <- one little-endian integer at byte i
-#   f64x8: vload_f64(a, i) (float32 a[i:i+8] widened) vto_f32 vfloor vto_i64 vbits_f64 vclamp
+#   f64x8: vload_f64(a, i) (float32 a[i:i+8] widened) vsplat64 vfirst vto_f32 vfloor vto_i64
+#          vbits_f64 vclamp
 
 class Vec(types.Type):
     def __init__(self, dtype, lanes):
@@ -158,12 +159,19 @@ vload_u16 = _int_load(2, False)
 vload_u32 = _int_load(4, False)
 
 
-@intrinsic
-def vload_b32(typingctx, a, i):
-    if _is_bytes(a) and isinstance(i, types.Integer):
-        def codegen(context, builder, sig, args):
-            return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V32B), align=1)
-        return i8x32(a, i), codegen
+def _typed_load(vt):
+    # vt <- its bytes at byte i of a byte array (unaligned)
+    @intrinsic
+    def load(typingctx, a, i):
+        if _is_bytes(a) and isinstance(i, types.Integer):
+            def codegen(context, builder, sig, args):
+                p = _ptr(context, builder, sig.args[0], args[0], args[1], context.get_value_type(vt))
+                return builder.load(p, align=1)
+            return vt(a, i), codegen
+    return load
+
+
+vload_b32 = _typed_load(i8x32)
 
 
 @intrinsic
@@ -333,6 +341,23 @@ vbits_f64 = _vec_unary(i64x8, f64x8, lambda b, v: b.bitcast(v, _V8D))    # the b
 
 
 @intrinsic
+def vsplat64(typingctx, s):
+    if isinstance(s, (types.Float, types.Integer)):
+        def codegen(context, builder, sig, args):
+            return _splat(builder, context.cast(builder, args[0], sig.args[0], types.float64), _V8D)
+        return f64x8(s), codegen
+
+
+@intrinsic
+def vfirst(typingctx, v):
+    # lane 0 of a float vector
+    if isinstance(v, Vec) and isinstance(v.dtype, types.Float):
+        def codegen(context, builder, sig, args):
+            return builder.extract_element(args[0], _i32(0))
+        return v.dtype(v), codegen
+
+
+@intrinsic
 def vclamp(typingctx, v, lo, hi):
     # min(max(v, lo), hi) lane-wise, lo and hi scalars
     if v == f64x8 and isinstance(lo, types.Float) and isinstance(hi, types.Float):
@@ -425,15 +450,6 @@ ld_u8 = _scalar_load(8, False)
 ld_i8 = _scalar_load(8, True)
 ld_u16 = _scalar_load(16, False)
 ld_u32 = _scalar_load(32, False)
-
-
-@intrinsic
-def _f64_from_bits(typingctx, u):
-    # float64 with the bit pattern of the int64 u
-    if isinstance(u, types.Integer):
-        def codegen(context, builder, sig, args):
-            return builder.bitcast(context.cast(builder, args[0], sig.args[0], types.int64), ir.DoubleType())
-        return types.float64(u), codegen
 
 
 @intrinsic

@@ -26,7 +26,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from .simd import _AVX2, _AVX512, Vec, _V8I, _call, _i32, _is_bytes, _ptr, _splat, llvm_binding
+from .simd import _AVX2, _AVX512, Vec, _V8I, _call, _i32, _is_bytes, _ptr, _splat, _typed_load, llvm_binding
 
 i8x64 = Vec(types.int8, 64)
 i16x16 = Vec(types.int16, 16)
@@ -131,17 +131,6 @@ def vstore_at(typingctx, a, i, v):
         return types.none(a, i, v), codegen
 
 
-def _typed_load(vt):
-    @intrinsic
-    def load(typingctx, a, i):
-        if _is_bytes(a) and isinstance(i, types.Integer):
-            def codegen(context, builder, sig, args):
-                p = _ptr(context, builder, sig.args[0], args[0], args[1], context.get_value_type(vt))
-                return builder.load(p, align=1)
-            return vt(a, i), codegen
-    return load
-
-
 @intrinsic
 def ld_f32(typingctx, a, i):
     if _is_bytes(a) and isinstance(i, types.Integer):
@@ -161,12 +150,7 @@ def st_f32(typingctx, a, i, v):
 
 
 
-@intrinsic
-def vload_b64(typingctx, a, i):
-    if _is_bytes(a) and isinstance(i, types.Integer):
-        def codegen(context, builder, sig, args):
-            return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V64B), align=1)
-        return i8x64(a, i), codegen
+vload_b64 = _typed_load(i8x64)
 
 
 @intrinsic

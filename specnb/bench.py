@@ -373,7 +373,7 @@ def cuda_bandwidth(peak_gbs: float = 4800.0, reps: int = 100) -> list:
     matrices, timed with CUDA events, and the fraction of `peak_gbs` (an H200: about 4800)."""
     from gguf import GGMLQuantizationType
 
-    from .backend_cuda import matmul_bandwidth
+    from .kernels.matmul_cuda import matmul_bandwidth
     qtypes = [int(GGMLQuantizationType[t]) for t in BANDWIDTH_TYPES]
     return matmul_bandwidth(BANDWIDTH_SHAPES, qtypes, n_rows=1, reps=reps, peak_gbs=peak_gbs)
 

@@ -135,9 +135,9 @@ def group_kernels():
 # ---- quantized matmul ---------------------------------------------------------------------------
 
 def _qc():
-    # the CUDA section of kernels/quant.py
-    from specnb.kernels import quant
-    return quant
+    # the CUDA twins of the matrix products
+    from specnb.kernels import matmul_cuda
+    return matmul_cuda
 
 
 def group_quant():
@@ -146,7 +146,7 @@ def group_quant():
     import gguf
     from numba import cuda
 
-    from specnb.kernels import quant as Q
+    from specnb.kernels import quant as Q          # (types, random blocks, matmul_ref)
     qc = _qc()
     rng = np.random.default_rng(1)
     d = cuda.to_device

@@ -41,7 +41,7 @@ def _numba_cache_dir(root, keep: int = 3) -> str:
 
 if "NUMBA_CACHE_DIR" not in _os.environ:
     # Numba's compiled-kernel cache lives in specnb's own cache folder, not beside the sources
-    from .models import cache_dir as _cache_dir
+    from .cache import cache_dir as _cache_dir
     _os.environ["NUMBA_CACHE_DIR"] = _numba_cache_dir(_cache_dir() / "numba")
 
 from .errors import (SpecnbError, GGUFError, UnsupportedError, ParamError, ContextFullError,  # noqa: E402

@@ -1,8 +1,9 @@
 """`python -m specnb ...` / `specnb ...`: generate, tokenize, perplexity, bench, gate,
-speculative-simple, demo, forge.
+speculative-simple, demo, models, forge.
 
-Every command prints a one-line error and exits 2 on bad input (no traceback); `gate` exits 1
-when the pair is incompatible.
+Every -m / -md takes a registry name (`specnb models`) or a GGUF path. Every command prints a
+one-line error and exits 2 on bad input (no traceback); `gate` exits 1 when the pair is
+incompatible, `models path` when the model is not installed.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from .errors import SpecnbError
 EXIT_BAD_INPUT = 2
 
 
-def _add_model(p, flag="-m", dest="model", help_="GGUF model path (default: SmolLM2-135M-Instruct Q4_1)"):
+def _add_model(p, flag="-m", dest="model",
+               help_="target: a model name (`specnb models`) or a GGUF path (default: smollm2-135m)"):
     p.add_argument(flag, f"--{dest.replace('_', '-')}", dest=dest, default=None, help=help_)
 
 
@@ -33,57 +35,120 @@ def _add_common(p, activations=True):
 
 
 def _add_sampling(p):
-    p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default 0)")
-    p.add_argument("--top-k", type=int, default=40)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--min-p", type=float, default=0.05)
-    p.add_argument("--typical", type=float, default=1.0)
-    p.add_argument("--repeat-penalty", type=float, default=1.0)
-    p.add_argument("--repeat-last-n", type=int, default=64)
-    p.add_argument("--frequency-penalty", type=float, default=0.0)
-    p.add_argument("--presence-penalty", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=42, help="RNG seed (default 42)")
+    """The sampler flags, under llama.cpp's names (common/arg.cpp) and with its defaults, except
+    --temp (0 here, 0.8 in llama.cpp) and --seed (42 here, random in llama.cpp)."""
+    from .sampling import DEFAULT_SAMPLERS
+    g = p.add_argument_group("sampling (llama.cpp's flags; see docs/llama_cpp.md)")
+    g.add_argument("--temp", "--temperature", type=float, default=0.0,
+                   help="temperature; 0 = greedy (default 0; llama.cpp's default is 0.8)")
+    g.add_argument("--top-k", type=int, default=40, help="top-k (default 40, <= 0 = off)")
+    g.add_argument("--top-p", type=float, default=0.95, help="top-p (default 0.95, 1 = off)")
+    g.add_argument("--min-p", type=float, default=0.05, help="min-p (default 0.05, 0 = off)")
+    g.add_argument("--typical", "--typical-p", type=float, default=1.0,
+                   help="locally typical sampling p (default 1 = off)")
+    g.add_argument("--top-nsigma", "--top-n-sigma", dest="top_n_sigma", type=float, default=-1.0,
+                   help="top-n-sigma (default -1 = off)")
+    g.add_argument("--xtc-probability", type=float, default=0.0, help="XTC probability (default 0 = off)")
+    g.add_argument("--xtc-threshold", type=float, default=0.1,
+                   help="XTC threshold (default 0.1, > 0.5 = off)")
+    g.add_argument("--dynatemp-range", type=float, default=0.0,
+                   help="dynamic temperature range (default 0 = off)")
+    g.add_argument("--dynatemp-exp", type=float, default=1.0, help="dynamic temperature exponent (default 1)")
+    g.add_argument("--repeat-penalty", type=float, default=1.0, help="repeat penalty (default 1 = off)")
+    g.add_argument("--repeat-last-n", type=int, default=64,
+                   help="tokens the penalties look back at (default 64, 0 = off)")
+    g.add_argument("--frequency-penalty", type=float, default=0.0, help="(default 0 = off)")
+    g.add_argument("--presence-penalty", type=float, default=0.0, help="(default 0 = off)")
+    g.add_argument("--dry-multiplier", type=float, default=0.0, help="DRY multiplier (default 0 = off)")
+    g.add_argument("--dry-base", type=float, default=1.75, help="DRY base (default 1.75, >= 1)")
+    g.add_argument("--dry-allowed-length", type=int, default=2,
+                   help="DRY: repeats longer than this are penalised (default 2)")
+    g.add_argument("--dry-penalty-last-n", type=int, default=64,
+                   help="DRY: tokens scanned for repeats (default 64, 0 = off)")
+    g.add_argument("--dry-sequence-breaker", action="append", default=None, metavar="STRING",
+                   help="DRY sequence breaker; the first use replaces the defaults (\\n : \" *), "
+                        "'none' removes all")
+    g.add_argument("--mirostat", type=int, default=0, help="0 = off, 1 = Mirostat, 2 = Mirostat 2.0")
+    g.add_argument("--mirostat-lr", type=float, default=0.1, help="Mirostat eta (default 0.1)")
+    g.add_argument("--mirostat-ent", type=float, default=5.0, help="Mirostat tau (default 5)")
+    g.add_argument("-l", "--logit-bias", action="append", default=[], metavar="TOKEN_ID(+/-)BIAS",
+                   help="e.g. 15043+1 or 15043-inf; may be repeated")
+    g.add_argument("--samplers", default=None, metavar="SAMPLERS",
+                   help="samplers in order, separated by ';' (default: " + ";".join(DEFAULT_SAMPLERS) + ")")
+    g.add_argument("--sampler-seq", "--sampling-seq", dest="sampler_seq", default=None,
+                   metavar="SEQUENCE", help="the same as letters (default: edskypmxt)")
+    g.add_argument("-s", "--seed", type=int, default=42,
+                   help="RNG seed (default 42; 4294967295 = random, llama.cpp's default)")
+    g.add_argument("--dist-draw", choices=["master", "c392e50"], default="master",
+                   help="draw the final token as llama.cpp master does, or as c392e50 did "
+                        "(needed to reproduce a c392e50 build's seeds)")
 
 
 def _prompt_args(p):
     p.add_argument("-p", "--prompt", default=None)
-    p.add_argument("-f", "--file", default=None, help="read the prompt from a file")
+    p.add_argument("-f", "--file", default=None,
+                   help="read the prompt from a file, bytes as they are (as llama.cpp with --no-escape)")
     p.add_argument("--chat", action="store_true",
                    help="wrap the prompt as a user message with the model's chat template")
 
 
 def sampler_params(a):
-    from .sampling import SamplerParams
+    from .errors import ParamError
+    from .sampling import SamplerParams, parse_logit_bias, parse_sampler_seq, parse_samplers
+    if a.samplers is not None and a.sampler_seq is not None:
+        raise ParamError("give either --samplers or --sampler-seq, not both")
+    kw = {}
+    if a.samplers is not None:
+        kw["samplers"] = parse_samplers(a.samplers)
+    elif a.sampler_seq is not None:
+        kw["samplers"] = parse_sampler_seq(a.sampler_seq)
+    if a.dry_sequence_breaker is not None:     # as llama.cpp: the first use drops the defaults
+        breakers = []
+        for b in a.dry_sequence_breaker:
+            breakers = [] if b == "none" else breakers + [b]
+        kw["dry_sequence_breakers"] = tuple(breakers)
+    if a.dry_base < 1.0:
+        raise ParamError(f"invalid --dry-base={a.dry_base}: expected a number >= 1 "
+                         f"(llama.cpp ignores smaller values)")
     return SamplerParams(temp=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p, typ_p=a.typical,
                          penalty_repeat=a.repeat_penalty, penalty_last_n=a.repeat_last_n,
                          penalty_freq=a.frequency_penalty, penalty_present=a.presence_penalty,
-                         seed=a.seed).validate()
+                         top_n_sigma=a.top_n_sigma, xtc_probability=a.xtc_probability,
+                         xtc_threshold=a.xtc_threshold, dynatemp_range=a.dynatemp_range,
+                         dynatemp_exponent=a.dynatemp_exp, dry_multiplier=a.dry_multiplier,
+                         dry_base=a.dry_base, dry_allowed_length=a.dry_allowed_length,
+                         dry_penalty_last_n=a.dry_penalty_last_n, mirostat=a.mirostat,
+                         mirostat_eta=a.mirostat_lr, mirostat_tau=a.mirostat_ent,
+                         logit_bias=tuple(parse_logit_bias(x) for x in a.logit_bias),
+                         seed=a.seed, dist_draw=a.dist_draw, **kw).validate()
 
 
-def _load(path):
+def _load(model, vocab_only: bool = False):
+    """The model named by -m: a registry name or a path; the default target when not given."""
     from .model import load_model
-    from .models import default_target_path
-    return load_model(path or default_target_path())
+    from .registry import DEFAULT_TARGET
+    return load_model(model or DEFAULT_TARGET, vocab_only=vocab_only)
 
 
-def _read_prompt(a, vocab, default=None) -> str:
+def _read_prompt(a, vocab, default=None, keep_final_newline=False):
+    """The prompt as llama.cpp takes it: -f FILE's bytes (specnb/textio.py), or -p's text (the
+    bytes given when they are not UTF-8). llama-tokenize reads -f as it is; llama-cli and
+    llama-speculative-simple drop one final newline (keep_final_newline=False)."""
     from .errors import ParamError
+    from .textio import as_text, prompt_text, read_text_file
     if a.prompt is not None and a.file is not None:
         raise ParamError("give either -p PROMPT or -f FILE, not both")
     if a.file is not None:
-        try:
-            with open(a.file, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise ParamError(f"cannot read prompt file {a.file!r}: {e.strerror}") from None
+        text = read_text_file(a.file, keep_final_newline=keep_final_newline)
     elif a.prompt is not None:
-        text = a.prompt
+        text = prompt_text(a.prompt)
     elif default is not None:
         text = default
     else:
         raise ParamError("no prompt: give -p PROMPT or -f FILE")
     if getattr(a, "chat", False):
-        text = vocab.apply_chat_template([{"role": "user", "content": text}])
+        rendered = vocab.apply_chat_template([{"role": "user", "content": as_text(text)}])
+        text = prompt_text(rendered, source=f"{getattr(text, 'source', '') or '-p'} (chat)")
     return text
 
 
@@ -92,6 +157,7 @@ def cmd_generate(a):
     from .context import Context
     from .loop import generate
     from .sampling import Sampler
+    from .textio import as_text
     model = _load(a.model)
     text = _read_prompt(a, model.vocab)
     ids = model.vocab.tokenize(text)
@@ -100,7 +166,7 @@ def cmd_generate(a):
     smpl = Sampler(sampler_params(a), model.n_vocab)
     stream = None
     if not a.json:
-        sys.stdout.write(text)
+        sys.stdout.write(as_text(text, "replace"))
         stream = lambda t: (sys.stdout.write(model.vocab.token_to_piece(t, special=False)
                                              .decode("utf-8", "replace")), sys.stdout.flush())
     r = generate(ctx, smpl, ids, a.n_predict, on_token=stream)
@@ -121,11 +187,9 @@ def cmd_generate(a):
 
 
 def cmd_tokenize(a):
-    from .model import load_model
-    from .models import default_target_path
-    model = load_model(a.model or default_target_path(), vocab_only=True)
+    model = _load(a.model, vocab_only=True)
     v = model.vocab
-    text = _read_prompt(a, v)
+    text = _read_prompt(a, v, keep_final_newline=True)
     ids = v.tokenize(text, add_special=not a.no_bos, parse_special=not a.no_parse_special)
     if a.json:
         print(json.dumps({"ids": ids}))
@@ -144,9 +208,7 @@ def cmd_gate(a):
     dft = load_model(a.draft, vocab_only=True)
     rep = are_compatible(tgt, dft)
     if a.json:
-        print(json.dumps({"compatible": rep.ok, "checks": [
-            {"name": c.name, "ok": c.ok, "detail": c.detail, "llama_cpp_ok": c.llama_cpp_ok}
-            for c in rep.checks]}))
+        print(json.dumps(rep.as_dict()))
     else:
         print(f"target: {a.target}\ndraft:  {a.draft}")
         print(rep)
@@ -156,14 +218,11 @@ def cmd_gate(a):
 def cmd_perplexity(a):
     from .errors import ParamError
     from .perplexity import perplexity
-    model = _load(a.model)
+    from .textio import read_text_file
     if a.file is None:
         raise ParamError("perplexity needs -f FILE")
-    try:
-        with open(a.file, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ParamError(f"cannot read {a.file!r}: {e.strerror}") from None
+    text = read_text_file(a.file, "text file")     # perplexity() drops one final newline
+    model = _load(a.model)
     def show(k, n, ppl):
         if not a.json:
             print(f"[{k}]{ppl:.4f},", end="" if k < n else "\n", flush=True)
@@ -201,38 +260,48 @@ def cmd_bench(a):
 
 
 def _spec_setup(a):
+    """The pair and SpecParams of speculative-simple's flags (-md without --spec-type: draft-simple)."""
+    import warnings
+    from .errors import ParamError
     from .loop import SpecParams
     from .pair import open_pair
-    pair = open_pair(a.model, a.model_draft, n_ctx=a.ctx_size, n_seq=max(1, getattr(a, "parallel", 1)),
-                     backend=a.backend, n_threads=a.threads, activations=a.activations,
-                     tgt_seq_rm=not a.no_seq_rm)
-    tgt, dft, ctx_t, ctx_d = pair.target, pair.draft, pair.ctx_tgt, pair.ctx_dft
     rates = None
     if a.spec_synth_rates:
-        from .errors import ParamError
         try:
             rates = [float(x) for x in a.spec_synth_rates.split(",")]
         except ValueError:
             raise ParamError(f"invalid --spec-synth-rates={a.spec_synth_rates!r}: expected "
                              f"comma-separated numbers") from None
-    sp = SpecParams(n_max=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
+    sp = SpecParams(types=a.spec_type, n_max=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
                     reeval=not a.no_reeval, verify=a.verify, synth_rates=rates,
-                    synth_len=a.spec_synth_len).validate()
-    return tgt, dft, ctx_t, ctx_d, sp
+                    synth_len=a.spec_synth_len, ngram_size_n=a.spec_ngram_size_n,
+                    ngram_size_m=a.spec_ngram_size_m, ngram_check_rate=a.spec_ngram_check_rate,
+                    ngram_min_hits=a.spec_ngram_min_hits, lookup_cache_static=a.lookup_cache_static,
+                    lookup_cache_dynamic=a.lookup_cache_dynamic).validate()
+    need_draft = "draft-simple" in sp.resolved_types(has_draft_model=True)
+    if a.model_draft is not None and not need_draft:
+        warnings.warn(f"--spec-type {a.spec_type} has no draft-simple: the draft model "
+                      f"{a.model_draft} is not used", stacklevel=2)
+    pair = open_pair(a.model, a.model_draft if need_draft else False, n_ctx=a.ctx_size,
+                     n_seq=max(1, getattr(a, "parallel", 1)), backend=a.backend,
+                     n_threads=a.threads, activations=a.activations,
+                     tgt_seq_rm=not a.no_seq_rm, dft_seq_rm=not a.no_seq_rm_draft)
+    return pair.target, pair.draft, pair.ctx_tgt, pair.ctx_dft, sp
 
 
 def cmd_speculative_simple(a):
     import warnings
     from .loop import SpeculativeLoop
-    tgt, dft, ctx_t, ctx_d, sp = _spec_setup(a)
-    text = _read_prompt(a, tgt.vocab)
-    ids = tgt.vocab.tokenize(text)
+    from .textio import as_text
     with warnings.catch_warnings():
         warnings.simplefilter("ignore" if a.json else "default")
+        tgt, dft, ctx_t, ctx_d, sp = _spec_setup(a)
+        text = _read_prompt(a, tgt.vocab)
+        ids = tgt.vocab.tokenize(text)
         loop = SpeculativeLoop(ctx_t, ctx_d, [ids] * max(1, a.parallel), a.n_predict,
                                sampler_params(a), sp)
     if not a.json:
-        sys.stdout.write(text)
+        sys.stdout.write(as_text(text, "replace"))
         sys.stdout.flush()
 
     def show(ev):
@@ -242,21 +311,26 @@ def cmd_speculative_simple(a):
         k = s.n_accepted if not s.replay else 0
         for i, t in enumerate(s.committed):
             piece = tgt.vocab.token_to_piece(t, special=False).decode("utf-8", "replace")
-            if a.color and i < k:
-                piece = f"\x1b[32m{piece}\x1b[0m"    # accepted draft tokens in green
+            if a.color and i < k:     # accepted draft tokens: green from the draft model, cyan from a lookup
+                piece = f"\x1b[{32 if s.impl == 'draft-simple' else 36}m{piece}\x1b[0m"
             sys.stdout.write(piece)
         sys.stdout.flush()
     results = loop.run(on_round=show)
     r = results[0]
-    st = loop.spec.stats()[0]
+    impls = loop.spec.stats()
+    st = impls[0] if impls else {}
+    n_eval = sum(s["n_eval"] for s in impls)
     if a.json:
         print(json.dumps({
             "tokens": r.tokens, "text": r.text, "n_prompt": r.n_prompt, "n_drafted": r.n_drafted,
-            "n_accept": r.n_accept, "n_rounds": r.n_rounds, "acc_rate_per_pos": st["acc_rate_per_pos"],
-            "mean_acc_len": st["mean_acc_len"], "t_prompt_s": r.t_prompt_s, "t_gen_s": r.t_gen_s,
-            "tok_s": len(r.tokens) / r.t_gen_s if r.t_gen_s else 0.0,
-            "n_eval_draft": st["n_eval_draft"] + st["n_eval_process"], "stop_reason": r.stop_reason,
-            "stats": st, "parallel": [x.tokens for x in results[1:]]}))
+            "n_accept": r.n_accept, "n_rounds": r.n_rounds, "spec_types": loop.spec.types,
+            # per draft over --draft-max positions (specnb's); llama.cpp's are in impls[]
+            "acc_rate_per_pos": _per_draft_rates(impls, sp.n_max),
+            "mean_acc_len": st.get("mean_acc_len", 0.0), "t_prompt_s": r.t_prompt_s,
+            "t_gen_s": r.t_gen_s, "tok_s": len(r.tokens) / r.t_gen_s if r.t_gen_s else 0.0,
+            "n_eval_draft": n_eval, "stop_reason": r.stop_reason, "stats": st, "impls": impls,
+            "summary": {"n_drafted": loop.n_drafted_simple, "n_accept": loop.n_accept_simple},
+            "parallel": [x.tokens for x in results[1:]]}))
     else:
         print("\n")
         print(f"encoded {r.n_prompt:4d} tokens in {r.t_prompt_s:8.3f} seconds, speed: "
@@ -264,23 +338,104 @@ def cmd_speculative_simple(a):
         print(f"decoded {len(r.tokens):4d} tokens in {r.t_gen_s:8.3f} seconds, speed: "
               f"{len(r.tokens) / max(r.t_gen_s, 1e-9):8.3f} t/s\n")
         print(loop.summary())
-        print()
-        print(loop.spec.print_stats())
-        print(f"  draft evaluations: {st['n_eval_draft']} in draft() + {st['n_eval_process']} in "
-              f"process() over {r.n_rounds} rounds "
-              f"({(st['n_eval_draft'] + st['n_eval_process']) / max(r.n_rounds, 1):.2f} per round)")
+        print("\ndraft:\n")
+        print(loop.spec.print_stats() if impls else "(no speculation: --spec-type none)")
+        if ctx_d is not None:
+            print(f"  draft evaluations: {n_eval} over {r.n_rounds} rounds "
+                  f"({n_eval / max(r.n_rounds, 1):.2f} per round)")
     return 0
 
 
+def _per_draft_rates(impls: list, n_max: int) -> list:
+    """Drafts of every impl with at least i+1 accepted tokens / drafts, i < n_max."""
+    n = sum(s["n_gen_drafts"] for s in impls)
+    return [sum(s["specnb_n_acc_tokens_per_pos"][i] for s in impls
+                if i < len(s["specnb_n_acc_tokens_per_pos"])) / n if n else 0.0 for i in range(n_max)]
+
+
 def cmd_demo(a):
-    from .demo import demo
-    return demo(n_predict=a.n_predict, draft_max=a.draft_max, n_threads=a.threads,
-                backend=a.backend, json_out=a.json, activations=a.activations)
+    from .demo import demo, sweep
+    kw = dict(n_predict=a.n_predict, n_threads=a.threads, backend=a.backend, json_out=a.json,
+              activations=a.activations)
+    if a.sweep:
+        from .errors import ParamError
+        try:
+            values = tuple(int(x) for x in a.sweep.split(","))
+        except ValueError:
+            raise ParamError(f"invalid --sweep={a.sweep!r}: expected draft-max values such as "
+                             f"1,2,3,4,6,8") from None
+        if not values or min(values) < 1:
+            raise ParamError(f"invalid --sweep={a.sweep!r}: draft-max values must be >= 1")
+        return sweep(values, **kw)
+    return demo(draft_max=a.draft_max, **kw)
+
+
+def cmd_models(a):
+    from . import registry
+    from .errors import ParamError
+    takes = {"list": "no NAME", "path": "exactly one NAME", "install": "one or more NAMEs"}
+    n = len(a.names)
+    if (a.action == "list" and n) or (a.action == "path" and n != 1) or not (n or a.action == "list"):
+        raise ParamError(f"models {a.action} takes {takes[a.action]}, got {n}")
+    if a.action == "list":
+        rows = []
+        for name, e in registry.REGISTRY.items():
+            state, path = registry.status(name)
+            rows.append({"name": name, "about": e.about, "size": e.size, "kind": e.kind,
+                         "state": state, "installed": path is not None, "path": path,
+                         "runnable": e.runnable})
+        if a.json:
+            print(json.dumps({"models": rows}))
+            return 0
+        for r in rows:
+            print(f"{r['name']:<20} {registry.size_text(r['size']):>7}  {r['state']}")
+            print(f"    {r['about']}")
+            if r["path"]:
+                print(f"    {r['path']}")
+        print("\nEvery -m / -md takes one of these names or a GGUF path. "
+              "Install one: specnb models install NAME")
+        return 0
+    if a.action == "path":
+        from .errors import ModelNotFoundError
+        try:
+            print(registry.installed_path(a.names[0]))
+        except ModelNotFoundError as e:
+            if a.names[0] not in registry.REGISTRY:
+                raise
+            print(f"specnb models: {e}", file=sys.stderr)
+            return 1
+        return 0
+    for name in a.names:                     # install
+        registry.entry(name)                 # every name is checked before anything is installed
+    for name in a.names:
+        print(registry.install(name))
+    return 0
+
+
+FORGE_KINDS = ("default-draft", "requantize", "truncate", "mutate", "tiny")
 
 
 def cmd_forge(a):
     from . import forge
-    out = forge.forge_cli(a)
+    from .errors import ParamError
+    from .registry import DEFAULT_DRAFT, default_target_path, model_path
+    if a.kind == "default-draft":
+        print(model_path(DEFAULT_DRAFT))
+        return 0
+    if a.output is None:
+        raise ParamError(f"forge {a.kind}: give the destination with -o PATH")
+    if a.kind == "tiny":
+        from .testing import tiny_model
+        print(tiny_model(a.output, qtype=a.type, n_layer=a.layers, seed=a.seed))
+        return 0
+    from .registry import resolve
+    src = resolve(a.model) if a.model else default_target_path()
+    if a.kind == "requantize":
+        out = forge.requantize(src, a.output, a.type)
+    elif a.kind == "truncate":
+        out = forge.truncate_layers(src, a.output, a.layers)
+    else:
+        out = forge.mutate_vocab(src, a.output, a.mutation)
     print(out)
     return 0
 
@@ -340,15 +495,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "draft work, loop overhead, speedup vs draft-max against the cost model)")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("gate", help="vocab compatibility of a target/draft pair")
-    p.add_argument("target"); p.add_argument("draft")
+    p = sub.add_parser("gate", help="vocab compatibility of a target/draft pair, with the "
+                                    "verdicts of llama.cpp c392e50 and master")
+    p.add_argument("target", help="a model name or a GGUF path")
+    p.add_argument("draft", help="a model name or a GGUF path")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_gate)
 
     for name in ("speculative-simple", "speculative"):
-        p = sub.add_parser(name, help="speculative decoding with a draft model")
+        p = sub.add_parser(name, help="speculative decoding (a draft model, n-gram lookups)")
         _add_model(p)
-        _add_model(p, "-md", "model_draft", "draft GGUF (default: the target requantized to Q4_0)")
+        _add_model(p, "-md", "model_draft", "draft: a model name or a GGUF path (default: "
+                   "smollm2-135m-q4_0, the default target requantized to Q4_0)")
         _prompt_args(p); _add_sampling(p); _add_common(p)
         p.add_argument("-n", "--n-predict", type=int, default=64)
         p.add_argument("-c", "--ctx-size", type=int, default=2048)
@@ -360,21 +518,62 @@ def build_parser() -> argparse.ArgumentParser:
                        help="keep the draft's KV rows instead of re-evaluating them in process()")
         p.add_argument("--no-seq-rm", action="store_true",
                        help="target memory refuses partial removal: use checkpoints and replay")
+        p.add_argument("--no-seq-rm-draft", action="store_true",
+                       help="draft memory refuses partial removal: the draft restores a checkpoint "
+                            "instead of removing its rejected rows")
+        p.add_argument("--spec-type", default=None, metavar="TYPES",
+                       help="comma-separated speculator types: none, draft-simple, ngram-simple, "
+                            "ngram-map-k, ngram-cache; they run in llama.cpp's priority order "
+                            "(n-gram lookups first). Default: draft-simple (with -md or the "
+                            "default draft), as llama.cpp's example; llama-server defaults to "
+                            "none, so a draft model alone does not speculate there. The n-gram "
+                            "types need no draft model")
+        p.add_argument("--spec-ngram-size-n", type=int, default=12,
+                       help="n-gram types: length of the lookup n-gram (default 12)")
+        p.add_argument("--spec-ngram-size-m", type=int, default=48,
+                       help="ngram-simple/ngram-map-k: length of the drafted m-gram (default 48; "
+                            "every draft is also cut to --draft-max)")
+        p.add_argument("--spec-ngram-check-rate", type=int, default=1,
+                       help="n-gram types: look up every R tokens (default 1)")
+        p.add_argument("--spec-ngram-min-hits", type=int, default=1,
+                       help="minimum key hits (llama.cpp reads it in ngram-map-k4v only; default 1)")
+        p.add_argument("-lcs", "--lookup-cache-static", default=None,
+                       help="ngram-cache: a static n-gram cache file (llama.cpp's layout)")
+        p.add_argument("-lcd", "--lookup-cache-dynamic", default=None,
+                       help="ngram-cache: a dynamic n-gram cache file (read if it exists)")
         p.add_argument("-np", "--parallel", type=int, default=1, help="sequences decoded together")
         p.add_argument("--spec-synth-rates", default=None)
         p.add_argument("--spec-synth-len", type=float, default=None)
         p.add_argument("--color", action="store_true", help="colour accepted draft tokens")
         p.set_defaults(func=cmd_speculative_simple)
 
-    p = sub.add_parser("demo", help="the default pair end to end: speculative == plain, and speed")
-    p.add_argument("-n", "--n-predict", type=int, default=48)
-    p.add_argument("--draft-max", type=int, default=3)
+    from .demo import DEMO_DRAFT_MAX, SWEEP_DRAFT_MAX
+    p = sub.add_parser("demo", help="the real pair winning on code and losing on prose, then the "
+                                    "teaching pair: speculative == plain, and speed")
+    p.add_argument("-n", "--n-predict", type=int, default=64)
+    p.add_argument("--draft-max", type=int, default=DEMO_DRAFT_MAX)
+    p.add_argument("--sweep", nargs="?", const=",".join(map(str, SWEEP_DRAFT_MAX)), default=None,
+                   metavar="N,N,...", help="instead: plain vs speculative speed on the code "
+                   "prompts for each draft-max (default 1,2,3,4,6,8)")
     _add_common(p)
     p.set_defaults(func=cmd_demo)
 
+    p = sub.add_parser("models", help="the models specnb knows by name: list, install, path")
+    p.add_argument("action", nargs="?", choices=["list", "install", "path"], default="list")
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--json", action="store_true", help="list as one JSON object")
+    p.set_defaults(func=cmd_models)
+
     p = sub.add_parser("forge", help="write GGUF variants (drafts, mutated vocabs, tiny models)")
-    from .forge import add_forge_args
-    add_forge_args(p)
+    from .forge import MUTATIONS
+    p.add_argument("kind", choices=FORGE_KINDS)
+    p.add_argument("-m", "--model", default=None,
+                   help="source: a model name or a GGUF path (default: smollm2-135m)")
+    p.add_argument("-o", "--output", default=None, help="destination GGUF path")
+    p.add_argument("--type", default="Q4_0", help="tensor type for requantize / tiny")
+    p.add_argument("--layers", type=int, default=4, help="layers kept by truncate / of tiny")
+    p.add_argument("--mutation", choices=MUTATIONS, default="rename-token")
+    p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_forge)
     return ap
 

@@ -221,8 +221,11 @@ def _matrix(g: GGUFFile, name: str, n_in: int, n_out: int) -> QWeight:
 
 
 def load_model(path: str | os.PathLike, vocab_only: bool = False) -> Model:
-    """Open a GGUF and build the Model (weights stay memory-mapped and quantized)."""
+    """Open a GGUF and build the Model (weights stay memory-mapped and quantized). `path` is a
+    file or a registry name such as "qwen2.5-coder-1.5b" (`specnb models`; registry.py)."""
+    from .registry import resolve
     from .vocab import Vocab
+    path = resolve(path)
     g = GGUFFile(path)
     if vocab_only:   # the vocab gate needs only the tokenizer tables, of any architecture
         return Model(os.fspath(path), g, None, Vocab.from_gguf(g), None, None, None, [])

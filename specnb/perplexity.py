@@ -18,13 +18,13 @@ import numpy as np
 
 from .context import Batch, Context
 from .errors import ParamError, check_param
+from .textio import strip_final_newline
 
 
 def perplexity(model, text: str, n_ctx: int = 512, backend: str = "cpu", n_threads=None,
                on_chunk=None, max_chunks: int | None = None, activations: str = "f32") -> dict:
     check_param(isinstance(n_ctx, int) and n_ctx >= 16, "n_ctx", n_ctx, "an integer >= 16")
-    if text.endswith("\n"):
-        text = text[:-1]
+    text = strip_final_newline(text)     # a str, or a file's bytes (specnb/textio.py)
     vocab = model.vocab
     tokens = vocab.tokenize(text, add_special=True, parse_special=False)
     n_chunk = len(tokens) // n_ctx

@@ -6,9 +6,10 @@ The data come from:
 
   - `impl_stats(loop.impl)` / `loop.spec.stats()[0]`: llama.cpp's statistics of a run
     (also what a synthetic-acceptance run produces);
-  - `event_stats(events, n_max)`: the same figures recomputed from a run's RoundEvents, plus
-    per-round series (tokens committed per target call, timings);
-  - `specnb.cost.sweep_draft_max(...)` and `specnb.cost.sweep_temperature(...)`.
+  - `specnb.stats.event_stats(events, n_max)`: the same figures recomputed from a run's
+    RoundEvents, plus per-round series (tokens committed per target call, timings); a function
+    given RoundEvents computes them itself;
+  - `specnb.experiments.sweep_draft_max(...)` and `specnb.experiments.sweep_temperature(...)`.
 
 Colours follow the live view: accepted green, rejected red, the target's own token blue.
 """
@@ -16,84 +17,15 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .cost import alpha_from_counts, conditional_rates, examined_counts
+from .cost import accepted_length_probs, conditional_rates
+from .stats import accepted_length_counts, as_stats
+from .stats import event_stats  # noqa: F401  (importable from here too; it lives in specnb.stats)
 
 ACCEPTED, REJECTED, TARGET, BONUS, GREY = "#2e7d32", "#c62828", "#1565c0", "#6a1b9a", "#9e9e9e"
+MS_PER_S = 1e3
 PHASES = (("draft", "t_draft", "#f9a825"), ("verify", "t_verify", TARGET),
           ("process", "t_process", "#00838f"), ("sample", "t_sample", BONUS),
           ("rollback", "t_rollback", REJECTED))
-
-
-# ---- statistics from events -----------------------------------------------------------------
-def event_stats(events, n_max: int | None = None) -> dict:
-    """llama.cpp's per-impl statistics recomputed from RoundEvents, plus per-round series.
-
-    The shared keys equal `impl_stats(loop.impl)` for the same run: n_gen_drafts (non-empty
-    drafts), n_gen_tokens (drafted), n_acc_tokens (accepted), n_acc_drafts, n_call_accept,
-    acc_rate_per_pos (fraction of drafts with at least i+1 accepted) and mean_acc_len
-    (1 + accepted / drafts). A replayed round (checkpoint path) re-verifies approved tokens:
-    it counts as a target call but not as a new draft.
-    """
-    events = list(events)
-    if n_max is None:
-        n_max = max((len(r.draft) for ev in events for r in ev.slots if not r.replay), default=0)
-    per_pos = [0] * n_max
-    n_drafts = n_tokens = n_acc = n_acc_drafts = 0
-    lengths, committed_per_round = [], []
-    for ev in events:
-        committed_per_round.append(sum(len(r.committed) for r in ev.slots))
-        for r in ev.slots:
-            if r.replay or not r.draft:
-                continue
-            n_drafts += 1
-            n_tokens += len(r.draft)
-            n_acc += r.n_accepted
-            n_acc_drafts += r.n_accepted > 0
-            lengths.append(r.n_accepted)
-            for i in range(min(r.n_accepted, n_max)):
-                per_pos[i] += 1
-    n_rounds = len(events)
-    n_committed = sum(committed_per_round)
-    acc, exa = examined_counts(events)
-    t_round = [ev.t_round for ev in events]
-    return {
-        "n_rounds": n_rounds, "n_max": n_max,
-        "n_gen_drafts": n_drafts, "n_gen_tokens": n_tokens, "n_acc_tokens": n_acc,
-        "n_acc_drafts": n_acc_drafts, "n_call_accept": n_drafts,
-        "n_acc_tokens_per_pos": per_pos,
-        "acc_rate_per_pos": [n / n_drafts if n_drafts else 0.0 for n in per_pos],
-        "mean_acc_len": 1.0 + n_acc / n_drafts if n_drafts else 0.0,
-        "accept_rate": n_acc / n_tokens if n_tokens else 0.0,
-        "alpha": alpha_from_counts(acc, exa), "n_examined": exa,
-        "accepted_lengths": lengths,
-        "committed_per_round": committed_per_round, "n_committed": n_committed,
-        "tokens_per_call": n_committed / n_rounds if n_rounds else 0.0,
-        "t_round": t_round,
-        "t_round_mean": sum(t_round) / n_rounds if n_rounds else 0.0,
-        "n_dft_eval": sum(ev.n_dft_eval for ev in events),
-    }
-
-
-def _as_stats(source, n_max=None) -> dict:
-    if isinstance(source, dict):
-        return source
-    return event_stats(source, n_max)
-
-
-def accepted_length_counts(source) -> list:
-    """Drafts by accepted length 0..n_max, from stats (dict) or RoundEvents.
-
-    From llama.cpp's statistics alone: drafts with exactly k accepted = drafts with at least k
-    minus drafts with at least k+1 (at least 0: every draft).
-    """
-    st = _as_stats(source)
-    n = int(st["n_gen_drafts"])
-    if "n_acc_tokens_per_pos" in st:
-        at_least = [n] + [int(x) for x in st["n_acc_tokens_per_pos"]]
-    else:
-        at_least = [n] + [int(round(r * n)) for r in st["acc_rate_per_pos"]]
-    at_least.append(0)
-    return [at_least[k] - at_least[k + 1] for k in range(len(at_least) - 1)]
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
@@ -111,10 +43,10 @@ def fig_acceptance_per_position(stats, title: str = "Acceptance per draft positi
     {run name: statistics} to compare runs side by side.
     """
     runs = stats if isinstance(stats, dict) and all(isinstance(v, dict) for v in stats.values()) \
-        and stats else {"": _as_stats(stats)}
+        and stats else {"": as_stats(stats)}
     fig = go.Figure()
     for name, st in runs.items():
-        st = _as_stats(st)
+        st = as_stats(st)
         rates = list(st["acc_rate_per_pos"])
         x = list(range(1, len(rates) + 1))
         label = f"{name}: " if name else ""
@@ -131,7 +63,7 @@ def fig_acceptance_per_position(stats, title: str = "Acceptance per draft positi
 
 def fig_accepted_length_histogram(source, title: str = "Accepted draft tokens per round") -> go.Figure:
     """Histogram of accepted lengths, with the i.i.d. model's prediction where alpha is known."""
-    st = _as_stats(source)
+    st = as_stats(source)
     counts = accepted_length_counts(st)
     x = list(range(len(counts)))
     fig = go.Figure()
@@ -140,7 +72,7 @@ def fig_accepted_length_histogram(source, title: str = "Accepted draft tokens pe
     alpha, n = st.get("alpha"), sum(counts)
     if alpha is not None and n and len(counts) > 1:
         g = len(counts) - 1
-        pred = [n * (alpha ** k) * (1 - alpha) for k in range(g)] + [n * alpha ** g]
+        pred = [n * p for p in accepted_length_probs(alpha, g)]
         fig.add_scatter(x=x, y=pred, mode="lines+markers", line=dict(dash="dot", color=TARGET),
                         name=f"i.i.d. model, alpha = {alpha:.2f}")
     fig.update_xaxes(dtick=1)
@@ -149,7 +81,7 @@ def fig_accepted_length_histogram(source, title: str = "Accepted draft tokens pe
 
 def fig_tokens_per_call(source, title: str = "Tokens committed per target call") -> go.Figure:
     """Per round (one target call): tokens committed, and the running mean."""
-    st = _as_stats(source)
+    st = as_stats(source)
     per = list(st["committed_per_round"])
     x = list(range(len(per)))
     mean, tot = [], 0
@@ -173,11 +105,11 @@ def fig_round_timeline(events, last: int | None = 12, title: str = "Round timeli
     y = [f"round {ev.round}" for ev in events]
     base = [0.0] * len(events)
     for name, attr, colour in PHASES:
-        w = [1e3 * getattr(ev, attr) for ev in events]
+        w = [MS_PER_S * getattr(ev, attr) for ev in events]
         fig.add_bar(y=y, x=w, base=list(base), orientation="h", name=name, marker_color=colour,
                     hovertemplate=f"{name}: %{{x:.2f}} ms<extra></extra>")
         base = [b + d for b, d in zip(base, w)]
-    other = [max(1e3 * ev.t_round - b, 0.0) for ev, b in zip(events, base)]
+    other = [max(MS_PER_S * ev.t_round - b, 0.0) for ev, b in zip(events, base)]
     fig.add_bar(y=y, x=other, base=list(base), orientation="h", name="other", marker_color=GREY,
                 hovertemplate="other: %{x:.2f} ms<extra></extra>")
     fig.update_layout(barmode="overlay")
@@ -188,7 +120,7 @@ def fig_round_timeline(events, last: int | None = 12, title: str = "Round timeli
 def fig_speedup_vs_draft_max(sweep: dict, title: str | None = None) -> go.Figure:
     """Measured speedup against draft-max beside the cost model's prediction.
 
-    `sweep` is `specnb.cost.sweep_draft_max(...)`'s result: predicted = Leviathan et al. 2023,
+    `sweep` is `specnb.experiments.sweep_draft_max(...)`'s result: predicted = Leviathan et al. 2023,
     (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)) with that run's alpha and the measured c;
     the dashed line uses the measured per-position rates instead of one alpha.
     """
@@ -212,7 +144,7 @@ def fig_speedup_vs_draft_max(sweep: dict, title: str | None = None) -> go.Figure
 
 def fig_acceptance_vs_temperature(sweep: dict, title: str = "Acceptance against temperature") -> go.Figure:
     """Acceptance rate (accepted / drafted) per temperature, one line per verification mode;
-    `sweep` is `specnb.cost.sweep_temperature(...)`'s result."""
+    `sweep` is `specnb.experiments.sweep_temperature(...)`'s result."""
     fig = go.Figure()
     colours = {"exact": TARGET, "rejection": ACCEPTED}
     names = {"exact": "exact match (llama.cpp)", "rejection": "rejection sampling (Leviathan/Chen)"}
@@ -227,7 +159,7 @@ def fig_acceptance_vs_temperature(sweep: dict, title: str = "Acceptance against 
 
 def figures(stats_or_events, n_max: int | None = None) -> dict:
     """The per-run figures at once: {name: Figure} (timeline only when events are given)."""
-    st = _as_stats(stats_or_events, n_max)
+    st = as_stats(stats_or_events, n_max)
     out = {"acceptance_per_position": fig_acceptance_per_position(st),
            "accepted_length_histogram": fig_accepted_length_histogram(st)}
     if "committed_per_round" in st:

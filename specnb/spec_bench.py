@@ -2,6 +2,9 @@
 
 - per prompt: plain and speculative tokens/s (greedy), acceptance per position, mean accepted
   length, and the draft's token evaluations per round with and without the re-evaluation fix;
+- the n-gram speculators (ngram-simple, ngram-map-k, ngram-cache: no draft model, cost ratio 0)
+  next to draft-simple on the same prompts, one of them a code-editing request (the model
+  rewrites a function it was given, so most of its answer copies the prompt);
 - the loop's own overhead: the time of the rounds beyond their draft and target decodes
   (Python bookkeeping, sampling, copies), as a fraction of the round;
 - the draft-to-target cost ratio c, the target's k-row verification cost b(k), and the measured
@@ -11,6 +14,10 @@
   the real pair and for synthetic acceptance rates. The sweeps run with the re-evaluation fix
   (every draft evaluation a one-row decode) and p_min = 0 (every draft is gamma tokens).
 All figures are ratios measured in one run on a shared machine; compare them, not the times.
+
+`python -m specnb.spec_bench ngram-edit -m MODEL` measures plain decoding against ngram-simple
+on the code-editing request for several draft-max values, side by side in one process, and
+prints the median speedup of several runs.
 """
 from __future__ import annotations
 
@@ -22,26 +29,68 @@ from .loop import SpecParams, SpeculativeLoop, generate
 from .sampling import Sampler, SamplerParams
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
+NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-cache")
+# a code-editing request: the answer copies most of the function it was given
+CODE_EDIT_FUNCTION = '''def moving_average(values, window):
+    """Return the moving averages of values over a sliding window."""
+    if window <= 0:
+        raise ValueError("window must be positive")
+    result = []
+    total = 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        if i >= window - 1:
+            result.append(total / window)
+    return result
+'''
+CODE_EDIT_REQUEST = ("Add type hints to this Python function. Keep everything else exactly as it "
+                     "is and reply with the code only.\n\n```python\n" + CODE_EDIT_FUNCTION + "```")
+
+
+def code_edit_prompt(vocab) -> list:
+    """The code-editing request in the model's chat template, as token ids."""
+    return vocab.tokenize(vocab.apply_chat_template([{"role": "user", "content": CODE_EDIT_REQUEST}]))
 
 
 def _spec_run(ctx_t, ctx_d, ids, n_predict, sp, **kw):
-    t0, d0 = ctx_t.t_decode, ctx_d.t_decode
-    loop = SpeculativeLoop(ctx_t, ctx_d, ids, n_predict, sp, SpecParams(**kw))
+    spec = SpecParams(**kw)
+    if "draft-simple" not in spec.resolved_types(True):
+        ctx_d = None                                  # the n-gram types need no draft model
+    t0, d0 = ctx_t.t_decode, ctx_d.t_decode if ctx_d is not None else 0.0
+    loop = SpeculativeLoop(ctx_t, ctx_d, ids, n_predict, sp, spec)
     events = list(loop.rounds())
     r = loop.results()[0]
     st = loop.spec.stats()[0]
-    t_dec = (ctx_t.t_decode - t0) + (ctx_d.t_decode - d0)
+    t_dec = (ctx_t.t_decode - t0) + ((ctx_d.t_decode - d0) if ctx_d is not None else 0.0)
     t_rounds = sum(ev.t_round for ev in events)
     n_eval = [ev.n_dft_eval for ev in events]
     return {
         "tokens": r.tokens, "tok_s": len(r.tokens) / r.t_gen_s if r.t_gen_s else 0.0,
         "n_rounds": r.n_rounds, "n_drafted": r.n_drafted, "n_accept": r.n_accept,
-        "acc_rate_per_pos": st["acc_rate_per_pos"], "mean_acc_len": st["mean_acc_len"],
+        "acc_rate_per_pos": st["specnb_acc_rate_per_pos"], "mean_acc_len": st["specnb_mean_acc_len"],
         "draft_evals_per_round": sum(n_eval) / max(len(n_eval), 1),
         "mean_draft_len": sum(len(ev.slot.draft) for ev in events) / max(len(events), 1),
         # everything in the rounds that is not a decode (prefill excluded on both sides)
         "overhead_frac": max(t_rounds - (t_dec - loop.t_prompt), 0.0) / t_rounds if t_rounds else 0.0,
     }
+
+
+def compare_types(ctx_t, ctx_d, prompts, n_predict: int, sp, n_max: int = 3) -> list:
+    """Per prompt: plain decoding, draft-simple (with and without re-evaluation) and each n-gram type."""
+    rows = []
+    for text, ids in prompts:
+        plain = generate(ctx_t, Sampler(sp), ids, n_predict)
+        row = {"prompt": text, "plain_tok_s": plain.tok_per_s, "identical": True}
+        runs = [("llama.cpp", dict(reeval=True)), ("no-reeval", dict(reeval=False))] + \
+            [(t, dict(types=t)) for t in NGRAM_TYPES]
+        for name, kw in runs:
+            r = _spec_run(ctx_t, ctx_d, ids, n_predict, sp, n_max=n_max, **kw)
+            row[name] = {k: v for k, v in r.items() if k != "tokens"}
+            row["identical"] = row["identical"] and r["tokens"] == plain.tokens
+        rows.append(row)
+    return rows
 
 
 def spec_bench(n_predict: int = 64, n_threads=None, backend: str = "cpu", sweep: bool = True,
@@ -56,16 +105,8 @@ def spec_bench(n_predict: int = 64, n_threads=None, backend: str = "cpu", sweep:
     ctx_d = Context(dft, n_ctx=512, backend=backend, n_threads=n_threads, activations=activations)
     sp = SamplerParams(temp=0.0, seed=1)
     generate(ctx_t, Sampler(sp), tgt.vocab.tokenize("warm up"), 4)
-    out = {"prompts": [], "activations": activations}
-    for text in PROMPTS:
-        ids = tgt.vocab.tokenize(text)
-        plain = generate(ctx_t, Sampler(sp), ids, n_predict)
-        row = {"prompt": text, "plain_tok_s": plain.tok_per_s}
-        for reeval in (True, False):
-            r = _spec_run(ctx_t, ctx_d, ids, n_predict, sp, n_max=3, reeval=reeval)
-            row["llama.cpp" if reeval else "no-reeval"] = {k: v for k, v in r.items() if k != "tokens"}
-            row["identical"] = row.get("identical", True) and r["tokens"] == plain.tokens
-        out["prompts"].append(row)
+    prompts = [(t, tgt.vocab.tokenize(t)) for t in PROMPTS] + [("(code edit)", code_edit_prompt(tgt.vocab))]
+    out = {"prompts": compare_types(ctx_t, ctx_d, prompts, n_predict, sp), "activations": activations}
     c = measure_cost_ratio(tgt, dft, n_tokens=24, n_threads=n_threads, repeats=3,
                            activations=activations)
     out["c"] = c["c"]
@@ -121,6 +162,17 @@ def format_spec_bench(r: dict) -> str:
                  f"{100 * a['overhead_frac']:4.1f}% / {100 * b['overhead_frac']:4.1f}%"
                  + ("" if p["identical"] else "   OUTPUT DIFFERS FROM PLAIN"))
     L.append("")
+    L.append("the n-gram speculators (no draft model: cost ratio c = 0), same prompts, draft-max 3: "
+             "spec tok/s (x plain) | drafted / accepted | mean acc len")
+    L.append("prompt                       | " + " | ".join(f"{t:32s}" for t in NGRAM_TYPES))
+    for p in r["prompts"]:
+        cells = []
+        for t in NGRAM_TYPES:
+            x = p[t]
+            cells.append(f"{x['tok_s']:6.1f} ({x['tok_s'] / max(p['plain_tok_s'], 1e-9):4.2f}x) "
+                         f"{x['n_drafted']:4d}/{x['n_accept']:<4d} {x['mean_acc_len']:4.2f}")
+        L.append(f"{p['prompt'][:28]:28s} | " + " | ".join(f"{c:32s}" for c in cells))
+    L.append("")
     L.append(f"cost ratio c = t_draft_token / t_target_token = {r['c']:.3f} "
              f"({r['t_draft_token_ms']:.2f} ms / {r['t_target_token_ms']:.2f} ms)")
     if "verify_cost" in r:
@@ -135,3 +187,97 @@ def format_spec_bench(r: dict) -> str:
         L.append("  " + "  ".join(f"γ={g}: {m:.2f}/{p:.2f}/{e:.2f}" for g, m, p, e in
                                   zip(s["draft_max"], s["measured"], s["predicted"], s["predicted_engine"])))
     return "\n".join(L)
+
+
+# ---- ngram-simple on a code-editing request, plain against speculative ---------------------------
+def ngram_edit_bench(model_path=None, draft_max_values=(1, 2, 3, 4, 6), n_predict: int = 128,
+                     repeats: int = 3, size_n: int = 12, n_threads=None, activations: str = "f32",
+                     types: str = "ngram-simple") -> dict:
+    """Plain decoding against ngram-simple at each draft-max on the code-editing request.
+
+    Each speculative run is paired with a plain run just before it (one process, one context),
+    `repeats` times; speedup = plain time per token / speculative time per token, per pair, the
+    median over the pairs, both in wall time and in this process's CPU time (which other jobs
+    on a shared machine disturb less). The outputs must be identical.
+    """
+    import time
+    from .model import load_model
+    from .models import default_target_path
+    model = load_model(model_path or default_target_path())
+    ids = code_edit_prompt(model.vocab)
+    ctx = Context(model, n_ctx=len(ids) + n_predict + 64, n_threads=n_threads, activations=activations)
+    sp = SamplerParams(temp=0.0, seed=1)
+    generate(ctx, Sampler(sp), ids, 4)                                    # warm up
+
+    def timed_run(fn):
+        c0, w0 = time.process_time(), time.perf_counter()
+        tokens, t_prompt, stats = fn()
+        c1, w1 = time.process_time(), time.perf_counter()
+        return tokens, (w1 - w0 - t_prompt) / len(tokens), (c1 - c0) / len(tokens), stats
+
+    def plain():
+        g = generate(ctx, Sampler(sp), ids, n_predict)
+        return g.tokens, g.t_prompt_s, None
+
+    def spec(dm):
+        loop = SpeculativeLoop(ctx, None, ids, n_predict, sp,
+                               SpecParams(types=types, n_max=dm, ngram_size_n=size_n))
+        r = loop.run()[0]
+        st = loop.spec.stats()[0]
+        return r.tokens, r.t_prompt_s, {"n_rounds": r.n_rounds, "n_drafted": r.n_drafted,
+                                        "n_accept": r.n_accept, "mean_acc_len": st["mean_acc_len"],
+                                        "acc_rate_per_pos": st["acc_rate_per_pos"]}
+    rows = {dm: {"wall": [], "cpu": []} for dm in draft_max_values}
+    plain_wall, identical, text = [], True, ""
+    for _ in range(repeats):
+        for dm in draft_max_values:
+            p_tok, p_wall, p_cpu, _ = timed_run(plain)
+            s_tok, s_wall, s_cpu, st = timed_run(lambda: spec(dm))
+            identical = identical and s_tok == p_tok
+            text = model.vocab.detokenize(p_tok)
+            plain_wall.append(p_wall)
+            rows[dm]["wall"].append(p_wall / s_wall)
+            rows[dm]["cpu"].append(p_cpu / s_cpu)
+            rows[dm].update(st, tok_s=1.0 / s_wall)
+    med = statistics.median
+    for x in rows.values():
+        x["speedup"], x["speedup_cpu"] = med(x["wall"]), med(x["cpu"])
+    return {"model": str(model_path or default_target_path()), "types": types, "size_n": size_n,
+            "n_predict": n_predict, "repeats": repeats, "n_prompt": len(ids), "identical": identical,
+            "n_generated": len(p_tok), "plain_tok_s": 1.0 / med(plain_wall), "text": text,
+            "draft_max": rows}
+
+
+def format_ngram_edit_bench(r: dict) -> str:
+    L = [f"{r['types']} on a code-editing request ({r['n_prompt']} prompt tokens, {r['n_generated']} "
+         f"generated, greedy, size_n {r['size_n']}), {r['model']}",
+         f"plain: {r['plain_tok_s']:.2f} tok/s (median); outputs identical: "
+         f"{'yes' if r['identical'] else 'NO'}; {r['repeats']} plain/speculative pairs per draft-max",
+         "draft-max | speedup wall (each pair)        | speedup CPU time (each pair)    | rounds | "
+         "drafted / accepted | mean acc len"]
+    for dm, x in r["draft_max"].items():
+        w = " ".join(f"{v:.2f}" for v in x["wall"])
+        c = " ".join(f"{v:.2f}" for v in x["cpu"])
+        L.append(f"{dm:9d} | {x['speedup']:5.2f}x ({w:22s}) | {x['speedup_cpu']:5.2f}x ({c:22s}) | "
+                 f"{x['n_rounds']:6d} | {x['n_drafted']:7d} / {x['n_accept']:<7d} | {x['mean_acc_len']:.2f}")
+    return "\n".join(L)
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+    ap = argparse.ArgumentParser(prog="python -m specnb.spec_bench")
+    ap.add_argument("what", choices=["ngram-edit"])
+    ap.add_argument("-m", "--model", default=None)
+    ap.add_argument("--draft-max", default="1,2,3,4,6", help="comma-separated draft-max values")
+    ap.add_argument("-n", "--n-predict", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--spec-ngram-size-n", type=int, default=12)
+    ap.add_argument("--spec-type", default="ngram-simple")
+    ap.add_argument("-t", "--threads", type=int, default=None)
+    ap.add_argument("--activations", choices=["f32", "q8"], default="f32")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    res = ngram_edit_bench(a.model, [int(x) for x in a.draft_max.split(",")], a.n_predict, a.repeats,
+                           a.spec_ngram_size_n, a.threads, a.activations, a.spec_type)
+    print(json.dumps(res) if a.json else format_ngram_edit_bench(res))

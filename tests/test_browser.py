@@ -58,19 +58,16 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    from specnb import forge
-    d = tmp_path_factory.mktemp("browser")
-    tgt = forge.tiny_model(d / "t.gguf", qtype="Q8_0", n_layer=2, seed=0, tied=False)
-    dft = forge.requantize(tgt, d / "d.gguf", "Q4_0")
-    return str(tgt), str(dft)
+def models(pair_paths):
+    """The tiny pair's files (conftest), which the served notebook loads."""
+    return str(pair_paths[0]), str(pair_paths[1])
 
 
 @pytest.fixture(scope="module")
 def expected(models):
     """The same view stepped here: what the page must show after N_STEPS rounds."""
     from specnb.model import load_model
-    from specnb.widgets import LiveView
+    from specnb.view import LiveView
     s = dict(SETTINGS)
     view = LiveView(load_model(models[0]), load_model(models[1]), s.pop("prompt"), **s)
     for _ in range(N_STEPS):

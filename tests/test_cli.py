@@ -81,6 +81,35 @@ def test_speculative_simple_json(tiny_path, tmp_path, capsys):
     assert "draft_min" in capsys.readouterr().err
 
 
+def test_speculative_simple_spec_types(tiny_path, tmp_path, capsys):
+    """--spec-type: the chain in llama.cpp's order, one statistics block per impl, in --json as
+    `impls`; the n-gram types load no draft model; a draft memory without partial removal."""
+    t = tiny_path("Q8_0", seed=11)
+    d = forge.requantize(t, tmp_path / "d.gguf", "Q4_0")
+    prompt = "the cat sat on the mat, the cat sat on the mat, the cat sat on"
+    assert main(["generate", "-m", t, "-p", prompt, "-n", "16", "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)["tokens"]
+    assert main(["speculative-simple", "-m", t, "-md", d, "-p", prompt, "-n", "16", "--json",
+                 "--spec-type", "draft-simple,ngram-simple", "--spec-ngram-size-n", "1",
+                 "--no-seq-rm-draft"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["tokens"] == plain and out["spec_types"] == ["ngram-simple", "draft-simple"]
+    assert [i["type"] for i in out["impls"]] == ["ngram-simple", "draft-simple"]
+    for i in out["impls"]:
+        for k in ("n_drafted", "n_accept", "acc_rate_per_pos", "mean_acc_len", "n_call_accept"):
+            assert k in i
+    assert sum(i["n_drafted"] for i in out["impls"]) == out["n_drafted"]
+    # the text layout: one llama.cpp statistics line per impl
+    with pytest.warns(UserWarning, match="unused.gguf is not used"):
+        assert main(["speculative-simple", "-m", t, "-p", prompt, "-n", "8", "--spec-type", "ngram-map-k",
+                     "-md", str(tmp_path / "unused.gguf"), "--spec-ngram-size-n", "1"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("statistics ") == 1 and "statistics      ngram-map-k: #calls(b,g,a)" in text
+    assert "at least n_predict + 1" in text and "draft evaluations" not in text
+    assert main(["speculative-simple", "-m", t, "-p", "x", "--spec-type", "ngram-fancy"]) == 2
+    assert "unknown speculative type 'ngram-fancy'" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_generate_default_model_subprocess():
     code, out, err = run_cli("generate", "-p", "The capital of France is", "-n", "8", "--json")

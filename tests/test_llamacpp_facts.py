@@ -3,7 +3,6 @@ and perplexity of the default model."""
 import json
 import os
 
-import numpy as np
 import pytest
 
 from specnb.context import Context
@@ -23,23 +22,17 @@ SAFE_GAP = 0.6
 def test_greedy_steps_match_llamacpp(default_model):
     """Teacher-forced on llama.cpp's own continuation: at every step where llama.cpp's top-1
     leads by a clear margin, specnb's argmax is the same token; near ties may differ."""
-    from specnb.context import Batch
+    from specnb.testing import teacher_forced_steps
     d = json.load(open(os.path.join(DATA, "llamacpp_greedy_smollm2.json")))
-    ctx = Context(default_model, n_ctx=256)
-    clear = agree_all = total = 0
     for case in d["cases"]:
-        ids = default_model.vocab.tokenize(case["prompt"])
-        assert ids == case["prompt_ids"]
-        seq = ids + case["generated_ids"]
-        ctx.clear()
-        logits = ctx.decode(Batch.from_tokens(seq, 0, 0, "all"))
-        for i, want in enumerate(case["generated_ids"]):
-            got = int(np.argmax(logits[len(ids) - 1 + i]))
-            total += 1
-            agree_all += got == want
-            if case["steps_top2"][i]["gap"] >= SAFE_GAP:
-                assert got == want, (case["prompt"], i, got, want)
-                clear += 1
+        assert default_model.vocab.tokenize(case["prompt"]) == case["prompt_ids"]
+    steps = teacher_forced_steps(default_model, d["cases"])
+    wrong = [(c["prompt"], i, got, want) for c, i, got, want, gap in steps
+             if gap >= SAFE_GAP and got != want]
+    assert not wrong
+    clear = sum(gap >= SAFE_GAP for *_, gap in steps)
+    agree_all = sum(got == want for _, _, got, want, _ in steps)
+    total = len(steps)
     assert clear >= 40
     assert agree_all / total >= 0.9
 

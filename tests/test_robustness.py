@@ -1,5 +1,4 @@
-"""Interrupted runs, threads, the end of the context, parameter checks, the cache directory."""
-import json
+"""Interrupted runs, threads, the end of the context, parameter checks."""
 import os
 import threading
 
@@ -14,13 +13,6 @@ from specnb.model import load_model
 from specnb.sampling import Sampler, SamplerParams
 
 SP = SamplerParams(temp=0.8, top_k=40, top_p=1.0, min_p=0.0, seed=5)
-
-
-@pytest.fixture(scope="module")
-def pair(tiny_path, tmp_path_factory):
-    t = tiny_path("Q8_0", seed=11)
-    d = forge.requantize(t, tmp_path_factory.mktemp("rob") / "d.gguf", "Q4_0")
-    return load_model(t), load_model(d)
 
 
 def _spec(ct, cd, prompt, n=24, **kw):
@@ -134,36 +126,6 @@ def test_prompt_longer_than_context(pair):
 def test_context_parameters(pair, kw, name):
     with pytest.raises(ParamError, match=name):
         Context(pair[0], **kw)
-
-
-def test_damaged_cache_files_are_detected(tmp_path, monkeypatch, default_path):
-    from specnb import models
-    monkeypatch.setenv("SPECNB_CACHE_DIR", str(tmp_path))
-    marker = tmp_path / "verified.json"
-    marker.write_text("{not json")
-    models.verify_sha256(default_path, models.DEFAULT_TARGET_SHA256)   # rechecks, rewrites
-    assert json.loads(marker.read_text())
-    # a wrong checksum recorded for the file is never trusted
-    seen = json.loads(marker.read_text())
-    for k in seen:
-        seen[k] = "0" * 64
-    marker.write_text(json.dumps(seen))
-    models.verify_sha256(default_path, models.DEFAULT_TARGET_SHA256)
-    with pytest.raises(models.ModelNotFoundError, match="does not match"):
-        models.verify_sha256(default_path, "f" * 64)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["verified.json"]   # no temp files left
-
-
-def test_damaged_default_draft_is_rebuilt(tmp_path, monkeypatch):
-    from specnb import models
-    monkeypatch.setenv("SPECNB_CACHE_DIR", str(tmp_path))
-    bad = tmp_path / forge.DEFAULT_DRAFT_NAME
-    bad.write_bytes(b"GGUF" + b"\0" * 100)        # truncated garbage with a GGUF magic
-    path = forge.ensure_default_draft()
-    assert path == str(bad)
-    m = load_model(path)
-    assert m.layers[0].wq.type_name == "Q4_0"
-    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_forge_refuses_to_overwrite_its_source(tiny_path):

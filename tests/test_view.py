@@ -1,26 +1,22 @@
-"""The live view, checked by model state: chips, KV cells and counters against the RoundEvents
-and llama.cpp's statistics; controls restart the run; bad settings show an error."""
+"""The live view (specnb.view), checked by model state: chips, KV cells and counters against the
+RoundEvents and llama.cpp's statistics; controls restart the run; bad settings show an error.
+The tiny `pair` (conftest) has full acceptances, rejections at several positions and partial
+acceptances."""
 import re
+import subprocess
+import sys
 import time
 
 import pytest
 
 pytest.importorskip("ipywidgets")
 
-from specnb import forge  # noqa: E402
-from specnb.model import load_model  # noqa: E402
+from specnb import ParamError  # noqa: E402
+from specnb.context import Context  # noqa: E402
+from specnb.loop import generate  # noqa: E402
+from specnb.sampling import Sampler, SamplerParams  # noqa: E402
 from specnb.speculative import impl_stats  # noqa: E402
-from specnb.widgets import CHIP_STATES, KV_STATES, LiveView  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    """A tiny target with an untied output (varied text) and its Q4_0 requantization as draft:
-    rounds with full acceptance, rejections at several positions, and replacements."""
-    d = tmp_path_factory.mktemp("lv")
-    tgt = forge.tiny_model(d / "t.gguf", qtype="Q8_0", n_layer=2, seed=0, tied=False)
-    dft = forge.requantize(tgt, d / "d.gguf", "Q4_0")
-    return load_model(tgt), load_model(dft)
+from specnb.view import CHIP_STATES, KV_STATES, LiveView  # noqa: E402
 
 
 PROMPT = "Once upon a time"
@@ -438,13 +434,121 @@ def test_display_bundle(pair):
     assert view.widget.comm is None and all(b.comm is None for b in buttons)
 
 
+# ---- how the contexts are built -----------------------------------------------------------------
+def _plain(model, prompt, n, activations="f32"):
+    ctx = Context(model, n_ctx=128, activations=activations)
+    return generate(ctx, Sampler(SamplerParams(temp=0.0, seed=1)), prompt, n).tokens
+
+
+@pytest.mark.parametrize("activations", ["f32", "q8"])
+def test_activations_are_honoured(pair, activations):
+    """Both contexts compute with the activation mode given; the committed text is plain
+    decoding's in that mode (the two modes give different text on this pair)."""
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0, activations=activations)
+    assert (view.loop.ctx_tgt.activations, view.loop.ctx_dft.activations) == (activations,) * 2
+    run_checked(view)
+    tokens = [t for t, _ in view.committed[0]]
+    other = {"f32": "q8", "q8": "f32"}[activations]
+    assert tokens == _plain(tgt, view.prompts[0], 24, activations)
+    assert tokens != _plain(tgt, view.prompts[0], 24, other)
+    view.w_temp.value = 0.5                  # a restart keeps the mode
+    assert view.loop.ctx_dft.activations == activations
+
+
+def test_backend_is_honoured(pair):
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=4)
+    assert view.loop.ctx_tgt.backend_name == view.loop.ctx_dft.backend_name == "cpu"
+    with pytest.raises(ParamError, match="backend"):
+        LiveView(tgt, dft, PROMPT, backend="tpu")
+    with pytest.raises(ParamError, match="activations"):
+        LiveView(tgt, dft, PROMPT, activations="int4")
+    from numba import cuda
+    if cuda.is_available():
+        view = LiveView(tgt, dft, PROMPT, n_predict=12, draft_max=3, backend="cuda")
+        assert view.loop.ctx_tgt.backend_name == view.loop.ctx_dft.backend_name == "cuda"
+        run_checked(view)
+    else:                                    # asked for, not silently replaced by the CPU
+        view = LiveView(tgt, dft, PROMPT, n_predict=4, backend="cuda")
+        assert view.loop is None and "backend='cuda'" in view.error
+        assert "specnb-error" in view.w_error.value
+
+
+def test_draft_checkpoints_control(pair):
+    """The draft-memory setting reaches the draft context (and only it), as a control and
+    through set(); the status line names it."""
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=8, draft_max=3)
+    assert view.loop.ctx_dft.partial_seq_rm and view.loop.ctx_tgt.partial_seq_rm
+    assert "draft checkpoints" not in view.w_status.value
+    old = view.loop
+    view.w_draft_checkpoints.value = True
+    assert view.loop is not old and view.settings["draft_checkpoints"] is True
+    assert not view.loop.ctx_dft.partial_seq_rm and view.loop.ctx_tgt.partial_seq_rm
+    assert "exact, draft checkpoints" in view.w_status.value
+    view.set(draft_checkpoints=False, checkpoints=True)
+    assert view.loop.ctx_dft.partial_seq_rm and not view.loop.ctx_tgt.partial_seq_rm
+    view = LiveView(tgt, dft, PROMPT, n_predict=8, checkpoints=True, draft_checkpoints=True)
+    assert not view.loop.ctx_dft.partial_seq_rm and not view.loop.ctx_tgt.partial_seq_rm
+    assert "exact, checkpoints, draft checkpoints" in view.w_status.value
+    assert view.w_draft_checkpoints in view.controls
+
+
+@pytest.mark.parametrize("checkpoints", [False, True])
+def test_draft_checkpoints_run(pair, checkpoints):
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0,
+                    checkpoints=checkpoints, draft_checkpoints=True)
+    view.run_to_end()
+    assert view.done and not view.error, view.error
+    assert [t for t, _ in view.committed[0]] == _plain(tgt, view.prompts[0], 24)
+
+
+def test_slot_view_without_candidates(pair):
+    """A drafting impl whose per-token info has no candidate list (only .token) still gives
+    chips: the draft side is empty, the target side and the states are unchanged."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from specnb.view import slot_view
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0)
+    for _ in range(30):
+        ev = view.step()
+        if ev is None or "rejected" in view.chip_states[-1][0]:
+            break
+    rec = ev.slot
+    bare = replace(rec, draft_info=[SimpleNamespace(token=t) for t in rec.draft])
+    full, sv = slot_view(rec, ev.round, tgt.vocab), slot_view(bare, ev.round, tgt.vocab)
+    assert sv.chip_states == full.chip_states == expected_chips(rec)
+    assert all(c.top == [] for c in sv.chips) and any(c.top for c in full.chips)
+    assert [c.target_token for c in sv.chips] == [c.target_token for c in full.chips]
+
+
+def test_view_does_not_import_the_figures():
+    """The view's counters come from specnb.stats: importing it loads neither specnb.plots
+    nor plotly."""
+    code = ("import sys, specnb.view, specnb.widgets; "
+            "print(sorted(m for m in sys.modules if m == 'specnb.plots' or m.startswith('plotly')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_old_import_path():
+    import specnb.view as view
+    import specnb.widgets as widgets
+    for name in ("LiveView", "MARK", "visible", "kv_states", "CHIP_STATES", "KV_STATES"):
+        assert getattr(widgets, name) is getattr(view, name)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["exact", "rejection", "checkpoints", "two-sequences"])
 def test_default_pair(default_model, default_draft_model, mode):
     kw = dict(n_predict=12, draft_max=4, temp=0.0)
     prompt = "The capital of France is"
     if mode == "rejection":
-        kw.update(temp=0.8, verify="rejection", seed=3)
+        kw.update(temp=0.8, verify="rejection", seed=2)   # a seed whose draws accept some tokens
     if mode == "checkpoints":
         kw.update(checkpoints=True)
     if mode == "two-sequences":

@@ -1,0 +1,251 @@
+"""draft-simple: a small draft model drafting greedily (common_speculative_impl_draft_simple).
+
+common/speculative.cpp @001d906a, struct common_speculative_impl_draft_simple:
+  - one draft sampler per sequence: top-k 10, then dist (the constructor);
+  - draft(): the seed row id_last @ n_past for every drafting sequence in one decode, then per
+    step the argmax of each sequence (stop under p_min, stop at min(n_max, dp.n_max)) and one
+    decode of all next rows together; drafts shorter than n_min are dropped;
+  - process(): every target batch replayed on the draft context without logits, so the draft KV
+    follows the accepted history.
+The draft context and its rollback belong here. speculative-simple rolls the draft memory back
+to [0, n_past) after drafting (seq_rm, or `ckpt.load_dft` when the memory cannot drop part of a
+sequence; speculative-simple.cpp:175-178, 206-213 @08d0baac) and drops the rejected tail after
+each round (:338); `before_verify` and `seq_rm` are those two steps. For a memory that cannot
+drop part of a sequence (Context(partial_seq_rm=False)) this impl keeps a checkpoint of each
+sequence taken before it decodes anything new (ckpt.update_dft), restores it instead of
+removing, and decodes again the rows it must keep.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .context import Batch
+from .errors import ParamError, check_param
+from .gate import IncompatibleVocabError, are_compatible
+from .sampling import Sampler, SamplerParams
+from .spec_impl import DraftParams, SpeculativeImpl
+
+
+@dataclass
+class DraftTokenInfo:
+    """What the draft saw when it proposed one token (for the live view)."""
+    token: int
+    p: float                          # top-10-renormalized probability of the argmax
+    top_ids: list                     # the draft's top candidates ...
+    top_p: list                       # ... and their top-10-renormalized probabilities
+    stopped_by_p_min: bool = False    # this argmax fell under p_min: not drafted
+    source: str = "draft-simple"
+
+
+class DraftSimple(SpeculativeImpl):
+    """common_speculative_impl_draft_simple: a small draft model drafting greedily.
+
+    `reeval=True` reproduces llama.cpp: the draft memory is rolled back to n_past after drafting
+    and process() replays the whole target batch (about 2(1+d) draft evaluations per round).
+    `reeval=False` is the fix the server flags (TAG_SPEC_AVOID_DRAFT_REEVAL): the KV rows
+    computed while drafting are kept and process() decodes only the rows still missing
+    (at most 1+d evaluations). With batch-invariant kernels both give identical draft KV. A
+    memory that cannot drop part of a sequence always re-evaluates.
+    `sample_draft=True` (rejection-sampling verification) samples each draft token from
+    softmax(logits / draft_temp) instead of taking the argmax and keeps that distribution.
+    """
+    type = "draft-simple"
+
+    def __init__(self, target, ctx_dft, n_seq: int = 1, n_max: int = 3, n_min: int = 0,
+                 p_min: float = 0.0, reeval: bool = True, sample_draft: bool = False,
+                 draft_temp: float = 1.0, seed: int = 0):
+        check_param(isinstance(n_max, (int, np.integer)) and 0 <= n_max <= 256,
+                    "draft_max", n_max, "an integer in [0, 256]")
+        check_param(isinstance(n_min, (int, np.integer)) and 0 <= n_min <= max(n_max, 0),
+                    "draft_min", n_min, f"an integer in [0, draft_max={n_max}]")
+        check_param(isinstance(p_min, (int, float)) and 0.0 <= p_min <= 1.0,
+                    "draft_p_min", p_min, "a number in [0, 1]")
+        report = are_compatible(target, ctx_dft.model)
+        if not report.ok:
+            raise IncompatibleVocabError(report)
+        if ctx_dft.n_seq_max != n_seq:   # the constructor's n_seq check
+            raise ParamError(f"draft context has n_seq_max={ctx_dft.n_seq_max}, the speculator "
+                             f"serves n_seq={n_seq}: the draft needs one KV sequence per target sequence")
+        super().__init__(n_seq, int(n_max))
+        self.ctx = ctx_dft
+        self.partial = bool(ctx_dft.partial_seq_rm)
+        self.n_min, self.p_min = int(n_min), float(p_min)
+        self.reeval = bool(reeval) or not self.partial
+        self.sample_draft, self.draft_temp = bool(sample_draft), float(draft_temp)
+        # one draft sampler per sequence: top-k 10, then dist
+        self.smpl = [Sampler(SamplerParams(top_k=10, samplers=("top_k",), seed=seed + s))
+                     for s in range(n_seq)]
+        self.q: list[list[np.ndarray]] = [[] for _ in range(n_seq)]   # draft distributions (RS mode)
+        self._rng = np.random.Generator(np.random.PCG64(seed + 7919))
+        self.n_eval_draft = 0      # draft-context rows evaluated by draft()
+        self.n_eval_process = 0    # ... and by process() (and by seq_rm on a checkpointed memory)
+        # memory that cannot drop part of a sequence: per sequence, the state saved before the
+        # last decode and the rows decoded since (common_prompt_checkpoint's data_dft)
+        self._ckpt: list = [None] * n_seq
+        self._since: list[list] = [[] for _ in range(n_seq)]
+        self._drafted: set = set()            # sequences draft() decoded for since before_verify
+
+    @property
+    def n_eval(self) -> int:
+        return self.n_eval_draft + self.n_eval_process
+
+    # ---- the draft memory's checkpoint (only when it cannot drop part of a sequence) -------
+    def _save(self, seq: int) -> None:
+        """ckpt.update_dft, unless the saved state is still the memory's state."""
+        if self._ckpt[seq] is None or self._since[seq]:
+            self._ckpt[seq] = self.ctx.state_seq_get(seq)
+            self._since[seq] = []
+
+    def _restore(self, seq: int, p0: int) -> None:
+        """ckpt.load_dft, then decode again the rows since the checkpoint at positions < p0."""
+        keep = [(t, p) for t, p in self._since[seq] if p < p0]
+        self.ctx.state_seq_set(seq, self._ckpt[seq])
+        self._since[seq] = []
+        if keep:
+            b = Batch()
+            for t, p in keep:
+                b.add(t, p, seq, False)
+            self.ctx.decode(b)
+            self.n_eval_process += len(b)
+            self._since[seq] = keep
+
+    def _decoded(self, batch: Batch) -> None:
+        if not self.partial:
+            for t, p, s in zip(batch.tokens, batch.pos, batch.seq_id):
+                self._since[s].append((t, p))
+
+    # ---- specnb's rollback hooks ----------------------------------------------------------
+    def before_verify(self, seq: int, n_past: int) -> None:
+        """Undo the draft() decodes: ckpt.load_dft or seq_rm(n_past) (speculative-simple.cpp:206-213)."""
+        if seq not in self._drafted:
+            return
+        self._drafted.discard(seq)
+        if not self.partial:
+            self._restore(seq, n_past)
+        elif self.reeval:
+            self.ctx.seq_rm(seq, n_past, -1)
+
+    def seq_rm(self, seq: int, p0: int) -> None:
+        """Drop positions >= p0 of seq (llama_memory_seq_rm(ctx_dft, seq, p0, -1))."""
+        if self.ctx.seq_pos_max(seq) < p0:
+            return
+        if p0 <= 0:                            # the whole sequence: every memory can do that
+            self.ctx.seq_rm(seq, -1, -1)
+            self._ckpt[seq], self._since[seq] = None, []
+            self._drafted.discard(seq)
+        elif self.partial:
+            self.ctx.seq_rm(seq, p0, -1)
+        else:
+            self._restore(seq, p0)
+
+    # ---- the interface --------------------------------------------------------------------
+    def process(self, batch: Batch) -> bool:
+        """Keep the draft KV in sync with a target batch, no logits."""
+        if not self.partial:
+            for s in sorted(set(batch.seq_id)):
+                self._save(s)
+        if self.reeval:
+            b = Batch()
+            for t, p, s in zip(batch.tokens, batch.pos, batch.seq_id):
+                b.add(t, p, s, False)
+            self.ctx.decode(b)
+            self._decoded(b)
+            self.n_eval_process += len(b)
+            return True
+        # the fix: skip rows whose (position, token) the draft KV already holds
+        ctx = self.ctx
+        b = Batch()
+        for s in sorted(set(batch.seq_id)):
+            rows = [(p, t) for t, p, q in zip(batch.tokens, batch.pos, batch.seq_id) if q == s]
+            first = len(rows)
+            for i, (p, t) in enumerate(rows):
+                if not (p <= ctx.seq_pos_max(s) and ctx.valid[s, p] and ctx.cell_tokens[s, p] == t):
+                    first = i
+                    break
+            if first < len(rows):
+                ctx.seq_rm(s, rows[first][0], -1)
+                for p, t in rows[first:]:
+                    b.add(t, p, s, False)
+        if len(b):
+            ctx.decode(b)
+            self.n_eval_process += len(b)
+        return True
+
+    def draft(self, dps: list[DraftParams]) -> None:
+        """Greedy drafting for every sequence with dp.drafting, one draft decode per step."""
+        ctx = self.ctx
+        batch = Batch()
+        active, i_batch = [], {}
+        for s, dp in enumerate(dps):
+            if not dp.drafting:
+                continue
+            self.info[s], self.q[s] = [], []
+            if (self.n_max if dp.n_max < 0 else min(self.n_max, dp.n_max)) <= 0:
+                continue                                           # nothing to draft
+            if not self.partial:
+                self._save(s)                                      # ckpt.update_dft
+            self._drafted.add(s)
+            self.smpl[s].reset()
+            dp.result.clear()
+            i_batch[s] = len(batch)
+            batch.add(dp.id_last, dp.n_past, s, True)            # the seed row
+            active.append(s)
+        if not active:
+            return
+        ctx.decode(batch)
+        self._decoded(batch)
+        self.n_eval_draft += len(batch)
+        i = 0
+        while active:
+            batch.clear()
+            still = []
+            for s in active:
+                dp = dps[s]
+                smpl = self.smpl[s]
+                smpl.sample(ctx, i_batch[s])                       # populates the candidates
+                cur = smpl.get_candidates()
+                tok = int(cur.ids[0])                              # greedy: the argmax
+                if self.sample_draft:                              # rejection-sampling mode
+                    q = _dist(ctx.get_logits_ith(i_batch[s]), self.draft_temp)
+                    tok = int(self._rng.choice(len(q), p=q))
+                    self.q[s].append(q)
+                top = min(cur.size, 10)
+                info = DraftTokenInfo(tok, float(cur.p[0]), cur.ids[:top].tolist(),
+                                      cur.p[:top].tolist())
+                if cur.p[0] < self.p_min and not self.sample_draft:   # confidence floor
+                    info.stopped_by_p_min = True
+                    self.info[s].append(info)
+                    continue
+                self.info[s].append(info)
+                smpl.accept(tok)
+                dp.result.append(tok)
+                cap = self.n_max if dp.n_max < 0 else min(self.n_max, dp.n_max)
+                if len(dp.result) >= cap:
+                    continue
+                i_batch[s] = len(batch)
+                batch.add(tok, dp.n_past + i + 1, s, True)         # next input row
+                still.append(s)
+            active = still
+            if not len(batch):
+                break
+            ctx.decode(batch)
+            self._decoded(batch)
+            self.n_eval_draft += len(batch)
+            i += 1
+        for s, dp in enumerate(dps):
+            if dp.drafting and len(dp.result) < self.n_min:        # too short: no speculation
+                dp.result.clear()
+                self.q[s] = []
+
+    def draft_dists(self, seq: int) -> list | None:
+        """The distributions the last draft of seq was sampled from (rejection mode), else None."""
+        return list(self.q[seq]) if self.sample_draft else None
+
+
+def _dist(logits: np.ndarray, temp: float) -> np.ndarray:
+    # [n_vocab] -> softmax(logits / temp) as float64
+    l = np.asarray(logits, dtype=np.float64) / max(temp, 1e-6)
+    e = np.exp(l - l.max())
+    return e / e.sum()

@@ -1,0 +1,59 @@
+"""What one round of the speculative loop did: RoundEvent (all slots) and SlotRound (one slot).
+
+The loop yields one RoundEvent per round; the live view, the plots, the benches and the tests
+read only these records. `timed(ev, "t_verify")` adds a block's wall time to one of the
+event's timers.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SlotRound:
+    """What happened to one sequence in one round (the facts the view and the tests read)."""
+    seq: int
+    n_past: int                       # at the start of the round: position of id_last
+    id_last: int
+    draft: list                       # tokens verified this round (the replayed ids on replay)
+    draft_info: list = field(default_factory=list)   # per drafted token: .token, .source, ...
+    impl: str = ""                    # type of the impl that drafted `draft` ("" if none / replay)
+    batch_pos: list = field(default_factory=list)    # positions of this slot's verification rows
+    ids: list = field(default_factory=list)          # target samples: committed ids (len >= 1)
+    n_accepted: int = 0               # draft tokens accepted (len(ids) - 1)
+    target_p: list = field(default_factory=list)     # target probability of each sampled id
+    committed: list = field(default_factory=list)    # ids actually committed (cut at EOG / n_predict)
+    kv_tgt: tuple = ()                # (pos_max before verify, after decode, after rollback)
+    kv_dft: tuple = ()                # (after drafting, after process, after rollback); -1s without a draft model
+    replay: bool = False              # this round re-verifies approved tokens (checkpoint path)
+    checkpoint: str = ""              # "", "saved", "restored"
+    stop: str = ""                    # "", "eog", "n_predict", "context_full"
+
+
+@dataclass
+class RoundEvent:
+    round: int
+    slots: list                       # SlotRound per active slot
+    t_draft: float = 0.0
+    t_verify: float = 0.0
+    t_process: float = 0.0
+    t_sample: float = 0.0
+    t_rollback: float = 0.0
+    t_round: float = 0.0
+    n_dft_eval: int = 0               # draft-model token evaluations this round
+
+    @property
+    def slot(self) -> SlotRound:
+        return self.slots[0]
+
+
+@contextmanager
+def timed(ev: RoundEvent, name: str):
+    """Add the wall time of the `with` block to ev.<name>."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        setattr(ev, name, getattr(ev, name) + time.perf_counter() - t0)

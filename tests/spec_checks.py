@@ -1,0 +1,69 @@
+"""Shared pieces of the speculative-decoding tests: the tiny pair, prompts, plain decoding, and the
+loop's round invariants checked from its events (loop.py's docstring)."""
+import numpy as np
+import pytest
+
+from specnb import forge
+from specnb.context import Context
+from specnb.loop import generate
+from specnb.model import load_model
+from specnb.sampling import Sampler, SamplerParams
+
+SAMPLERS = {
+    "greedy": SamplerParams(temp=0.0),
+    "temp0.8-topk40": SamplerParams(temp=0.8, top_k=40, top_p=1.0, min_p=0.0),
+    "top-p0.9": SamplerParams(temp=0.8, top_k=0, top_p=0.9, min_p=0.0),
+    "min-p0.05": SamplerParams(temp=0.8, top_k=0, top_p=1.0, min_p=0.05),
+    "repeat1.1": SamplerParams(temp=0.0, penalty_repeat=1.1, penalty_last_n=64),
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tiny_path, tmp_path_factory):
+    """A tiny target and its Q4_0 requantization as draft (high but imperfect agreement)."""
+    tgt_path = tiny_path("Q8_0", seed=11, n_layer=2)
+    dft_path = forge.requantize(tgt_path, tmp_path_factory.mktemp("pair") / "dft.gguf", "Q4_0")
+    return load_model(tgt_path), load_model(dft_path)
+
+
+def prompts(model, n, seed=0, length=6):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(3, model.n_vocab, length).tolist() for _ in range(n)]
+
+
+def repetitive_prompt(model, seed=0, length=24):
+    """A prompt that repeats itself, so the n-gram lookups find matches."""
+    base = np.random.default_rng(seed).integers(3, model.n_vocab, length).tolist()
+    return base + base[:length // 2]
+
+
+def plain(model, prompt, sp, n_predict, n_ctx=128, penalize_prompt=True):
+    return generate(Context(model, n_ctx=n_ctx), Sampler(sp), prompt, n_predict,
+                    penalize_prompt=penalize_prompt).tokens
+
+
+def check_invariants(loop, events):
+    """At every round start: the target KV holds exactly [0, n_past); the verification rows sit at
+    n_past, n_past + 1, ...; >= 1 committed token per committed round; both memories end at the
+    last committed position."""
+    has_draft_model = loop.ctx_dft is not None
+    for ev in events:
+        for r in ev.slots:
+            assert r.kv_tgt[0] == r.n_past - 1, "target KV must hold exactly [0, n_past)"
+            assert r.batch_pos == list(range(r.n_past, r.n_past + 1 + len(r.draft)))
+            assert len(r.ids) >= 1 and r.n_accepted == len(r.ids) - 1
+            assert (r.impl == "") == (r.replay or not r.draft)
+            if r.checkpoint != "restored":
+                assert len(r.committed) >= 1
+                assert r.kv_tgt[-1] == r.n_past + len(r.committed) - 1 or r.stop
+                if has_draft_model:
+                    assert r.kv_dft[-1] == r.kv_tgt[-1] or r.stop
+            else:
+                assert r.kv_tgt[-1] == r.n_past - 1, "a restored round is back at [0, n_past)"
+                if has_draft_model:
+                    assert r.kv_dft[-1] == r.n_past - 1
+            if not r.replay:
+                assert 0 <= r.n_accepted <= len(r.draft)
+            for info in r.draft_info[:len(r.draft)]:
+                assert info.source == r.impl
+            assert [i.token for i in r.draft_info[:len(r.draft)]] == r.draft or r.replay

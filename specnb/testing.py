@@ -13,12 +13,12 @@ from gguf.quants import quantize as gguf_quantize
 
 from .errors import ParamError
 from .gguf_write import add_raw_tensor, write_gguf
-from .vocab import _bytes_to_unicode
+from .vocab_bpe import BYTE_TO_UNICODE
 
 
 def tiny_vocab(n_merges: int = 40):
     """A byte-level BPE vocab: 3 special tokens, 256 bytes, a few merges."""
-    b2u = _bytes_to_unicode()
+    b2u = BYTE_TO_UNICODE
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tokens = specials + [b2u[b] for b in range(256)]
     types = [3, 3, 3] + [1] * 256

@@ -8,6 +8,7 @@ import pytest
 # once and reused by later runs. Tests that write into a cache point it at a temporary folder.
 os.environ.setdefault("SPECNB_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "specnb"))
 
+from specnb.forge import requantize  # noqa: E402
 from specnb.testing import tiny_model as _tiny_model  # noqa: E402
 
 TINY_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K",
@@ -67,7 +68,7 @@ def pair_paths(tiny_path, tiny_dir):
     """Files of the tiny pair: a Q8_0 target with an untied output (varied text) and its Q4_0
     requantization as draft."""
     tgt = tiny_path("Q8_0", seed=0, tied=False)
-    return tgt, forge.requantize(tgt, tiny_dir / "pair-draft-Q4_0.gguf", "Q4_0")
+    return tgt, requantize(tgt, tiny_dir / "pair-draft-Q4_0.gguf", "Q4_0")
 
 
 @pytest.fixture(scope="session")

@@ -226,7 +226,7 @@ def group_invariance():
 # ---- the backend --------------------------------------------------------------------------------
 
 def _tiny(tmp, qtype="Q8_0", arch="llama", tied=True, n_layer=2, seed=0, small=False):
-    from specnb import forge
+    from specnb import testing
     from specnb.model import load_model
     kw = dict(n_embd=32, n_ff=64, n_head=2, n_head_kv=1) if small else \
         dict(n_embd=64, n_ff=128, n_head=4, n_head_kv=2)

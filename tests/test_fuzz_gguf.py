@@ -53,7 +53,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
-from specnb import ModelNotFoundError, SpecnbError, forge
+from specnb import ModelNotFoundError, SpecnbError, testing
 from specnb.gguf_file import GGUFFile
 from specnb.model import Model, load_model
 from specnb.models import default_target_path

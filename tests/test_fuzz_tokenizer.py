@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from specnb import forge
+from specnb import testing
 from specnb.errors import ParamError, SpecnbError
 from specnb.textio import llama_decode
 from specnb.vocab import Vocab

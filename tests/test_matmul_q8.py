@@ -213,3 +213,15 @@ def test_matmul_q8_k_equals_ggml_integer_formula(name):
 def test_the_modules_own_check_passes():
     res = Q8.check(rows=(1, 3, 9))
     assert res and all(ok for _, _, ok, _ in res), [r for r in res if not r[2]]
+
+
+def test_reference_rounds_activations_as_the_oracles():
+    # specnb.reference.round_q8 (the q8 reference's activations) = the oracles' blocks, dequantized
+    from specnb.reference import round_q8
+    x = np.random.default_rng(13).standard_normal((3, 512)).astype(np.float32)
+    x[1, :256] = 0.0
+    q, d, _ = _q8_k_oracle(x)
+    assert np.array_equal(round_q8(x, "Q6_K"), (q * d[..., None]).reshape(3, 512))
+    q, d, _ = _q8_blocks_oracle(x)
+    assert np.array_equal(round_q8(x, "Q4_1"), (q * d[..., None]).reshape(3, 512))
+    assert np.array_equal(round_q8(x, "F16"), x.astype(np.float64))

@@ -199,7 +199,10 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
     the target's in the default activation mode."""
     from .context import resolve_backend
     from .models import default_target_path
-    path = model_path or default_target_path()
+    from .registry import resolve
+    # model names (`specnb models`) to files: llama-bench and the comparisons below need a path
+    path = resolve(model_path) if model_path else default_target_path()
+    draft_path = resolve(draft_path) if draft_path else None
     if activations is None:
         activations = ("f32", "q8") if resolve_backend(backend) == "cpu" else ("f32",)
     exe = find_llama_bench(llama_bench)

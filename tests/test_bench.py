@@ -94,6 +94,16 @@ def test_bench_runs_llama_bench_on_the_measured_model(tiny_path, tmp_path):
     assert f"{want['tg']:.1f}" in format_bench(r)
 
 
+def test_bench_gives_llama_bench_the_files_of_model_names(tmp_path):
+    from specnb.bench import bench
+    from specnb.registry import default_draft_path, default_target_path
+    r = bench("smollm2-135m", reps=2, n_gen=2, quick=True, memory=False, bandwidth_gib=0.02,
+              llama_bench=_fake_llama_bench(tmp_path), activations=("q8",),
+              draft_path="smollm2-135m-q4_0")
+    assert r["path"] == default_target_path() and r["llama_cpp"]["cmd"].split()[2] == r["path"]
+    assert r["draft"]["llama_cpp"]["cmd"].split()[2] == default_draft_path()
+
+
 def test_cliffs():
     assert cliffs({k: 1 + 0.2 * (k - 1) for k in range(1, 18)}) == []
     bc = {k: 1 + 0.2 * (k - 1) for k in range(1, 18)}

@@ -1,10 +1,26 @@
-"""SwiGLU, softmax, argmax and top-k: the small elementwise and reduction kernels.
+"""SwiGLU, argmax and top-k: the small elementwise and reduction kernels.
 
-llama.cpp: ggml_swiglu (silu(gate) * up) in the feed-forward block; the samplers'
-softmax/argmax/top-k in src/llama-sampler.cpp.
+llama.cpp: ggml_swiglu (silu(gate) * up) in the feed-forward block; the greedy sampler's argmax
+and the top-k sampler in src/llama-sampler.cpp.
+
+SwiGLU computes silu in float64 (as the NumPy reference does) with its own exponential, `vexp64`:
+a polynomial written with the explicit-SIMD layer, 8 lanes at a time; the scalar tail runs the
+same vector code on one lane, so every element gets the same value wherever it sits (batch
+invariance). Its error is within 2 ulp of float64 (the result is rounded to float32 after).
 """
+import math
+
 import numpy as np
-from numba import njit
+from numba import njit, prange
+
+from .simd import vbits_f64, vclamp, vfirst, vfloor, vload, vload_f64, vsplat64, vstore, vto_f32, vto_i64
+
+LOG2E = 1.4426950408889634
+LN2_HI = 6.93147180369123816490e-01       # ln 2 split in two (Cody and Waite): k * LN2_HI is exact
+LN2_LO = 1.90821492927058770002e-10
+EXP_MIN, EXP_MAX = -708.0, 709.0          # the arguments whose 2^k stays a normal float64
+# Taylor coefficients 1/12! .. 1/0! for e^r on |r| <= ln2 / 2
+_C = tuple(1.0 / math.factorial(k) for k in range(12, -1, -1))
 
 
 def swiglu_ref(gate, up):
@@ -13,23 +29,67 @@ def swiglu_ref(gate, up):
     return (g / (1.0 + np.exp(-g)) * up).astype(np.float32)
 
 
-@njit(cache=True)
-def swiglu(gate, up, out):
-    # [n, n_ff], [n, n_ff] -> out [n, n_ff]
+@njit(fastmath=False, inline="always")
+def vexp64(x):
+    # float64 e^x of each f64x8 lane, x clamped to [EXP_MIN, EXP_MAX]: e^x = 2^k e^r with
+    # k = round(x / ln 2), r = x - k ln 2, e^r by its Taylor polynomial (Horner)
+    x = vclamp(x, EXP_MIN, EXP_MAX)
+    k = vfloor(x * LOG2E + 0.5)
+    r = (x - k * LN2_HI) - k * LN2_LO
+    p = r * _C[0] + _C[1]
+    p = p * r + _C[2]
+    p = p * r + _C[3]
+    p = p * r + _C[4]
+    p = p * r + _C[5]
+    p = p * r + _C[6]
+    p = p * r + _C[7]
+    p = p * r + _C[8]
+    p = p * r + _C[9]
+    p = p * r + _C[10]
+    p = p * r + _C[11]
+    p = p * r + _C[12]
+    return p * vbits_f64((vto_i64(k) + 1023) << 52)
+
+
+@njit(fastmath=False, inline="always")
+def exp64(x):
+    # the same for one float64 (lane 0 of a vector): the scalar tails get the vector's values
+    return vfirst(vexp64(vsplat64(x)))
+
+
+@njit(fastmath=False, inline="always")
+def _swiglu_row(g, u, o, f):
+    # o[:f] = float32(silu(float64(g))) * u, 8 at a time, then the tail
+    f8 = f - f % 8
+    for i in range(0, f8, 8):
+        x = vload_f64(g, i)
+        vstore(o, i, vto_f32(x / (vexp64(x * -1.0) + 1.0)) * vload(u, i))
+    for i in range(f8, f):
+        x = np.float64(g[i])
+        o[i] = np.float32(x / (exp64(-x) + 1.0)) * u[i]
+
+
+# below this many elements a call runs on the calling thread
+SERIAL_MAX_ELEMENTS = 1 << 18
+
+
+@njit(fastmath=False, cache=True, parallel=True)
+def _swiglu_parallel(gate, up, out):
     n, f = gate.shape
-    for t in range(n):
-        for i in range(f):
-            g = np.float64(gate[t, i])
-            out[t, i] = np.float32(g / (1.0 + np.exp(-g))) * up[t, i]
+    for t in prange(n):
+        _swiglu_row(gate[t], up[t], out[t], f)
+
+
+@njit(fastmath=False, cache=True)
+def swiglu(gate, up, out):
+    # [n, n_ff], [n, n_ff] -> out [n, n_ff] (may be gate itself)
+    n, f = gate.shape
+    if n * f > SERIAL_MAX_ELEMENTS:
+        _swiglu_parallel(gate, up, out)
+    else:
+        for t in range(n):
+            _swiglu_row(gate[t], up[t], out[t], f)
     return out
-
-
-@njit(cache=True)
-def softmax(logits):
-    # [n_vocab] -> [n_vocab] float64 probabilities (max-subtracted, one fixed-order sum)
-    m = logits.max()
-    p = np.exp(logits.astype(np.float64) - m)
-    return p / p.sum()
 
 
 @njit(cache=True)
@@ -70,17 +130,9 @@ def topk(logits, k):
 
 
 # ---- CUDA ------------------------------------------------------------------------------------
-# The same operations on a GPU (numba-cuda). SwiGLU: one thread per element. Softmax, argmax and
-# top-k: one thread block per logits row; each thread scans its strided elements, then a fixed
-# shared-memory tree combines the threads (block size only: the same result for a row in any
-# batch). Top-k takes k rounds, each finding the best element strictly after the previous pick in
-# the order (value descending, id ascending), which is the CPU kernel's order.
-import math  # noqa: E402
-
-import numba  # noqa: E402
+# SwiGLU on a GPU (numba-cuda): one thread per element, silu in float64 with libdevice's exp of
+# the clamped argument (the CUDA backend samples on the host, from the logits it copies back).
 from numba import cuda  # noqa: E402
-
-from .norm import MAX_THREADS, block_max, block_sum, block_sync  # noqa: E402
 
 
 @cuda.jit
@@ -91,119 +143,8 @@ def swiglu_cuda_kernel(gate, up, out):
         t = i // f
         j = i % f
         g = np.float64(gate[t, j])
-        out[t, j] = np.float32(g / (1.0 + math.exp(-g))) * up[t, j]
-
-
-@cuda.jit
-def softmax_cuda_kernel(logits, probs):
-    # [n_rows, n_vocab] -> probs [n_rows, n_vocab] float64; grid: n_rows
-    r = cuda.blockIdx.x
-    tid = cuda.threadIdx.x
-    T = cuda.blockDim.x
-    n = logits.shape[1]
-    sh32 = cuda.shared.array(MAX_THREADS, dtype=numba.float32)
-    sh64 = cuda.shared.array(MAX_THREADS, dtype=numba.float64)
-    m = np.float32(-np.inf)
-    for i in range(tid, n, T):
-        if logits[r, i] > m:
-            m = logits[r, i]
-    sh32[tid] = m
-    m = block_max(sh32, tid, T)
-    tot = 0.0
-    for i in range(tid, n, T):
-        e = math.exp(np.float64(logits[r, i]) - m)
-        probs[r, i] = e
-        tot += e
-    sh64[tid] = tot
-    tot = block_sum(sh64, tid, T)
-    for i in range(tid, n, T):
-        probs[r, i] = probs[r, i] / tot
-
-
-@cuda.jit
-def argmax_cuda_kernel(logits, out):
-    # [n_rows, n_vocab] -> out [n_rows] int64: the index of each row's first maximum; grid: n_rows
-    r = cuda.blockIdx.x
-    tid = cuda.threadIdx.x
-    T = cuda.blockDim.x
-    n = logits.shape[1]
-    shv = cuda.shared.array(MAX_THREADS, dtype=numba.float32)
-    shi = cuda.shared.array(MAX_THREADS, dtype=numba.int64)
-    bv = np.float32(-np.inf)
-    bi = -1
-    for i in range(tid, n, T):
-        if bi < 0 or logits[r, i] > bv:
-            bv = logits[r, i]
-            bi = i
-    shv[tid] = bv
-    shi[tid] = bi
-    block_sync(T)
-    p2 = 1
-    while p2 < T:
-        p2 *= 2
-    stride = p2 // 2
-    while stride > 0:
-        if tid < stride and tid + stride < T:
-            ov = shv[tid + stride]
-            oi = shi[tid + stride]
-            if oi >= 0 and (shi[tid] < 0 or ov > shv[tid] or (ov == shv[tid] and oi < shi[tid])):
-                shv[tid] = ov
-                shi[tid] = oi
-        block_sync(T)
-        stride //= 2
-    if tid == 0:
-        out[r] = shi[0]
-
-
-@cuda.jit(device=True, inline=True)
-def _best_after(v, i, bv, bi, pv, pi):
-    # is (v, i) eligible (strictly after the previous pick (pv, pi) in the order value desc,
-    # id asc) and better than the current best (bv, bi)?
-    after = v < pv or (v == pv and i > pi)
-    better = bi < 0 or v > bv or (v == bv and i < bi)
-    return after and better
-
-
-@cuda.jit
-def topk_cuda_kernel(logits, k, ids, vals):
-    # [n_rows, n_vocab] -> ids [n_rows, k] int64, vals [n_rows, k]: the k largest of each row,
-    # by value descending, ties by lower id first; grid: n_rows, k <= n_vocab
-    r = cuda.blockIdx.x
-    tid = cuda.threadIdx.x
-    T = cuda.blockDim.x
-    n = logits.shape[1]
-    shv = cuda.shared.array(MAX_THREADS, dtype=numba.float32)
-    shi = cuda.shared.array(MAX_THREADS, dtype=numba.int64)
-    pv = np.float32(np.inf)
-    pi = -1
-    for rank in range(k):
-        bv = np.float32(-np.inf)
-        bi = -1
-        for i in range(tid, n, T):
-            v = logits[r, i]
-            if _best_after(v, i, bv, bi, pv, pi):
-                bv = v
-                bi = i
-        shv[tid] = bv
-        shi[tid] = bi
-        block_sync(T)
-        p2 = 1
-        while p2 < T:
-            p2 *= 2
-        stride = p2 // 2
-        while stride > 0:
-            if tid < stride and tid + stride < T and shi[tid + stride] >= 0 and \
-                    _best_after(shv[tid + stride], shi[tid + stride], shv[tid], shi[tid], pv, pi):
-                shv[tid] = shv[tid + stride]
-                shi[tid] = shi[tid + stride]
-            block_sync(T)
-            stride //= 2
-        pv = shv[0]
-        pi = shi[0]
-        if tid == 0:
-            ids[r, rank] = pi
-            vals[r, rank] = pv
-        block_sync(T)
+        e = math.exp(min(max(-g, EXP_MIN), EXP_MAX))       # clamped as the CPU's exp64
+        out[t, j] = np.float32(g / (1.0 + e)) * up[t, j]
 
 
 def swiglu_cuda(gate, up, out, threads: int = 128, blocks: int | None = None, stream=0):
@@ -212,25 +153,3 @@ def swiglu_cuda(gate, up, out, threads: int = 128, blocks: int | None = None, st
         blocks = blocks or (n + threads - 1) // threads
         swiglu_cuda_kernel[blocks, threads, stream](gate, up, out)
     return out
-
-
-def softmax_cuda(logits, probs, threads: int = 128, stream=0):
-    """[n_rows, n_vocab] device float32 -> probs (device float64), row by row."""
-    if logits.shape[0]:
-        softmax_cuda_kernel[logits.shape[0], threads, stream](logits, probs)
-    return probs
-
-
-def argmax_cuda(logits, out, threads: int = 128, stream=0):
-    """[n_rows, n_vocab] device float32 -> out [n_rows] int64: each row's first maximum."""
-    if logits.shape[0]:
-        argmax_cuda_kernel[logits.shape[0], threads, stream](logits, out)
-    return out
-
-
-def topk_cuda(logits, k, ids, vals, threads: int = 128, stream=0):
-    """[n_rows, n_vocab] device float32 -> ids [n_rows, k] int64, vals [n_rows, k] float32."""
-    if logits.shape[0]:
-        topk_cuda_kernel[logits.shape[0], threads, stream](logits, min(k, logits.shape[1]),
-                                                           ids, vals)
-    return ids, vals

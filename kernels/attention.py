@@ -10,7 +10,7 @@ ggml_soft_max_ext and the KQV product.)
 import numpy as np
 from numba import njit, prange
 
-from .quant import vfma, vhsum, vload, vsplat, vstore, vzero
+from .simd import vfma, vhsum, vload, vsplat, vstore, vzero
 
 
 def attention_ref(q, k_cache, v_cache, valid, seq, pos, n_head_kv):
@@ -139,7 +139,7 @@ import math  # noqa: E402
 import numba  # noqa: E402
 from numba import cuda  # noqa: E402
 
-from .norm import MAX_THREADS, block_max, block_sum, block_sync  # noqa: E402
+from .cuda_common import MAX_THREADS, block_max, block_sum  # noqa: E402
 
 
 @cuda.jit

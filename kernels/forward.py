@@ -7,20 +7,33 @@ exactly the same order, so its logits are bit-identical (tests/test_context.py c
 from inside compiled code: a decode step of a 30-layer model makes about 400 kernel calls, and
 from Python each one costs a few microseconds of dispatch before it starts.
 
-Weights come in as one typed list of the layers' matrices (7 per layer: q, k, v, o, gate, up,
-down) plus their quantization types; norms and biases as stacked float32 arrays.
+The weights come in as one `FusedWeights` (a named tuple, so Numba caches the compiled pass like
+any other function): one typed list of the layers' matrices (7 per layer: q, k, v, o, gate, up,
+down) and their quantization types, norms and biases as stacked float32 arrays; the layer shape
+as one `FusedShape`.
 """
+from collections import namedtuple
+
 import numpy as np
 from numba import njit
 
 from .activations import swiglu
 from .attention import attention
 from .norm import rmsnorm
-from .quant import _matmul_q8, dequant_row, has_q8_kernel, matmul
+from .matmul import dequant_row, matmul
+from .matmul_q8 import _matmul_q8, has_q8_kernel
 from .rope import rope
 
 WQ, WK, WV, WO, W_GATE, W_UP, W_DOWN = range(7)
 N_MATS = 7
+
+# tok_embd [n_vocab, row_bytes] (type tok_qtype); attn_norm / ffn_norm [n_layer, n_embd]; mats: a
+# typed list of 7 * n_layer matrices [n_out, row_bytes], qtypes [n_layer, 7]; bias_q / _k / _v
+# [n_layer, dim] (zeros [n_layer, 1] when has_bias is False); output_norm [n_embd]; output
+# [n_vocab, row_bytes] (type output_qtype)
+FusedWeights = namedtuple("FusedWeights", "tok_embd tok_qtype attn_norm ffn_norm mats qtypes bias_q "
+                          "bias_k bias_v has_bias output_norm output output_qtype")
+FusedShape = namedtuple("FusedShape", "n_head n_head_kv head_dim n_ff norm_eps rope_mode")
 
 
 @njit(cache=True)
@@ -34,21 +47,20 @@ def _mm(x, w, qtype, q8, out):
 
 
 @njit(cache=True)
-def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin,
-            tok_embd, tok_qtype, attn_norm, ffn_norm, mats, qtypes, bias_q, bias_k, bias_v,
-            has_bias, output_norm, output, output_qtype, n_head, n_head_kv, head_dim, n_ff,
-            norm_eps, rope_mode, q8):
+def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, hp, q8):
     # tokens/pos/seq [n]; valid [n_seq, n_ctx]; out_rows [n_out]; k/v_cache [n_layer, n_seq,
-    # n_ctx, n_head_kv * head_dim]; cos/sin [n, n_rot / 2]; attn_norm/ffn_norm [n_layer, n_embd];
-    # mats: typed list of 7 * n_layer weight matrices; qtypes [n_layer, 7]; bias_* [n_layer, dim]
+    # n_ctx, n_head_kv * head_dim]; cos/sin [n, n_rot / 2]; wt: FusedWeights; hp: FusedShape
     # -> logits [n_out, n_vocab]
+    attn_norm, ffn_norm, mats, qtypes = wt.attn_norm, wt.ffn_norm, wt.mats, wt.qtypes
+    n_head, n_head_kv, head_dim, n_ff = hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff
+    norm_eps, rope_mode = hp.norm_eps, hp.rope_mode
     n = tokens.shape[0]
     n_layer = attn_norm.shape[0]
     n_embd = attn_norm.shape[1]
     kv_dim = n_head_kv * head_dim
     x = np.empty((n, n_embd), dtype=np.float32)
     for i in range(n):                                       # token embedding lookup
-        dequant_row(tok_embd[tokens[i]], tok_qtype, x[i])
+        dequant_row(wt.tok_embd[tokens[i]], wt.tok_qtype, x[i])
     a = np.empty_like(x)
     q = np.empty((n, n_head * head_dim), dtype=np.float32)
     k = np.empty((n, kv_dim), dtype=np.float32)
@@ -64,10 +76,10 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin,
         _mm(a, mats[m0 + WQ], qt[WQ], q8, q)
         _mm(a, mats[m0 + WK], qt[WK], q8, k)
         _mm(a, mats[m0 + WV], qt[WV], q8, v)
-        if has_bias:
-            q += bias_q[il]
-            k += bias_k[il]
-            v += bias_v[il]
+        if wt.has_bias:
+            q += wt.bias_q[il]
+            k += wt.bias_k[il]
+            v += wt.bias_v[il]
         q3 = q.reshape(n, n_head, head_dim)
         k3 = k.reshape(n, n_head_kv, head_dim)
         rope(q3, cos, sin, rope_mode)
@@ -84,6 +96,6 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin,
     xo = np.empty((out_rows.shape[0], n_embd), dtype=np.float32)
     for i in range(out_rows.shape[0]):
         xo[i] = x[out_rows[i]]
-    rmsnorm(xo, output_norm, norm_eps, xo)
-    logits = np.empty((out_rows.shape[0], output.shape[0]), dtype=np.float32)
-    return _mm(xo, output, output_qtype, q8, logits)
+    rmsnorm(xo, wt.output_norm, norm_eps, xo)
+    logits = np.empty((out_rows.shape[0], wt.output.shape[0]), dtype=np.float32)
+    return _mm(xo, wt.output, wt.output_qtype, q8, logits)

@@ -36,54 +36,13 @@ def rmsnorm(x, w, eps, out):
 # of its strided elements in float64, a fixed shared-memory tree adds the partial sums, and every
 # thread scales its elements. The sum's order depends on the block size only, never on the batch.
 #
-# `block_sum` / `block_max` below are the block reductions the other CUDA kernels use too. Every
-# barrier is skipped when the block has a single thread (the same result, and the CUDA simulator
-# runs barriers very slowly).
+# (The block reductions are in cuda_common.py.)
 import math  # noqa: E402
 
 import numba  # noqa: E402
 from numba import cuda  # noqa: E402
 
-MAX_THREADS = 1024
-
-
-@cuda.jit(device=True, inline=True)
-def block_sync(T):
-    if T > 1:
-        cuda.syncthreads()
-
-
-@cuda.jit(device=True, inline=True)
-def block_sum(sh, tid, T):
-    # -> sum of sh[0:T] by a fixed tree (every thread of the block calls this after writing
-    # sh[tid]; sh is free again once every thread has read the result: call block_sync first)
-    block_sync(T)
-    p2 = 1
-    while p2 < T:
-        p2 *= 2
-    stride = p2 // 2
-    while stride > 0:
-        if tid < stride and tid + stride < T:
-            sh[tid] += sh[tid + stride]
-        block_sync(T)
-        stride //= 2
-    return sh[0]
-
-
-@cuda.jit(device=True, inline=True)
-def block_max(sh, tid, T):
-    # -> max of sh[0:T] (same protocol as block_sum)
-    block_sync(T)
-    p2 = 1
-    while p2 < T:
-        p2 *= 2
-    stride = p2 // 2
-    while stride > 0:
-        if tid < stride and tid + stride < T and sh[tid + stride] > sh[tid]:
-            sh[tid] = sh[tid + stride]
-        block_sync(T)
-        stride //= 2
-    return sh[0]
+from .cuda_common import MAX_THREADS, block_sum  # noqa: E402
 
 
 @cuda.jit

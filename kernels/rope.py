@@ -55,6 +55,22 @@ def rope_ref(x, cos, sin, mode):
     return x.astype(np.float32)
 
 
+def _rotate_pair(x, t, h, i, c, s, half, mode):
+    # rotate the pair (j0, j1) of rotary dimension i of head h of token t by the angle (c, s), in
+    # float64 (one function body, compiled for the CPU kernel and for the CUDA one)
+    if mode == ROPE_NEOX:
+        j0, j1 = i, i + half
+    else:
+        j0, j1 = 2 * i, 2 * i + 1
+    a = np.float64(x[t, h, j0])
+    b = np.float64(x[t, h, j1])
+    x[t, h, j0] = np.float32(a * c - b * s)
+    x[t, h, j1] = np.float32(a * s + b * c)
+
+
+_rotate_cpu = njit(inline="always")(_rotate_pair)
+
+
 @njit(cache=True)
 def rope(x, cos, sin, mode):
     # in place: [n_tokens, n_heads, head_dim], cos/sin [n_tokens, n_rot/2]
@@ -63,16 +79,7 @@ def rope(x, cos, sin, mode):
     for t in range(n):
         for h in range(nh):
             for i in range(half):
-                c = cos[t, i]
-                s = sin[t, i]
-                if mode == 2:
-                    j0, j1 = i, i + half
-                else:
-                    j0, j1 = 2 * i, 2 * i + 1
-                a = np.float64(x[t, h, j0])
-                b = np.float64(x[t, h, j1])
-                x[t, h, j0] = np.float32(a * c - b * s)
-                x[t, h, j1] = np.float32(a * s + b * c)
+                _rotate_cpu(x, t, h, i, cos[t, i], sin[t, i], half, mode)
 
 
 # ---- CUDA ------------------------------------------------------------------------------------
@@ -80,6 +87,9 @@ def rope(x, cos, sin, mode):
 # as the CPU kernel. The angles (cos, sin) are computed on the host by `rope_angles` (a few
 # hundred values per batch) and uploaded, so both backends rotate by identical angles.
 from numba import cuda  # noqa: E402
+
+
+_rotate_cuda = cuda.jit(device=True, inline=True)(_rotate_pair)
 
 
 @cuda.jit
@@ -92,16 +102,7 @@ def rope_cuda_kernel(x, cos, sin, mode):
         t = idx // (nh * half)
         h = (idx // half) % nh
         i = idx % half
-        c = cos[t, i]
-        s = sin[t, i]
-        if mode == 2:
-            j0, j1 = i, i + half
-        else:
-            j0, j1 = 2 * i, 2 * i + 1
-        a = np.float64(x[t, h, j0])
-        b = np.float64(x[t, h, j1])
-        x[t, h, j0] = np.float32(a * c - b * s)
-        x[t, h, j1] = np.float32(a * s + b * c)
+        _rotate_cuda(x, t, h, i, cos[t, i], sin[t, i], half, mode)
 
 
 def rope_cuda(x, cos, sin, mode, threads: int = 128, blocks: int | None = None, stream=0):

@@ -4,13 +4,14 @@ import os as _os
 
 
 def _kernel_sources_stamp() -> str:
-    """A hash of the source of every kernel file. Numba checks a cached function against its own
-    file only, so a cached caller (the fused forward pass in kernels/forward.py) would keep
-    running an old copy of a kernel edited in another file; one cache folder per stamp makes
-    every edit of a kernel start from a fresh cache."""
+    """A hash of the source of every kernel file and of the SIMD level asked for (SPECNB_SIMD,
+    see kernels/simd.py). Numba checks a cached function against its own file only, so a cached
+    caller (the fused forward pass in kernels/forward.py) would keep running an old copy of a
+    kernel edited in another file, or machine code compiled for another SIMD level; one cache
+    folder per stamp makes every edit of a kernel start from a fresh cache."""
     import hashlib
     from importlib.util import find_spec
-    h = hashlib.sha256()
+    h = hashlib.sha256(("simd=" + _os.environ.get("SPECNB_SIMD", "auto")).encode())
     for d in find_spec("specnb.kernels").submodule_search_locations or []:
         for name in sorted(_os.listdir(d)):
             if name.endswith(".py"):

@@ -3,9 +3,9 @@
 This is the engine behind `Context.decode` (llama.cpp: the graph built by llm_build_llama and
 run by ggml-cpu). It owns the KV cache storage; the Context owns the bookkeeping (which cells
 of which sequence are valid). Weights are read straight from the quantized GGUF blocks by
-`kernels.quant.matmul`, which streams every weight row once for all rows of the batch, or
-with activations="q8" by `kernels.quant.matmul_q8` (activations rounded to int8 blocks first,
-as llama.cpp's CPU backend does).
+`kernels.matmul.matmul`, which streams every weight row once for all rows of the batch, or
+with activations="q8" by `kernels.matmul_q8.matmul_q8` (activations rounded to int8 blocks
+first, as llama.cpp's CPU backend does).
 
 `forward` runs the whole pass as one compiled call (`kernels/forward.py`); `forward_steps` is
 the same pass written out in Python, one line per operation, and gives bit-identical logits.
@@ -23,7 +23,8 @@ from .kernels import forward as fused
 from .kernels.activations import swiglu
 from .kernels.attention import attention
 from .kernels.norm import rmsnorm
-from .kernels.quant import dequant_row, matmul, matmul_q8
+from .kernels.matmul import dequant_row, matmul
+from .kernels.matmul_q8 import matmul_q8
 from .kernels.rope import rope, rope_angles
 
 
@@ -39,7 +40,9 @@ class CpuBackend:
         self.v = np.zeros_like(self.k)
         self._ff = None if model.rope_freqs is None else model.rope_freqs.astype(np.float64)
         self._q8 = activations == "q8"
-        self._fused_args = self._pack_weights(model)
+        self._fused_weights = self._pack_weights(model)
+        self._fused_shape = fused.FusedShape(h.n_head, h.n_head_kv, h.head_dim, h.n_ff,
+                                             float(h.norm_eps), int(h.rope_mode))
 
     @staticmethod
     def _pack_weights(model):
@@ -61,7 +64,7 @@ class CpuBackend:
             if not has_bias:
                 return np.zeros((len(model.layers), 1), dtype=np.float32)
             return np.stack([getattr(L, name) for L in model.layers]).astype(np.float32)
-        return dict(
+        return fused.FusedWeights(
             tok_embd=ro(model.tok_embd.data), tok_qtype=int(model.tok_embd.qtype),
             attn_norm=np.stack([L.attn_norm for L in model.layers]).astype(np.float32),
             ffn_norm=np.stack([L.ffn_norm for L in model.layers]).astype(np.float32),
@@ -73,44 +76,42 @@ class CpuBackend:
     def forward(self, tokens, pos, seq, valid, out_rows) -> np.ndarray:
         # tokens/pos/seq [n], valid [n_seq, n_ctx] (already marking this batch's cells),
         # out_rows [n_out] batch indices -> logits [n_out, n_vocab]
-        h, w = self.h, self._fused_args
+        h = self.h
         cos, sin = rope_angles(pos, h.n_rot, h.rope_freq_base, h.rope_freq_scale, self._ff)
         return fused.forward(
             np.ascontiguousarray(tokens, np.int64), np.ascontiguousarray(pos, np.int64),
             np.ascontiguousarray(seq, np.int64), valid, np.ascontiguousarray(out_rows, np.int64),
-            self.k, self.v, cos, sin, w["tok_embd"], w["tok_qtype"], w["attn_norm"],
-            w["ffn_norm"], w["mats"], w["qtypes"], w["bias_q"], w["bias_k"], w["bias_v"],
-            w["has_bias"], w["output_norm"], w["output"], w["output_qtype"], h.n_head,
-            h.n_head_kv, h.head_dim, h.n_ff, float(h.norm_eps), int(h.rope_mode), self._q8)
+            self.k, self.v, cos, sin, self._fused_weights, self._fused_shape, self._q8)
 
     def forward_steps(self, tokens, pos, seq, valid, out_rows) -> np.ndarray:
-        # the same pass, one Python line per operation (bit-identical to `forward`)
+        # the same pass, one Python line per operation (bit-identical to `forward`); shapes with
+        # n = len(tokens), d = n_embd, hd = head_dim, kv = n_head_kv * hd, f = n_ff
         m, h = self.model, self.h
         n = len(tokens)
-        x = np.empty((n, h.n_embd), dtype=np.float32)
+        x = np.empty((n, h.n_embd), dtype=np.float32)                 # [n, d] the residual stream
         for i in range(n):                                   # token embedding lookup
             dequant_row(m.tok_embd.data[tokens[i]], m.tok_embd.qtype, x[i])
         cos, sin = rope_angles(pos, h.n_rot, h.rope_freq_base, h.rope_freq_scale, self._ff)
-        a = np.empty_like(x)
-        attn = np.empty((n, h.n_head, h.head_dim), dtype=np.float32)
+        a = np.empty_like(x)                                           # [n, d] normed input
+        attn = np.empty((n, h.n_head, h.head_dim), dtype=np.float32)   # [n, n_head, hd]
         for il, L in enumerate(m.layers):
-            rmsnorm(x, L.attn_norm, h.norm_eps, a)
-            q = self._mm(a, L.wq, L.bq).reshape(n, h.n_head, h.head_dim)
-            k = self._mm(a, L.wk, L.bk).reshape(n, h.n_head_kv, h.head_dim)
-            v = self._mm(a, L.wv, L.bv)
-            rope(q, cos, sin, h.rope_mode)
+            rmsnorm(x, L.attn_norm, h.norm_eps, a)                     # [n, d] -> [n, d]
+            q = self._mm(a, L.wq, L.bq).reshape(n, h.n_head, h.head_dim)      # -> [n, n_head, hd]
+            k = self._mm(a, L.wk, L.bk).reshape(n, h.n_head_kv, h.head_dim)   # -> [n, n_head_kv, hd]
+            v = self._mm(a, L.wv, L.bv)                                        # -> [n, kv]
+            rope(q, cos, sin, h.rope_mode)                             # rotated in place
             rope(k, cos, sin, h.rope_mode)
-            self.k[il, seq, pos] = k.reshape(n, -1)           # store this batch's K/V rows
-            self.v[il, seq, pos] = v
-            attention(q, self.k[il], self.v[il], valid, seq, pos, h.n_head_kv, attn)
-            x += self._mm(attn.reshape(n, -1), L.wo)
+            self.k[il, seq, pos] = k.reshape(n, -1)          # store this batch's K/V rows
+            self.v[il, seq, pos] = v                         # cache [n_seq, n_ctx, kv] per layer
+            attention(q, self.k[il], self.v[il], valid, seq, pos, h.n_head_kv, attn)  # -> [n, n_head, hd]
+            x += self._mm(attn.reshape(n, -1), L.wo)                   # [n, n_head hd] -> [n, d]
             rmsnorm(x, L.ffn_norm, h.norm_eps, a)
-            g = self._mm(a, L.w_gate)
-            u = self._mm(a, L.w_up)
-            x += self._mm(swiglu(g, u, g), L.w_down)
-        xo = x[out_rows]
+            g = self._mm(a, L.w_gate)                                  # [n, d] -> [n, f]
+            u = self._mm(a, L.w_up)                                    # [n, d] -> [n, f]
+            x += self._mm(swiglu(g, u, g), L.w_down)                   # [n, f] -> [n, d]
+        xo = x[out_rows]                                               # [n_out, d]
         rmsnorm(xo, m.output_norm, h.norm_eps, xo)
-        return self._mm(xo, m.output)
+        return self._mm(xo, m.output)                                  # -> [n_out, n_vocab]
 
     def _mm(self, x, w, bias=None):
         # [n, n_in] x QWeight[n_out, n_in] -> [n, n_out]

@@ -3,7 +3,7 @@
 Same interface and same arithmetic plan as `backend_cpu.CpuBackend` (llama.cpp: ggml-cuda):
 
 - the weights are uploaded once per model and stay on the device as their raw GGUF blocks
-  (`kernels.quant.DeviceWeight`); the 1-D tensors (norm weights, biases) as float32;
+  (`kernels.matmul_cuda.DeviceWeight`); the 1-D tensors (norm weights, biases) as float32;
 - the KV cache lives on the device, [n_layer, n_seq, n_ctx, n_head_kv * head_dim] for K and V,
   cell index == position; `read_cells` / `write_cells` copy one sequence's cells to and from the
   host, which is all that state save/load and checkpoints need; seq_rm is pure bookkeeping in the
@@ -32,8 +32,7 @@ from .errors import UnsupportedError
 from .kernels.activations import swiglu_cuda
 from .kernels.attention import attention_cuda, kv_store_cuda
 from .kernels.norm import rmsnorm_cuda
-from .kernels.quant import (DeviceWeight, dequant_rows_cuda, matmul_bandwidth,  # noqa: F401
-                            matmul_cuda)
+from .kernels.matmul_cuda import DeviceWeight, dequant_rows_cuda, matmul_cuda
 from .kernels.rope import rope_angles, rope_cuda
 
 SIM = bool(numba.config.ENABLE_CUDASIM)

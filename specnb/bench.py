@@ -1,42 +1,62 @@
-"""`specnb bench`: decode speed, prompt speed, what a k-row batch costs relative to one row, memory,
-load and compile time, next to llama.cpp's figures on the same kind of machine.
+"""`specnb bench`: decode speed, prompt speed, what a k-row verification batch costs relative to
+one row, the machine's streaming bandwidth and the fraction of it a decode uses, next to
+llama.cpp's figures for the same model; with a draft model (`-md`) the same for the draft and, with
+--spec, speculative decoding of the pair on code prompts; memory, load and compile time.
 
-Figures are medians of several repetitions measured side by side in one run: the two activation
-modes ("f32" and "q8", see `specnb.context.ACTIVATIONS`) take turns rep by rep, so a noisy
-neighbour slows both alike. The machine is shared and noisy: compare ratios, not absolute times.
+Figures are medians of several repetitions measured side by side in one run: the activation modes
+("f32" and "q8", see `specnb.context.ACTIVATIONS`) and llama-bench take turns rep by rep, so a
+noisy neighbour slows them alike. The machine is shared and noisy: compare ratios, not times.
+The goals and the tables are printed by bench_report.py.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
 
+from .bench_llamacpp import RECORDED_SMOLLM2, LlamaCppColumn, find_llama_bench
+from .bench_llamacpp import batch_cost as _llama_batch_cost
+from .bench_report import format_bench, format_goals, goals  # noqa: F401  (the bench's output)
 from .context import Batch, Context
 
 BATCH_SIZES = (1, 2, 3, 5, 9, 17)
+QUICK_BATCH_SIZES = (1, 2, 3, 5, 9)
+SWEEP_BATCH_SIZES = tuple(range(1, 18))        # every batch size up to 17: any cliff shows
+CODE_PROMPTS = ["def fibonacci(n):\n", "import numpy as np\n\n\ndef softmax(x):\n",
+                "class Stack:\n    def __init__(self):\n"]
 
-# llama.cpp on this 2-vCPU AMD EPYC machine with the default model (build c392e509, 2 threads):
-# `llama-bench -t 2 -p 1,2,3,5,9,17,33 -n 64 -r 10` and `llama-batched-bench ... -npl 1` (the text
-# it printed is tests/data/llamacpp_bench_smollm2.txt; a test checks these numbers against it).
-LLAMA_CPP = {
-    "source": "llama-bench -t 2 -r 10 (build c392e509), same 2-vCPU machine",
-    "pp_tok_s": {1: 93.88, 2: 124.67, 3: 148.76, 5: 169.07, 9: 196.90, 17: 163.74},
-    "tg64_tok_s": 84.06,
-    "batched_bench_tg_tok_s": 106.31,
-}
+# the default model's llama.cpp figures as a test checks them (kept under this name)
+LLAMA_CPP = {k: RECORDED_SMOLLM2[k] for k in ("source", "pp_tok_s", "tg64_tok_s", "batched_bench_tg_tok_s")}
 
 
 def llama_cpp_batch_cost(k: int) -> float:
-    """What a k-token batch cost llama.cpp relative to one token: k * pp1 / pp_k."""
-    pp = LLAMA_CPP["pp_tok_s"]
-    return k * pp[1] / pp[k]
+    """What a k-token batch cost llama.cpp on the default model relative to one token (recorded)."""
+    return _llama_batch_cost(RECORDED_SMOLLM2, k)
 
+
+def default_activations() -> str:
+    """The activation mode a Context gets when none is given."""
+    return inspect.signature(Context.__init__).parameters["activations"].default
+
+
+def decode_bytes(model) -> int:
+    """Weight bytes one decode step reads: every matrix once, the token embedding only as the
+    output head (one embedding row is all a step reads of it otherwise)."""
+    n = model.weight_bytes()
+    if not model.hparams.tied_output:
+        n -= model.tok_embd.data.nbytes
+    return n
+
+
+# ---- batch costs ---------------------------------------------------------------------------
 
 def batch_costs(ctx: Context, prefix: list, sizes=BATCH_SIZES, reps: int = 5,
                 stat: str = "median") -> dict:
@@ -71,82 +91,209 @@ def _batch_costs_side_by_side(ctxs: dict, prefix: list, sizes, reps: int, stat: 
     return {name: {k: agg(v) for k, v in t.items()} for name, t in times.items()}
 
 
-# the quantized matmul shapes and types whose bandwidth `bench --backend cuda` reports
-BANDWIDTH_SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096))    # (n_out, n_in)
-BANDWIDTH_TYPES = ("Q4_0", "Q8_0", "Q4_K")
+# ---- the machine's streaming bandwidth ---------------------------------------------------------
+
+def streaming_bandwidth(gib: float = 1.0, n_threads: int | None = None, reps: int = 3) -> dict:
+    """GB/s the machine streams from memory: one NumPy sum over its own `gib` GiB array per thread
+    (one per core), all side by side; the median of `reps` rounds. A decode cannot beat reading
+    the weights once at this speed."""
+    import numba
+    n = max(1, int(n_threads or numba.get_num_threads()))
+    count = int(gib * 2**30) // 4
+    arrays = [np.ones(count, np.float32) for _ in range(n)]
+    rounds = []
+    for _ in range(reps):
+        barrier = threading.Barrier(n + 1)
+        done = [0.0] * n
+
+        def work(i):
+            barrier.wait()
+            t = time.perf_counter()
+            arrays[i].sum()
+            done[i] = time.perf_counter() - t
+        ths = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+        for t in ths:
+            t.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for t in ths:
+            t.join()
+        rounds.append(n * count * 4 / (time.perf_counter() - t0) / 1e9)
+    return {"gb_s": statistics.median(rounds), "rounds_gb_s": rounds, "threads": n, "gib_per_thread": gib}
+
+
+# ---- one model, every activation mode, side by side ----------------------------------------------
+
+class ModelBench:
+    """Decode, prompt and batch timings of one model in each activation mode (plus llama.cpp's)."""
+
+    def __init__(self, path, backend, n_threads, activations, llama_exe, is_default_model, n_ctx=512):
+        from .model import load_model
+        t0 = time.perf_counter()
+        self.model = load_model(path)
+        self.t_load = time.perf_counter() - t0
+        self.path = path
+        self.ctxs = {a: Context(self.model, n_ctx=n_ctx, backend=backend, n_threads=n_threads,
+                                activations=a) for a in activations}
+        self.prompt = self.model.vocab.tokenize("The quick brown fox jumps over the lazy dog. " * 12)[:128]
+        self.t_prompt = {a: [] for a in self.ctxs}
+        self.t_tok = {a: [] for a in self.ctxs}
+        self.llama = LlamaCppColumn(llama_exe, path, is_default_model)
+        for ctx in self.ctxs.values():
+            ctx.decode(Batch.from_tokens(self.prompt[:8], 0, 0, "last"))    # warm-up / compile
+            ctx.clear()
+
+    def rep(self, n_gen: int, batch_sizes, n_threads):
+        # one repetition of every mode, then one llama-bench run
+        for a, ctx in self.ctxs.items():
+            ctx.clear()
+            t = time.perf_counter()
+            ctx.decode(Batch.from_tokens(self.prompt, 0, 0, "last"))
+            self.t_prompt[a].append(time.perf_counter() - t)
+            ctx.clear()
+            ctx.decode(Batch.from_tokens(self.prompt[:16], 0, 0, "last"))
+            tok = int(np.argmax(ctx.get_logits_ith(15)))
+            t = time.perf_counter()
+            for i in range(n_gen):
+                ctx.decode(Batch().add(tok, 16 + i, 0, True))
+                tok = int(np.argmax(ctx.get_logits_ith(0)))
+            self.t_tok[a].append((time.perf_counter() - t) / n_gen)
+        self.llama.run(n_threads, batch_sizes, n_gen)
+
+    def result(self, sizes, reps, bandwidth_gb_s) -> dict:
+        times = _batch_costs_side_by_side(self.ctxs, self.prompt[:64], sizes, reps)
+        first = next(iter(self.ctxs.values()))
+        nb = decode_bytes(self.model)
+        out = {"model": self.model.name, "path": self.path, "backend": first.backend_name,
+               "n_threads": first.n_threads, "load_s": self.t_load, "n_prompt": len(self.prompt),
+               "weight_mib": self.model.weight_bytes() / 2**20, "decode_bytes": nb, "modes": {},
+               "llama_cpp": self.llama.result()}
+        for a in self.ctxs:
+            tt = statistics.median(self.t_tok[a])
+            out["modes"][a] = {
+                "decode_tok_s": 1.0 / tt, "decode_ms_per_tok": 1e3 * tt,
+                "weight_gb_s": nb / tt / 1e9,
+                "bandwidth_frac": nb / tt / 1e9 / bandwidth_gb_s if bandwidth_gb_s else None,
+                "prompt_tok_s": len(self.prompt) / statistics.median(self.t_prompt[a]),
+                "batch_ms": {k: 1e3 * t for k, t in times[a].items()},
+                "batch_cost": {k: times[a][k] / times[a][1] for k in times[a]},
+            }
+        lc = out["llama_cpp"]
+        if lc is not None:
+            lc["weight_gb_s"] = nb * lc["tg_tok_s"] / 1e9
+            lc["bandwidth_frac"] = lc["weight_gb_s"] / bandwidth_gb_s if bandwidth_gb_s else None
+            lc["batch_cost"] = {k: _llama_batch_cost(lc, k) for k in sizes if _llama_batch_cost(lc, k)}
+        return out
 
 
 def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, n_gen: int = 32,
           check: bool = False, quick: bool = False, peak_gbs: float = 4800.0,
-          activations=None, memory: bool = True, compile_time: bool = False) -> dict:
-    """Decode / prompt tok/s and k-row batch cost for each activation mode, side by side; the
-    load time; optionally (in fresh processes) the default pair's peak memory and the first-call
-    compile time with an empty and with a filled Numba cache."""
-    from .model import load_model
-    from .models import default_target_path
+          activations=None, memory: bool = True, compile_time: bool = False, draft_path=None,
+          llama_bench=None, bandwidth_gib: float = 1.0, sweep: bool | None = None,
+          pair_spec: bool = False) -> dict:
+    """Decode / prompt tok/s and k-row batch cost for each activation mode, side by side with
+    llama-bench (when given: `llama_bench` or $SPECNB_LLAMA_BENCH) on the same model; the same
+    for a draft model; the streaming bandwidth; optionally (in fresh processes) the default
+    pair's peak memory and the first-call compile time, and (pair_spec) speculative decoding of
+    the target and draft on code prompts. Top-level decode_tok_s / prompt_tok_s / batch_cost are
+    the target's in the default activation mode."""
     from .context import resolve_backend
-    path = model_path or default_target_path()
-    t0 = time.perf_counter()
-    model = load_model(path)
-    t_load = time.perf_counter() - t0
+    from .models import default_target_path
+    from .registry import resolve
+    # model names (`specnb models`) to files: llama-bench and the comparisons below need a path
+    path = resolve(model_path) if model_path else default_target_path()
+    draft_path = resolve(draft_path) if draft_path else None
     if activations is None:
         activations = ("f32", "q8") if resolve_backend(backend) == "cpu" else ("f32",)
-    ctxs = {a: Context(model, n_ctx=512, backend=backend, n_threads=n_threads, activations=a)
-            for a in activations}
-    vocab = model.vocab
-    prompt = vocab.tokenize("The quick brown fox jumps over the lazy dog. " * 12)[:128]
-    for ctx in ctxs.values():
-        ctx.decode(Batch.from_tokens(prompt[:8], 0, 0, "last"))    # warm-up / compile
-        ctx.clear()
-
-    def prefill(ctx):
-        ctx.clear()
-        t = time.perf_counter()
-        ctx.decode(Batch.from_tokens(prompt, 0, 0, "last"))
-        return time.perf_counter() - t
-
-    def decode_run(ctx):
-        ctx.clear()
-        ctx.decode(Batch.from_tokens(prompt[:16], 0, 0, "last"))
-        tok = int(np.argmax(ctx.get_logits_ith(15)))
-        t = time.perf_counter()
-        for i in range(n_gen):
-            ctx.decode(Batch().add(tok, 16 + i, 0, True))
-            tok = int(np.argmax(ctx.get_logits_ith(0)))
-        return (time.perf_counter() - t) / n_gen
-    t_prompt = {a: [] for a in ctxs}
-    t_tok = {a: [] for a in ctxs}
-    for _ in range(max(2, reps // 2)):
-        for a, ctx in ctxs.items():              # the modes take turns
-            t_prompt[a].append(prefill(ctx))
-            t_tok[a].append(decode_run(ctx))
-    sizes = (1, 2, 3, 5, 9) if quick else BATCH_SIZES
-    times = _batch_costs_side_by_side(ctxs, prompt[:64], sizes, reps)
-    first = next(iter(ctxs.values()))
-    out = {
-        "model": model.name, "path": path, "backend": first.backend_name,
-        "n_threads": first.n_threads, "load_s": t_load, "n_prompt": len(prompt),
-        "weight_mib": model.weight_bytes() / 2**20, "modes": {}, "llama_cpp": LLAMA_CPP,
-    }
-    for a in ctxs:
-        tt = statistics.median(t_tok[a])
-        out["modes"][a] = {
-            "decode_tok_s": 1.0 / tt, "decode_ms_per_tok": 1e3 * tt,
-            "weight_gb_s": model.weight_bytes() / tt / 1e9,
-            "prompt_tok_s": len(prompt) / statistics.median(t_prompt[a]),
-            "batch_ms": {k: 1e3 * t for k, t in times[a].items()},
-            "batch_cost": {k: times[a][k] / times[a][1] for k in times[a]},
-        }
+    exe = find_llama_bench(llama_bench)
+    is_default = os.path.abspath(path) == os.path.abspath(default_target_path())
+    runs = {"target": ModelBench(path, backend, n_threads, activations, exe, is_default)}
+    if draft_path:
+        runs["draft"] = ModelBench(draft_path, backend, n_threads, activations, exe, False)
+    nt = next(iter(runs["target"].ctxs.values())).n_threads
+    if sweep is None:
+        sweep = draft_path is not None and not quick
+    sizes = QUICK_BATCH_SIZES if quick else (SWEEP_BATCH_SIZES if sweep else BATCH_SIZES)
+    bw = [streaming_bandwidth(bandwidth_gib, nt)]
+    for i in range(max(2, reps // 2)):
+        for mb in runs.values():
+            mb.rep(n_gen, sizes, nt)
+        if i == 0:
+            bw.append(streaming_bandwidth(bandwidth_gib, nt))
+    bw.append(streaming_bandwidth(bandwidth_gib, nt))
+    bandwidth = {"gb_s": statistics.median(b["gb_s"] for b in bw), "threads": nt,
+                 "gib_per_thread": bandwidth_gib, "runs_gb_s": [b["gb_s"] for b in bw],
+                 "how": f"{nt} NumPy sums over {bandwidth_gib:g} GiB each, one per thread, side by side"}
+    res = {name: mb.result(sizes, reps, bandwidth["gb_s"]) for name, mb in runs.items()}
+    out = dict(res["target"])
+    out["default_activations"] = default_activations()
+    out["bandwidth"] = bandwidth
+    if out["default_activations"] in out["modes"]:
+        m = out["modes"][out["default_activations"]]
+        out.update(decode_tok_s=m["decode_tok_s"], prompt_tok_s=m["prompt_tok_s"], batch_cost=m["batch_cost"])
+    if "draft" in res:
+        out["draft"] = res["draft"]
+    first = runs["target"]
     if check:
-        out["check"] = check_against_reference(model, first, prompt[:24])
-    if first.backend_name == "cuda":
-        out["bandwidth"] = cuda_bandwidth(peak_gbs, reps=20 if quick else 100)
+        out["check"] = check_against_reference(first.model, next(iter(first.ctxs.values())), first.prompt[:24])
+    if out["backend"] == "cuda":
+        out["bandwidth_cuda"] = cuda_bandwidth(peak_gbs, reps=20 if quick else 100)
         out["peak_gbs"] = peak_gbs
+    if pair_spec and draft_path:
+        del runs
+        out["pair"] = pair_speculative(path, draft_path, n_threads=n_threads, activations=activations)
     if memory and model_path is None:
         out["memory"] = pair_memory(n_threads=n_threads)
     if compile_time:
         out["compile"] = compile_times(n_threads=n_threads)
     return out
+
+
+# ---- speculative decoding of a real pair ------------------------------------------------------
+
+def pair_speculative(target, draft, n_threads=None, activations=("q8",), prompts=CODE_PROMPTS,
+                     n_predict: int = 96, draft_max=(4, 8, 16)) -> dict:
+    """Plain and speculative greedy decoding of the target with the draft, on code prompts, for
+    each activation mode and draft-max (with and without llama.cpp's draft re-evaluation):
+    tokens/s, whether the output equals plain decoding, acceptance."""
+    from .loop import SpecParams, SpeculativeLoop, generate
+    from .pair import open_pair
+    from .sampling import Sampler, SamplerParams
+    sp = SamplerParams(temp=0.0, seed=1)
+    out = {"n_predict": n_predict, "draft_max": list(draft_max), "modes": {}}
+    for a in activations:
+        pair = open_pair(target, draft, n_ctx=512, n_threads=n_threads, activations=a)
+        generate(pair.ctx_tgt, Sampler(sp), pair.target.vocab.tokenize("warm up"), 4)
+        rows = []
+        for text in prompts:
+            ids = pair.target.vocab.tokenize(text)
+            plain = generate(pair.ctx_tgt, Sampler(sp), ids, n_predict)
+            row = {"prompt": text, "plain_tok_s": plain.tok_per_s, "spec": {}}
+            for n_max in draft_max:
+                for reeval in (False, True):
+                    loop = SpeculativeLoop(pair.ctx_tgt, pair.ctx_dft, ids, n_predict, sp,
+                                           SpecParams(n_max=n_max, reeval=reeval))
+                    for _ in loop.rounds():
+                        pass
+                    r = loop.results()[0]
+                    row["spec"][f"{n_max}{'' if reeval else '+keep'}"] = {
+                        "draft_max": n_max, "reeval": reeval,
+                        "tok_s": len(r.tokens) / r.t_gen_s if r.t_gen_s else 0.0,
+                        "identical": r.tokens == plain.tokens,
+                        "accept_rate": r.n_accept / max(r.n_drafted, 1)}
+            rows.append(row)
+        plain = statistics.median(r["plain_tok_s"] for r in rows)
+        best = max(rows[0]["spec"], key=lambda k: statistics.median(r["spec"][k]["tok_s"] for r in rows))
+        out["modes"][a] = {"prompts": rows, "plain_tok_s": plain, "best": best,
+                           "spec_tok_s": statistics.median(r["spec"][best]["tok_s"] for r in rows),
+                           "identical": all(s["identical"] for r in rows for s in r["spec"].values())}
+        del pair
+    return out
+
+
+# the quantized matmul shapes and types whose bandwidth `bench --backend cuda` reports
+BANDWIDTH_SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096))    # (n_out, n_in)
+BANDWIDTH_TYPES = ("Q4_0", "Q8_0", "Q4_K")
 
 
 # ---- measurements in fresh processes -------------------------------------------------------
@@ -229,7 +376,7 @@ def cuda_bandwidth(peak_gbs: float = 4800.0, reps: int = 100) -> list:
     matrices, timed with CUDA events, and the fraction of `peak_gbs` (an H200: about 4800)."""
     from gguf import GGMLQuantizationType
 
-    from .backend_cuda import matmul_bandwidth
+    from .kernels.matmul_cuda import matmul_bandwidth
     qtypes = [int(GGMLQuantizationType[t]) for t in BANDWIDTH_TYPES]
     return matmul_bandwidth(BANDWIDTH_SHAPES, qtypes, n_rows=1, reps=reps, peak_gbs=peak_gbs)
 
@@ -251,119 +398,6 @@ def check_against_reference(model, ctx: Context, ids: list) -> dict:
     return {"against": name, "positions": len(ids),
             "top1_agree": float(np.mean(ref.argmax(-1) == got.argmax(-1))),
             "max_abs_diff": float(np.abs(ref - got).max())}
-
-
-# ---- printing ------------------------------------------------------------------------------
-
-def format_bench(r: dict) -> str:
-    modes = list(r["modes"])
-    L = [f"model {r['model']} ({r['weight_mib']:.1f} MiB of weights), backend {r['backend']}, "
-         f"{r['n_threads']} threads; loaded in {r['load_s']:.2f} s",
-         f"activations: f32 = float32 (exact against the reference), q8 = int8 blocks (llama.cpp's "
-         f"CPU numerics); llama.cpp: {LLAMA_CPP['source']}", ""]
-    head = "                      | " + " | ".join(f"{m:>9s}" for m in modes) + " | llama.cpp"
-    L += [head, "  " + "-" * (len(head) - 2)]
-    tg = f"{LLAMA_CPP['tg64_tok_s']:.1f} (tg64), {LLAMA_CPP['batched_bench_tg_tok_s']:.1f} (batched-bench)"
-    L.append("  decode tok/s        | " + " | ".join(f"{r['modes'][m]['decode_tok_s']:9.1f}" for m in modes)
-             + f" | {tg}")
-    L.append("  decode ms/token     | " + " | ".join(f"{r['modes'][m]['decode_ms_per_tok']:9.2f}" for m in modes)
-             + f" | {1e3 / LLAMA_CPP['tg64_tok_s']:.2f}")
-    L.append("  weights read GB/s   | " + " | ".join(f"{r['modes'][m]['weight_gb_s']:9.1f}" for m in modes) + " |")
-    L.append(f"{'  prompt tok/s (' + str(r['n_prompt']) + ')':22s}| "
-             + " | ".join(f"{r['modes'][m]['prompt_tok_s']:9.1f}" for m in modes) + " |")
-    L.append("")
-    L.append("  k rows: cost of a k-row batch (all rows want logits) / cost of 1 row")
-    for k in r["modes"][modes[0]]["batch_cost"]:
-        ref = f"{llama_cpp_batch_cost(k):.2f}" if k in LLAMA_CPP["pp_tok_s"] else ""
-        L.append(f"  k = {k:2d}              | "
-                 + " | ".join(f"{r['modes'][m]['batch_cost'][k]:9.2f}" for m in modes) + f" | {ref}")
-    if "check" in r:
-        c = r["check"]
-        L.append(f"\ncheck against {c['against']}: top-1 agreement {c['top1_agree']:.3f} over "
-                 f"{c['positions']} positions, max |logit diff| {c['max_abs_diff']:.2e}")
-    if "memory" in r:
-        m = r["memory"]
-        L.append(f"\nmemory: default pair in a fresh process, n_ctx {m['n_ctx']} each, after a "
-                 f"speculative run: peak RSS {m['peak_rss_mib']:.0f} MiB (weights "
-                 f"{m['weights_mib']:.0f} MiB mapped, KV caches {m['kv_cache_mib']:.0f} MiB); "
-                 f"default target loaded in {m['load_target_s']:.2f} s after the import")
-    if "compile" in r:
-        c = r["compile"]
-        L.append("first call: a fresh process from its start to the first logits of both modes")
-        for name in ("cold", "warm"):
-            x = c[name]
-            L.append(f"  {name + ' Numba cache':16s}: {x['total_s']:6.1f} s  (load {x['load_s']:.2f} s, "
-                     f"first f32 decode {x['first_decode_f32_s']:.1f} s, first q8 decode "
-                     f"{x['first_decode_q8_s']:.1f} s)")
-        L.append(f"  Numba cache: {c['cache_mib']:.0f} MiB on disk")
-    if "bandwidth" in r:
-        L += ["", f"quantized matmul, 1 activation row (weight bytes read per call; peak "
-                  f"{r['peak_gbs']:.0f} GB/s):",
-              "  type | n_out x n_in  |      us |   GB/s | of peak",
-              "  -----+---------------+---------+--------+--------"]
-        for b in r["bandwidth"]:
-            L.append(f"  {b['type']:4s} | {b['n_out']:5d} x {b['n_in']:5d} | {b['us']:7.1f} | "
-                     f"{b['gbs']:6.0f} | {100 * b['frac_peak']:6.1f}%")
-    return "\n".join(L)
-
-
-def goals(r: dict) -> list:
-    """The speed goals of the project, each as (goal, measured, met: True / False / None when not
-    measured in this run), from a `bench` result (with r["speculative"] from `bench --spec`)."""
-    out = []
-    modes = r["modes"]
-    best = max(modes, key=lambda m: modes[m]["decode_tok_s"])
-    tg = LLAMA_CPP["tg64_tok_s"]
-    out.append(("decode >= llama.cpp (llama-bench tg64, same machine)",
-                "; ".join(f"{m} {modes[m]['decode_tok_s']:.1f} tok/s" for m in modes)
-                + f" vs {tg:.1f} (batched-bench {LLAMA_CPP['batched_bench_tg_tok_s']:.1f})",
-                modes[best]["decode_tok_s"] >= tg))
-    for lim, kmax in ((1.3, 5), (2.0, 17)):
-        ks = [k for k in modes[best]["batch_cost"] if 1 < k <= kmax]
-        worst = {m: max(modes[m]["batch_cost"][k] for k in ks) for m in modes}
-        complete = kmax in modes[best]["batch_cost"]          # (bench --quick stops at 9 rows)
-        out.append((f"1 + d rows <= {lim}x one row for d <= {kmax - 1}",
-                    "; ".join(f"{m} up to {c:.2f}" for m, c in worst.items()) + f" (k = {ks[0]}..{ks[-1]})",
-                    min(worst.values()) <= lim if complete else None))
-    spec = r.get("speculative")
-    if spec:
-        ov = max(max(p["llama.cpp"]["overhead_frac"], p["no-reeval"]["overhead_frac"]) for p in spec["prompts"])
-        out.append(("loop overhead < 10% of a round", f"worst {100 * ov:.1f}% over the prompts", ov < 0.10))
-        ev = max(p["no-reeval"]["draft_evals_per_round"] for p in spec["prompts"])
-        ev_l = max(p["llama.cpp"]["draft_evals_per_round"] for p in spec["prompts"])
-        out.append(("draft work per round <= 1 + d (d = 3) with the fix",
-                    f"{ev:.2f} (llama.cpp's way: {ev_l:.2f})", ev <= 4.0 + 1e-9))
-        if spec.get("sweeps"):
-            errs = {n: s["max_rel_error_engine"] for n, s in spec["sweeps"].items()}
-            errs_l = {n: s["max_rel_error"] for n, s in spec["sweeps"].items()}
-            out.append(("measured speedup within 15% of the cost model, draft-max 1..8",
-                        "engine model: " + ", ".join(f"{n} {100 * e:.0f}%" for n, e in errs.items())
-                        + "; Leviathan (b = 1): " + ", ".join(f"{100 * e:.0f}%" for e in errs_l.values()),
-                        max(errs.values()) <= 0.15))
-    else:
-        out.append(("speculative goals (overhead, draft work, speedup vs model)", "run bench --spec", None))
-    if "memory" in r:
-        m = r["memory"]
-        out.append(("peak RSS of the default pair < 1 GiB", f"{m['peak_rss_mib']:.0f} MiB (n_ctx {m['n_ctx']})",
-                    m["peak_rss_mib"] < 1024))
-        out.append(("default target loads in < 2 s after the import", f"{m['load_target_s']:.2f} s",
-                    m["load_target_s"] < 2.0))
-    if "compile" in r:
-        c = r["compile"]
-        out.append(("first-call compile time stated, cached on disk",
-                    f"{c['cold']['total_s']:.0f} s with an empty cache, {c['warm']['total_s']:.1f} s "
-                    f"with it ({c['cache_mib']:.0f} MiB)", c["warm"]["total_s"] < c["cold"]["total_s"]))
-    else:
-        out.append(("first-call compile time", "run bench --compile-time", None))
-    return out
-
-
-def format_goals(r: dict) -> str:
-    L = ["goals:"]
-    for goal, measured, met in goals(r):
-        mark = {True: "met   ", False: "MISSED", None: "  -   "}[met]
-        L.append(f"  [{mark}] {goal}: {measured}")
-    return "\n".join(L)
 
 
 if __name__ == "__main__":

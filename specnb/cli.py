@@ -236,12 +236,14 @@ def cmd_perplexity(a):
 
 
 def cmd_bench(a):
-    from .bench import bench, format_bench
+    from .bench import bench, format_bench, format_goals
     modes = None if a.activations == "both" else (a.activations,)
     r = bench(a.model, backend=a.backend, n_threads=a.threads, reps=a.reps, n_gen=a.n_gen,
               check=a.check, quick=a.quick, peak_gbs=a.peak_gbs, activations=modes,
-              memory=not a.no_memory, compile_time=a.compile_time)
-    if a.spec:
+              memory=not a.no_memory, compile_time=a.compile_time, draft_path=a.model_draft,
+              llama_bench=a.llama_bench, bandwidth_gib=a.bandwidth_gib,
+              pair_spec=a.spec and a.model_draft is not None)
+    if a.spec and a.model_draft is None:
         from .spec_bench import format_spec_bench, spec_bench
         r["speculative"] = spec_bench(n_threads=a.threads, backend=a.backend, sweep=not a.quick,
                                       activations="f32" if a.activations == "both" else a.activations)
@@ -249,10 +251,9 @@ def cmd_bench(a):
         print(json.dumps(r))
     else:
         print(format_bench(r))
-        if a.spec:
+        if "speculative" in r:
             print("\n" + format_spec_bench(r["speculative"]))
-        if r["backend"] == "cpu" and a.model is None:
-            from .bench import format_goals
+        if r["backend"] == "cpu":
             print("\n" + format_goals(r))
     return 0
 
@@ -469,11 +470,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunks", type=int, default=None, help="score at most this many chunks")
     p.set_defaults(func=cmd_perplexity)
 
-    p = sub.add_parser("bench", help="decode speed and batch cost")
+    p = sub.add_parser("bench", help="decode speed and batch cost, next to llama.cpp's")
     _add_model(p)
     _add_common(p, activations=False)
+    _add_model(p, "-md", "model_draft", "a draft model too (a real pair: its decode, the target's "
+                                        "batch sweep 1..17, and with --spec speculative decoding)")
     p.add_argument("--activations", choices=["f32", "q8", "both"], default="both",
                    help="which CPU activation modes to measure, side by side (default both)")
+    p.add_argument("--llama-bench", default=None, metavar="PATH",
+                   help="llama.cpp's llama-bench, run on the same models, taking turns with specnb "
+                        "(default: $SPECNB_LLAMA_BENCH; without it llama.cpp's figures are quoted "
+                        "for the default model only)")
+    p.add_argument("--bandwidth-gib", type=float, default=1.0,
+                   help="GiB per thread for the streaming-bandwidth measurement (default 1)")
     p.add_argument("--no-memory", action="store_true",
                    help="skip the peak-memory run of the default pair in a fresh process")
     p.add_argument("--compile-time", action="store_true",
@@ -486,7 +495,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peak-gbs", type=float, default=4800.0,
                    help="memory bandwidth peak for the GPU fraction column (an H200: 4800)")
     p.add_argument("--spec", action="store_true",
-                   help="also measure speculative decoding on the default pair (acceptance, "
+                   help="also measure speculative decoding: with -md the pair on code prompts "
+                        "against llama.cpp's plain decoding; else the default pair (acceptance, "
                         "draft work, loop overhead, speedup vs draft-max against the cost model)")
     p.set_defaults(func=cmd_bench)
 

@@ -23,7 +23,7 @@ SUPPORTED_ARCHS = {"llama": ROPE_NORM, "mistral": ROPE_NORM, "qwen2": ROPE_NEOX}
 
 
 def supported_qtypes() -> frozenset[int]:
-    from .kernels.quant import SUPPORTED_QTYPES
+    from .kernels.qtypes import SUPPORTED_QTYPES
     return SUPPORTED_QTYPES
 
 
@@ -61,7 +61,7 @@ class QWeight:
 
     def dequantize(self) -> np.ndarray:
         # -> float32 [n_out, n_in]   (for the reference and for the embedding lookup)
-        from .kernels.quant import dequantize
+        from .kernels.matmul import dequantize
         return dequantize(self.data, self.qtype, self.n_in)
 
 
@@ -197,7 +197,7 @@ def _vector(g: GGUFFile, name: str, n: int) -> np.ndarray:
         raise GGUFError(f"{g.path}: missing tensor {name}")
     if t.shape != (n,):
         raise GGUFError(f"{g.path}: tensor {name} has shape {list(t.shape)}, expected [{n}]")
-    from .kernels.quant import dequantize
+    from .kernels.matmul import dequantize
     _check_type(g, name)
     return dequantize(g.tensor_bytes(name), t.qtype, n).reshape(n).astype(np.float32)
 

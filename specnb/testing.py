@@ -54,6 +54,9 @@ def random_blocks(rng, qtype: int, n_out: int, n_in: int, scale: float) -> np.nd
             raw[..., 208:210] = np.frombuffer(np.array([np.float16(scale / 64).view(np.uint16)],
                                                        np.uint16).tobytes(), np.uint8)
         return raw.reshape(n_out, -1)
+    if qtype in (QT.Q2_K, QT.Q3_K, QT.Q5_K):
+        from .kernels.qtypes import random_blocks as k_quant_blocks
+        return k_quant_blocks(int(qtype), n_out, n_in, rng, scale=scale, readonly=False)
     x = (rng.standard_normal((n_out, n_in)) * scale).astype(np.float32)
     if qtype == QT.F32:
         return x.view(np.uint8)

@@ -11,7 +11,8 @@ os.environ.setdefault("SPECNB_CACHE_DIR", os.path.join(os.path.expanduser("~"), 
 from specnb.forge import requantize  # noqa: E402
 from specnb.testing import tiny_model as _tiny_model  # noqa: E402
 
-TINY_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q6_K"]
+TINY_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K",
+              "Q5_K", "Q6_K"]
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +28,7 @@ def tiny_path(tiny_dir):
     def make(qtype="Q8_0", seed=0, arch="llama", n_layer=2, tied=True):
         key = (qtype, seed, arch, n_layer, tied)
         if key not in cache:
-            k_type = qtype in ("Q4_K", "Q6_K")
+            k_type = qtype.endswith("_K")
             cache[key] = _tiny_model(
                 tiny_dir / f"tiny-{arch}-{qtype}-{seed}-{n_layer}-{int(tied)}.gguf", qtype=qtype,
                 n_layer=n_layer, n_embd=256 if k_type else 64, n_ff=512 if k_type else 128,

@@ -53,7 +53,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
-from specnb import ModelNotFoundError, SpecnbError, forge
+from specnb import ModelNotFoundError, SpecnbError, testing
 from specnb.gguf_file import GGUFFile
 from specnb.model import Model, load_model
 from specnb.models import default_target_path
@@ -283,7 +283,7 @@ def seeds(tmp_path_factory):
     d = tmp_path_factory.mktemp("fuzz-seeds")
     out = {}
     for qtype, n_embd, n_ff in (("Q8_0", 64, 128), ("Q4_K", 256, 512)):
-        p = forge.tiny_model(d / f"seed-{qtype}.gguf", qtype=qtype, n_layer=2, n_embd=n_embd,
+        p = testing.tiny_model(d / f"seed-{qtype}.gguf", qtype=qtype, n_layer=2, n_embd=n_embd,
                              n_ff=n_ff, n_head=4, n_head_kv=2, seed=1)
         data = open(p, "rb").read()
         out[f"tiny-{qtype}"] = _parse_layout(f"tiny-{qtype}", data, GGUFFile(p).data_offset)

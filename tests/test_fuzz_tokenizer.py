@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from specnb import forge
+from specnb import testing
 from specnb.errors import ParamError, SpecnbError
 from specnb.textio import llama_decode
 from specnb.vocab import Vocab
@@ -119,7 +119,7 @@ def _check_bpe_bytes(v: Vocab, data: bytes) -> None:
 
 @pytest.fixture(scope="module")
 def tiny_bpe():
-    tokens, types, merges = forge.tiny_vocab()
+    tokens, types, merges = testing.tiny_vocab()
     return Vocab.from_metadata({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "smollm",
                                 "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types,
                                 "tokenizer.ggml.merges": merges})

@@ -125,9 +125,9 @@ def test_unsupported_tensor_type(tmp_path, tiny_path):
     def fn(t, raw):
         if t.name == "blk.1.attn_q.weight":
             from gguf import GGML_QUANT_SIZES
-            blk, size = GGML_QUANT_SIZES[QT.Q2_K]
-            return rng.integers(0, 255, (t.shape[1], t.shape[0] // blk * size), dtype=np.uint8), int(QT.Q2_K)
+            blk, size = GGML_QUANT_SIZES[QT.IQ4_NL]
+            return rng.integers(0, 255, (t.shape[1], t.shape[0] // blk * size), dtype=np.uint8), int(QT.IQ4_NL)
         return raw, t.qtype
-    dst = forge.rewrite(src, tmp_path / "q2k.gguf", tensor_fn=fn)
-    with pytest.raises(UnsupportedError, match=r"blk\.1\.attn_q\.weight has type Q2_K"):
+    dst = forge.rewrite(src, tmp_path / "iq4nl.gguf", tensor_fn=fn)
+    with pytest.raises(UnsupportedError, match=r"blk\.1\.attn_q\.weight has type IQ4_NL"):
         load_model(dst)

@@ -2,13 +2,14 @@
 
 - the whole forward pass in one compiled call (kernels/forward.py) against the Python forward
   that calls each kernel in turn (bit for bit, both activation modes, every architecture);
-- activations="q8" (llama.cpp's int8 activations): close to the reference, batch invariant;
-- the SIMD attention kernel against the NumPy reference, serial and threaded paths identical;
-- the bench's llama.cpp figures against the text llama.cpp printed (tests/data).
+- activations="q8" (llama.cpp's int8 activations): the reference with the same activation rounding,
+  close to the exact reference, batch invariant, for every type with an int8 kernel;
+- the fused pass is cached on disk by Numba like any other function (a fresh process loads it);
+- the Numba cache folder follows the kernel sources.
 """
-import json
-import re
-from pathlib import Path
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -16,11 +17,9 @@ import pytest
 from specnb import ParamError, UnsupportedError
 from specnb.context import Batch, Context
 from specnb.forge import tiny_model
-from specnb.kernels import attention as At
 from specnb.model import load_model
 from specnb.reference import Reference
 
-DATA = Path(__file__).parent / "data"
 
 
 def _ids(model, n, seed):
@@ -52,6 +51,7 @@ def _both_forwards(m, activations, batch, n_seq):
 @pytest.mark.parametrize("activations", ["f32", "q8"])
 @pytest.mark.parametrize("qtype,arch,tied", [("Q8_0", "llama", True), ("Q4_1", "llama", False),
                                              ("Q4_0", "qwen2", True), ("Q6_K", "mistral", True),
+                                             ("Q4_K", "qwen2", False), ("Q3_K", "llama", True),
                                              ("F16", "llama", True)])
 def test_fused_forward_equals_step_by_step(tiny_path, qtype, arch, tied, activations):
     m = load_model(tiny_path(qtype, arch=arch, tied=tied))
@@ -74,15 +74,19 @@ def test_fused_forward_with_head_dim_64(tmp_path):
     assert np.abs(got - ref).max() <= 2e-4 * np.abs(ref).max() + 1e-5
 
 
-@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0", "Q5_0"])
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0", "Q5_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
 def test_q8_activations_close_to_reference_and_batch_invariant(tiny_path, qtype):
     m = load_model(tiny_path(qtype))
     ids = _ids(m, 20, 4)
     ref = Reference(m).forward(ids)
+    rounded = Reference(m, activations="q8").forward(ids)       # the same int8 rounding, exact sums
     full = Context(m, n_ctx=64, activations="q8").decode(Batch.from_tokens(ids, 0, 0, "all"))
-    # int8 activations move each product by up to max|x_block| / 254: a few percent of a logit
-    assert np.abs(full - ref).max() <= 0.05 * np.abs(ref).max()
-    assert np.mean(full.argmax(-1) == ref.argmax(-1)) >= 0.9
+    # the engine is the reference with llama.cpp's activation rounding (float32 sums: 2e-7 of the
+    # largest logit here), ten times closer than the rounding's own effect on any type
+    assert np.abs(full - rounded).max() <= 1e-4 * np.abs(ref).max()
+    # that effect: 0.1-2% of the largest logit, 10-12% on the random Q5_K and Q6_K networks
+    assert np.abs(full - ref).max() <= 0.15 * np.abs(ref).max()
+    assert np.mean(full.argmax(-1) == ref.argmax(-1)) >= 0.8
     ctx = Context(m, n_ctx=64, activations="q8")
     rows = [ctx.decode(Batch().add(t, i, 0, True))[0] for i, t in enumerate(ids)]
     assert np.array_equal(np.stack(rows).view(np.uint32), full.view(np.uint32))
@@ -96,65 +100,6 @@ def test_activations_parameter_is_checked(tiny_model):
         Context(tiny_model, n_ctx=16, activations="int4")
     with pytest.raises(UnsupportedError, match="CPU-only"):
         Context(tiny_model, n_ctx=16, backend="cuda", activations="q8")
-
-
-@pytest.mark.parametrize("hd", [16, 48, 64, 128])
-def test_attention_kernel_against_reference(hd):
-    rng = np.random.default_rng(hd)
-    n, nh, nkv, n_ctx = 5, 6, 2, 96
-    q = rng.standard_normal((n, nh, hd)).astype(np.float32)
-    kc = rng.standard_normal((3, n_ctx, nkv * hd)).astype(np.float32)
-    vc = rng.standard_normal((3, n_ctx, nkv * hd)).astype(np.float32)
-    valid = rng.random((3, n_ctx)) < 0.8                    # holes in every sequence
-    seq = np.array([0, 2, 1, 2, 0])
-    pos = np.array([10, 60, 33, 61, 11])
-    valid[seq, pos] = True
-    out = At.attention(q, kc, vc, valid, seq, pos, nkv, np.empty_like(q))
-    ref = At.attention_ref(q, kc.reshape(3, n_ctx, nkv, hd), vc.reshape(3, n_ctx, nkv, hd),
-                           valid, seq, pos, nkv)
-    assert np.abs(out - ref).max() < 1e-5 * np.abs(vc).max()
-    # the threaded path (large work) computes every (row, head) exactly as the serial one
-    par = np.empty_like(q)
-    At._attention_parallel(q, kc, vc, valid, seq, pos, nkv, par)
-    assert np.array_equal(par.view(np.uint32), out.view(np.uint32))
-    # and a row alone equals the same row in the batch
-    one = At.attention(q[3:4].copy(), kc, vc, valid, seq[3:4], pos[3:4], nkv, np.empty_like(q[:1]))
-    assert np.array_equal(one[0].view(np.uint32), out[3].view(np.uint32))
-
-
-def test_bench_llama_cpp_figures_are_the_printed_ones():
-    from specnb.bench import LLAMA_CPP, llama_cpp_batch_cost
-    text = (DATA / "llamacpp_bench_smollm2.txt").read_text()
-    run2 = text.split("## Run 2")[1].split("## Run 3")[0]
-    pp = {int(k): float(v) for k, v in re.findall(r"\|\s+pp(\d+) \|\s+([\d.]+) ±", run2)}
-    assert {k: pp[k] for k in LLAMA_CPP["pp_tok_s"]} == LLAMA_CPP["pp_tok_s"]
-    assert float(re.search(r"tg64 \|\s+([\d.]+) ±", run2).group(1)) == LLAMA_CPP["tg64_tok_s"]
-    bb = text.split("## llama-batched-bench")[1]
-    row1 = [r for r in bb.splitlines() if re.match(r"\|\s+64 \|\s+32 \|\s+1 \|", r)][0]
-    assert float(row1.split("|")[8]) == LLAMA_CPP["batched_bench_tg_tok_s"]
-    assert llama_cpp_batch_cost(1) == 1.0
-    assert abs(llama_cpp_batch_cost(5) - 5 * pp[1] / pp[5]) < 1e-12
-
-
-def test_bench_on_a_tiny_model_prints_both_modes(tiny_path):
-    from specnb.bench import bench, format_bench
-    r = bench(tiny_path("Q4_1"), reps=2, n_gen=4, quick=True, memory=False)
-    assert set(r["modes"]) == {"f32", "q8"}
-    for mode in r["modes"].values():
-        assert mode["decode_tok_s"] > 0 and mode["batch_cost"][1] == 1.0
-        assert set(mode["batch_cost"]) == {1, 2, 3, 5, 9}
-    text = format_bench(r)
-    assert "decode tok/s" in text and "k =  9" in text and "llama.cpp" in text
-    json.dumps(r)                                           # the --json output
-
-
-@pytest.mark.slow
-def test_pair_memory_probe_in_a_fresh_process():
-    from specnb.bench import pair_memory
-    m = pair_memory(n_ctx=256, n_predict=8)
-    assert 50 < m["peak_rss_mib"] < 4096
-    assert m["load_target_s"] > 0 and m["n_ctx"] == 256
-    assert m["kv_cache_mib"] == pytest.approx(2 * 2 * 30 * 256 * 192 * 4 / 2**20)
 
 
 def test_numba_cache_folder_follows_the_kernel_sources(tmp_path, monkeypatch):
@@ -184,22 +129,23 @@ def test_numba_cache_folder_follows_the_kernel_sources(tmp_path, monkeypatch):
     assert len(list(root.iterdir())) == 3
 
 
-def test_goals_read_every_figure():
-    from specnb.bench import format_goals, goals
-    r = {"modes": {"f32": {"decode_tok_s": 70.0, "batch_cost": {1: 1.0, 2: 1.1, 3: 1.2, 5: 1.25, 9: 1.9}},
-                   "q8": {"decode_tok_s": 90.0, "batch_cost": {1: 1.0, 2: 1.5, 3: 2.0, 5: 3.0, 9: 5.0}}},
-         "memory": {"peak_rss_mib": 1100.0, "n_ctx": 2048, "load_target_s": 0.5},
-         "speculative": {"prompts": [
-             {"llama.cpp": {"overhead_frac": 0.02, "draft_evals_per_round": 7.0},
-              "no-reeval": {"overhead_frac": 0.12, "draft_evals_per_round": 4.0}}],
-             "sweeps": {"real pair": {"max_rel_error_engine": 0.1, "max_rel_error": 0.3}}}}
-    met = {g.split(" (")[0].split(",")[0]: m for g, _, m in goals(r)}
-    assert met["decode >= llama.cpp"] is True                 # q8's 90 against tg64's 84.06
-    assert met["1 + d rows <= 1.3x one row for d <= 4"] is True   # f32's worst is 1.25
-    assert met["1 + d rows <= 2.0x one row for d <= 16"] is None  # 17 rows not measured
-    assert met["loop overhead < 10% of a round"] is False          # 12% on one mode
-    assert met["draft work per round <= 1 + d"] is True
-    assert met["measured speedup within 15% of the cost model"] is True
-    assert met["peak RSS of the default pair < 1 GiB"] is False
-    assert met["first-call compile time"] is None
-    assert "MISSED" in format_goals(r)
+_CACHED = """
+import sys
+from specnb.context import Batch, Context
+from specnb.kernels import forward as F
+from specnb.model import load_model
+ctx = Context(load_model(sys.argv[1]), n_ctx=16, activations=sys.argv[2])
+ctx.decode(Batch.from_tokens([3, 4, 5], 0, 0, "last"))
+print(sum(F.forward.stats.cache_hits.values()), sum(F.forward.stats.cache_misses.values()))
+"""
+
+
+def test_the_fused_forward_is_cached_on_disk(tiny_path):
+    # its weights arrive as named tuples: a fresh process must load the compiled pass from the
+    # Numba cache rather than compile it again (the first process may fill the cache)
+    path = tiny_path("Q8_0")
+    runs = [subprocess.run([sys.executable, "-c", _CACHED, path, "q8"], capture_output=True,
+                           text=True, timeout=900, env=dict(os.environ)) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr[-3000:]
+    hits, misses = map(int, runs[1].stdout.split())
+    assert hits >= 1 and misses == 0

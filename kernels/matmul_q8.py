@@ -1,0 +1,434 @@
+"""The matrix product with int8 activations, as llama.cpp's CPU backend computes it (ggml-cpu:
+quantize_row_q8_0 / q8_1 / q8_K and ggml_vec_dot_<type>_q8_<0,1,K>, ggml-cpu-quants.c).
+
+    matmul_q8(x, w, qtype, out)     y = x @ W^T with x rounded to int8 blocks first
+    quantize_q8_k(x) / quantize_q8_32(x)   the activation blocks (for the tests, and the kernels)
+    check(), bench()                `python -m specnb.kernels.matmul_q8`
+
+The activation rows are rounded to int8 the way ggml does it for the weight type at hand:
+  - K types (Q2_K .. Q6_K): per 256-element block (block_q8_K) d = max / -127 where max is the
+    element of largest magnitude, q = round(x / d) (ties to even), and bsums, the sums of each 16
+    q's; every super-block then meets them in integer dot products with its small integer scales
+    (blocks_q8.py) and contributes d_w * d_x * sum_g S_g (u . q)_g + e_w * d_x * sum_g C_g bsum_g;
+  - Q8_0, Q4_0, Q5_0 (block_q8_0) and Q4_1, Q5_1 (block_q8_1): per 32 elements d = max|x| / 127,
+    q = round(x / d), s = d * sum(q); a block contributes d_w * d_x * (w_q . q) (+ m_w * s).
+Rounding x to int8 moves each product by up to max|x_block| / 254, so this is not the exact path
+(matmul.py is); it is what llama.cpp computes, and several times faster.
+
+Kernels: a pass takes one weight row and a tile of R activation rows (tiles.py): every 64-weight
+chunk is decoded once and meets the R rows in R integer dot products (one or two VNNI
+instructions, or two or three AVX2 ones, per row). For more than R_MAX rows the first pass keeps
+the decoded row in a scratch buffer (L1-resident) and the passes for the other rows read it back. Each row's sums run the same instructions in the same order whatever R is:
+a float32 16-lane accumulator per row gets one fused multiply-add per super-block (K types) or per
+chunk of two blocks (the others), and a fixed halving tree adds its lanes at the end. So a row's
+outputs are bit-identical alone or in any batch. The integer sums are exact, so every SIMD level
+(simd.py) gives the same bits. Rows come in passes of R_MAX (8 with AVX-512, 4 otherwise), then
+one pass of the rest.
+"""
+import time
+
+import gguf
+import numpy as np
+from numba import njit, prange
+
+from . import blocks_q8 as B
+from . import qtypes as T
+from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS, matmul, matmul_ref
+from .qtypes import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, check_shapes
+from .simd import _AVX512, vabs, vhmax, vhsum_i, vload, vmax, vrint, vstore_i8
+from .simd_wide import vabs8, vgroups4, vsplat16, vstore_at
+from .tiles import (tbroadcast, tdot4, tdot4s, tfloat, tfma, tile_rows, tload_bytes, tload_f32,
+                    tload_i16, tmadd, tmul, tnegate_where, tstore_hsum, twiden, tzeros)
+
+_jit = njit(cache=True, fastmath=False)
+_inline = njit(fastmath=False, forceinline=True, _nrt=False)
+R_MAX = 8 if _AVX512 else 4
+Q8_QTYPES = frozenset((Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)) | T.K_QTYPES
+
+
+@_jit
+def has_q8_kernel(qtype):
+    # qtype in Q8_QTYPES, callable from jitted code too
+    return (qtype == Q8_0 or qtype == Q4_0 or qtype == Q4_1 or qtype == Q5_0 or qtype == Q5_1
+            or qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K)
+
+
+# ---- the activations as int8 blocks ------------------------------------------------------------
+
+# The quantized activations are stored chunk-major, the rows of a chunk side by side (the
+# kernels read a tile's R rows at constant offsets from one address): the int8 values as
+# qx[chunk of 64, row, 64], the block scales as [block, row] (K) or [chunk, row, 16] (the others).
+
+@_jit
+def _quantize_q8_k(x, qx, dx, bs):
+    # x [n_rows, n] -> qx int8 [n / 64, n_rows, 64], dx [n / 256, n_rows], bs int16
+    # [n / 256, n_rows, 16] (ggml's quantize_row_q8_K_ref: iscale = -127 / max, where max is the
+    # first element of largest magnitude, q = min(127, nearest(iscale * x)), d = 1 / iscale, bs
+    # the sums of each 16 q)
+    n_rows, n = x.shape
+    for r in range(n_rows):
+        xr = x[r]
+        for b in range(n // 256):
+            i0 = 256 * b
+            amax = np.float32(0)
+            mx = np.float32(0)
+            for j in range(i0, i0 + 256):
+                a = abs(xr[j])
+                if a > amax:
+                    amax = a
+                    mx = xr[j]
+            iscale = np.float32(-127) / mx if amax != 0 else np.float32(0)
+            for c in range(4):
+                qc = qx[4 * b + c, r]
+                for h in range(4):
+                    i = i0 + 64 * c + 16 * h
+                    q0 = vrint(vload(xr, i) * iscale)
+                    q1 = vrint(vload(xr, i + 8) * iscale)
+                    vstore_i8(qc, 16 * h, q0)
+                    vstore_i8(qc, 16 * h + 8, q1)
+                    bs[b, r, 4 * c + h] = vhsum_i(q0 + q1)
+            dx[b, r] = np.float32(1) / iscale if amax != 0 else np.float32(0)
+
+
+@_jit
+def _quantize_q8_32(x, qx, dx16, sx16):
+    # x [n_rows, n] -> qx int8 [npad / 64, n_rows, 64] (npad: n rounded up to 64, the rest zero)
+    # and per chunk c of 64: dx16 [c, row] = [d_2c] * 8 + [d_2c+1] * 8, sx16 the same of
+    # s = d * sum(q); per 32-block d = max|x| / 127, q = round(x / d) (ties to even)
+    n_rows, n = x.shape
+    for r in range(n_rows):
+        xr = x[r]
+        for b in range(2 * qx.shape[0]):
+            c, h = b // 2, 32 * (b % 2)
+            qc = qx[c, r]
+            d = np.float32(0)
+            s = np.float32(0)
+            if 32 * b < n:
+                i = 32 * b
+                v0, v1, v2, v3 = vload(xr, i), vload(xr, i + 8), vload(xr, i + 16), vload(xr, i + 24)
+                amax = vhmax(vmax(vmax(vabs(v0), vabs(v1)), vmax(vabs(v2), vabs(v3))))
+                d = amax / np.float32(127)
+                inv = np.float32(1) / d if d != 0 else np.float32(0)
+                q0, q1, q2, q3 = vrint(v0 * inv), vrint(v1 * inv), vrint(v2 * inv), vrint(v3 * inv)
+                vstore_i8(qc, h, q0)
+                vstore_i8(qc, h + 8, q1)
+                vstore_i8(qc, h + 16, q2)
+                vstore_i8(qc, h + 24, q3)
+                s = d * np.float32(vhsum_i((q0 + q1) + (q2 + q3)))
+            else:
+                qc[h:h + 32] = 0
+            dx16[c, r, h // 4:h // 4 + 8] = d
+            sx16[c, r, h // 4:h // 4 + 8] = s
+
+
+@_jit
+def _alloc_q8_k(n_rows, n):
+    return (np.empty((n // 64, n_rows, 64), np.int8), np.empty((n // 256, n_rows), np.float32),
+            np.empty((n // 256, n_rows, 16), np.int16))
+
+
+@_jit
+def _alloc_q8_32(n_rows, n):
+    nch = (n + 63) // 64
+    return (np.empty((nch, n_rows, 64), np.int8), np.empty((nch, n_rows, 16), np.float32),
+            np.empty((nch, n_rows, 16), np.float32))
+
+
+def quantize_q8_k(x):
+    """[n_rows, n] float32 -> ggml's block_q8_K fields, row by row: (qx int8 [n_rows, n],
+    d [n_rows, n / 256], bsums int16 [n_rows, n / 16])."""
+    x = np.ascontiguousarray(x, np.float32)
+    n_rows, n = x.shape
+    qx, dx, bs = _alloc_q8_k(n_rows, n)
+    _quantize_q8_k(x, qx, dx, bs)
+    return (qx.transpose(1, 0, 2).reshape(n_rows, n), dx.T.copy(),
+            bs.transpose(1, 0, 2).reshape(n_rows, n // 16))
+
+
+def quantize_q8_32(x):
+    """[n_rows, n] float32 -> ggml's block_q8_0 / block_q8_1 fields, row by row: (qx int8
+    [n_rows, n], d [n_rows, n / 32], s [n_rows, n / 32])."""
+    x = np.ascontiguousarray(x, np.float32)
+    n_rows, n = x.shape
+    qx, dx16, sx16 = _alloc_q8_32(n_rows, n)
+    _quantize_q8_32(x, qx, dx16, sx16)
+    nb = n // 32
+    return (qx.transpose(1, 0, 2).reshape(n_rows, -1)[:, :n], dx16[:, :, ::8].transpose(1, 0, 2).reshape(n_rows, -1)[:, :nb],
+            sx16[:, :, ::8].transpose(1, 0, 2).reshape(n_rows, -1)[:, :nb])
+
+
+# ---- passes: one weight row times a tile of R activation rows ------------------------------------
+# All arrays are flat; weight row o starts at byte p = o * row_bytes; chunk j of activation row r
+# at byte 64 (j n_rows + r) of qx (the layout of the quantizers above).
+
+def _k_pass(setup, chunk, bsize, R, store=False):
+    @_inline
+    def u(w, pb, c, buf, q):
+        # chunk c of the super-block at pb (and into buf at q when this pass stores)
+        v = chunk(w, pb, c)
+        if store:
+            vstore_at(buf, q + 64 * c, v)
+        return v
+
+    @_inline
+    def run(r, base, w, p, nb, qx, dx, bs, out, o, n_out, n_rows, buf):
+        # out[r0 + i, o] for i < R, r0 = base + r; nb super-blocks of bsize bytes at byte p of w;
+        # store: also keep the decoded super-blocks in buf (blocks_q8.store_k)
+        r0 = base + r
+        acc_f = tzeros(np.float32, 16, R)
+        cs = 64 * n_rows                                # bytes from one chunk to the next
+        for b in range(nb):
+            pb = p + bsize * b
+            q = B.K_BUF_BYTES * b
+            S, C, d, e = setup(w, pb)
+            if store:
+                B.store_k_scales(buf, q, S, C, d, e)
+            xb = (4 * b * n_rows + r0) * 64
+            acc = tzeros(np.int32, 16, R)
+            acc = tdot4s(acc, u(w, pb, 0, buf, q), tload_bytes(qx, xb, 64, R, 64), vgroups4(S, 0))
+            acc = tdot4s(acc, u(w, pb, 1, buf, q), tload_bytes(qx, xb + cs, 64, R, 64), vgroups4(S, 1))
+            acc = tdot4s(acc, u(w, pb, 2, buf, q), tload_bytes(qx, xb + 2 * cs, 64, R, 64), vgroups4(S, 2))
+            acc = tdot4s(acc, u(w, pb, 3, buf, q), tload_bytes(qx, xb + 3 * cs, 64, R, 64), vgroups4(S, 3))
+            ib = b * n_rows + r0
+            bias = tmadd(C, tload_i16(bs, 16 * ib, 16, R, 16))                 # [R] i32x8
+            # this super-block's sum, d * acc + e * bias (16 lanes), times the row's d_x
+            t = tfma(twiden(tfloat(bias), 16), vsplat16(e), tmul(tfloat(acc), vsplat16(d)))
+            acc_f = tfma(tbroadcast(dx, ib, 1, R, 16), t, acc_f)
+        tstore_hsum(out, r0 * n_out + o, n_out, acc_f)
+    return run
+
+
+def _b_pass(pair, one, signed, has_min, bsize, R, store=False):
+    @_inline
+    def dot(acc_f, q, dw, m, qx, dx16, sx16, j):
+        # chunk j (at element 64 j of every row) of the tile
+        x = tload_bytes(qx, 64 * j, 64, R, 64)
+        if signed:                      # |w| times x with w's sign (pmaddubsw takes unsigned w)
+            x = tnegate_where(x, q)
+            q = vabs8(q)
+        acc = tdot4(tzeros(np.int32, 16, R), q, x)
+        acc_f = tfma(tfloat(acc), tmul(tload_f32(dx16, 16 * j, 16, R, 16), dw), acc_f)
+        if has_min:
+            acc_f = tfma(tload_f32(sx16, 16 * j, 16, R, 16), m, acc_f)
+        return acc_f
+
+    @_inline
+    def run(r, base, w, p, nb, qx, dx16, sx16, out, o, n_out, n_rows, buf):
+        r0 = base + r
+        acc_f = tzeros(np.float32, 16, R)
+        for c in range(nb // 2):
+            q, dw, m = pair(w, p + 2 * bsize * c, bsize)
+            if store:
+                B.store_b(buf, B.B_BUF_BYTES * c, q, dw, m)
+            acc_f = dot(acc_f, q, dw, m, qx, dx16, sx16, c * n_rows + r0)
+        if nb % 2:
+            c = nb // 2
+            q, dw, m = one(w, p + 2 * bsize * c)
+            if store:
+                B.store_b(buf, B.B_BUF_BYTES * c, q, dw, m)
+            acc_f = dot(acc_f, q, dw, m, qx, dx16, sx16, c * n_rows + r0)
+        tstore_hsum(out, r0 * n_out + o, n_out, acc_f)
+    return run
+
+
+def _rows(make_pass, buf_tiles):
+    """rows(qx, dx, sx, w2, out, lo, hi, nb, buf): out[:, lo:hi] in tiles of rows (tiles.tile_rows):
+    up to R_MAX rows decode each weight row in registers; beyond that the first tile also keeps
+    the decoded row in buf (uint8 scratch) and the other tiles read it back (buf_tiles)."""
+    run = tile_rows(make_pass, R_MAX)
+    one = make_pass(1)
+    first = make_pass(R_MAX, True)
+
+    @njit(fastmath=False, _nrt=False)
+    def rows(qx2, dx2, sx2, w2, out2, lo, hi, nb, buf):
+        n_rows = qx2.shape[1]
+        n_out = out2.shape[1]
+        rb = w2.shape[1]
+        qx, dx, sx, w, out = qx2.reshape(-1), dx2.reshape(-1), sx2.reshape(-1), w2.reshape(-1), out2.reshape(-1)
+        if n_rows == 1:                             # the decode loop, compiled on its own
+            for o in range(lo, hi):
+                one(0, 0, w, o * rb, nb, qx, dx, sx, out, o, n_out, n_rows, buf)
+        elif n_rows <= R_MAX:
+            for o in range(lo, hi):
+                run(n_rows, 0, w, o * rb, nb, qx, dx, sx, out, o, n_out, n_rows, buf)
+        else:
+            for o in range(lo, hi):
+                first(0, 0, w, o * rb, nb, qx, dx, sx, out, o, n_out, n_rows, buf)
+                buf_tiles(n_rows - R_MAX, R_MAX, buf, 0, nb, qx, dx, sx, out, o, n_out, n_rows, buf)
+    return rows
+
+
+_k_buf_tiles = tile_rows(lambda R: _k_pass(B.setup_kbuf, B.chunk_kbuf, B.K_BUF_BYTES, R), R_MAX)
+_b_buf_tiles = {signed_min: tile_rows(lambda R, sm=signed_min: _b_pass(B.pair_bbuf, B.one_bbuf, sm[0], sm[1],
+                                                                         B.B_BUF_BYTES // 2, R), R_MAX)
+                for signed_min in ((True, False), (False, True))}
+_b_buf_signed, _b_buf_min = _b_buf_tiles[True, False], _b_buf_tiles[False, True]
+
+
+def _k_rows(setup, chunk, bsize):
+    return _rows(lambda R, store=False: _k_pass(setup, chunk, bsize, R, store), _k_buf_tiles)
+
+
+def _b_rows(pair, one, signed, has_min, bsize):
+    return _rows(lambda R, store=False: _b_pass(pair, one, signed, has_min, bsize, R, store),
+                 _b_buf_signed if signed else _b_buf_min)
+
+
+_rows_q2_k = _k_rows(B.setup_q2_k, B.chunk_q2_k, 84)
+_rows_q3_k = _k_rows(B.setup_q3_k, B.chunk_q3_k, 110)
+_rows_q4_k = _k_rows(B.setup_q4_k, B.chunk_q4_k, 144)
+_rows_q5_k = _k_rows(B.setup_q5_k, B.chunk_q5_k, 176)
+_rows_q6_k = _k_rows(B.setup_q6_k, B.chunk_q6_k, 210)
+_rows_q8_0 = _b_rows(B.pair_q8_0, B.one_q8_0, True, False, 34)
+_rows_q4_0 = _b_rows(B.pair_q4_0, B.one_q4_0, True, False, 18)
+_rows_q4_1 = _b_rows(B.pair_q4_1, B.one_q4_1, False, True, 20)
+_rows_q5_0 = _b_rows(B.pair_q5_0, B.one_q5_0, True, False, 22)
+_rows_q5_1 = _b_rows(B.pair_q5_1, B.one_q5_1, False, True, 24)
+
+
+@_jit
+def _q8_k_rows(qx, dx, bs, w, qtype, out, lo, hi, nb, buf):
+    if qtype == Q4_K:
+        _rows_q4_k(qx, dx, bs, w, out, lo, hi, nb, buf)
+    elif qtype == Q6_K:
+        _rows_q6_k(qx, dx, bs, w, out, lo, hi, nb, buf)
+    elif qtype == Q5_K:
+        _rows_q5_k(qx, dx, bs, w, out, lo, hi, nb, buf)
+    elif qtype == Q3_K:
+        _rows_q3_k(qx, dx, bs, w, out, lo, hi, nb, buf)
+    else:
+        _rows_q2_k(qx, dx, bs, w, out, lo, hi, nb, buf)
+
+
+@_jit
+def _q8_32_rows(qx, dx16, sx16, w, qtype, out, lo, hi, nb, buf):
+    if qtype == Q4_1:
+        _rows_q4_1(qx, dx16, sx16, w, out, lo, hi, nb, buf)
+    elif qtype == Q8_0:
+        _rows_q8_0(qx, dx16, sx16, w, out, lo, hi, nb, buf)
+    elif qtype == Q4_0:
+        _rows_q4_0(qx, dx16, sx16, w, out, lo, hi, nb, buf)
+    elif qtype == Q5_0:
+        _rows_q5_0(qx, dx16, sx16, w, out, lo, hi, nb, buf)
+    else:
+        _rows_q5_1(qx, dx16, sx16, w, out, lo, hi, nb, buf)
+
+
+# ---- the matrix product ----------------------------------------------------------------------
+
+@njit(parallel=True, fastmath=False, cache=True)
+def _matmul_q8_k(x, w, qtype, out):
+    n_rows, n_in = x.shape
+    n_out = w.shape[0]
+    qx, dx, bs = _alloc_q8_k(n_rows, n_in)
+    _quantize_q8_k(x, qx, dx, bs)
+    nb = n_in // 256
+    nbuf = nb * B.K_BUF_BYTES if n_rows > R_MAX else 1
+    if n_out * n_in <= SERIAL_MAX_ELEMENTS:
+        _q8_k_rows(qx, dx, bs, w, qtype, out, 0, n_out, nb, np.empty(nbuf, np.uint8))
+        return
+    n_chunks = min(n_out, _N_CHUNKS)
+    bufs = np.empty((n_chunks, nbuf), np.uint8)
+    for c in prange(n_chunks):
+        _q8_k_rows(qx, dx, bs, w, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, nb, bufs[c])
+
+
+@njit(parallel=True, fastmath=False, cache=True)
+def _matmul_q8_32(x, w, qtype, out):
+    n_rows, n_in = x.shape
+    n_out = w.shape[0]
+    qx, dx16, sx16 = _alloc_q8_32(n_rows, n_in)
+    _quantize_q8_32(x, qx, dx16, sx16)
+    nb = n_in // 32
+    nbuf = (nb + 1) // 2 * B.B_BUF_BYTES if n_rows > R_MAX else 1
+    if n_out * n_in <= SERIAL_MAX_ELEMENTS:
+        _q8_32_rows(qx, dx16, sx16, w, qtype, out, 0, n_out, nb, np.empty(nbuf, np.uint8))
+        return
+    n_chunks = min(n_out, _N_CHUNKS)
+    bufs = np.empty((n_chunks, nbuf), np.uint8)
+    for c in prange(n_chunks):
+        _q8_32_rows(qx, dx16, sx16, w, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, nb, bufs[c])
+
+
+@_jit
+def _matmul_q8(x, w, qtype, out):
+    # [n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out]; qtype in Q8_QTYPES
+    n_rows, n_in = x.shape
+    check_shapes(n_in, w.shape[1], qtype)
+    if out.shape[0] != n_rows or out.shape[1] != w.shape[0]:
+        raise ValueError("specnb.kernels.matmul_q8: out must be [n_rows, n_out]")
+    if not has_q8_kernel(qtype):
+        raise ValueError("specnb.kernels.matmul_q8: no int8 kernel for this type:", qtype)
+    xc = np.ascontiguousarray(x)
+    wc = np.ascontiguousarray(w)
+    if qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K:
+        _matmul_q8_k(xc, wc, qtype, out)
+    else:
+        _matmul_q8_32(xc, wc, qtype, out)
+
+
+def matmul_q8(x: np.ndarray, w: np.ndarray, qtype: int, out: np.ndarray) -> None:
+    """[n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out] with the activations rounded to
+    int8 (llama.cpp's CPU numerics); types without an int8 kernel (F32, F16, BF16) go to
+    `matmul`."""
+    # (a Python-level switch: one jitted function holding both kernel sets compiles much longer)
+    if int(qtype) in Q8_QTYPES:
+        _matmul_q8(x, w, int(qtype), out)
+    else:
+        matmul(x, w, int(qtype), out)
+
+
+# ---- check and benchmark: python -m specnb.kernels.matmul_q8 ------------------------------------
+
+def check(qtypes=None, n_out: int = 23, rows=(1, 2, 3, 4, 5, 8, 9, 17), seed: int = 0) -> list:
+    """For every int8 type: within the int8 rounding bound of matmul_ref, and every row of every
+    batch size bit-identical to the same row alone. Returns [(type, what, ok, detail)]."""
+    rng = np.random.default_rng(seed)
+    res = []
+    for qt in sorted(qtypes or Q8_QTYPES, key=T.qtype_name):
+        name = T.qtype_name(qt)
+        n_in = 512 if qt in T.K_QTYPES else 96              # 96: an odd number of blocks
+        w = T.random_blocks(qt, n_out, n_in, rng)
+        wd = np.abs(np.asarray(gguf.quants.dequantize(w, gguf.GGMLQuantizationType(qt)), np.float64)).reshape(n_out, n_in)
+        x = rng.standard_normal((max(rows), n_in)).astype(np.float32)
+        x[0, :32] *= 100.0                                 # one block with a big max|x|
+        one = np.empty((1, n_out), np.float32)
+        for k in rows:
+            out = np.empty((k, n_out), np.float32)
+            matmul_q8(x[:k], w, qt, out)
+            blk = 256 if qt in T.K_QTYPES else 32
+            amax = np.abs(x[:k].astype(np.float64)).reshape(k, -1, blk).max(-1).repeat(blk, -1)
+            bound = 1.001 * (amax / 254) @ wd.T + 1e-5 * (np.abs(x[:k].astype(np.float64)) @ wd.T)
+            err = np.abs(out - matmul_ref(x[:k], w, qt, n_in).astype(np.float64))
+            res.append((name, f"{k} rows within the int8 rounding bound", bool(np.all(err <= bound)),
+                        f"{np.max(err / bound):.2f} of it"))
+            matmul_q8(x[k - 1:k].copy(), w, qt, one)
+            res.append((name, f"row {k - 1} of {k} == alone", np.array_equal(one[0].view(np.uint32), out[k - 1].view(np.uint32)), ""))
+    return res
+
+
+BENCH_SHAPES = ((Q4_K, 8960, 1536), (Q6_K, 1536, 8960), (Q5_0, 4864, 896), (Q8_0, 151936, 896),
+                (Q4_1, 576, 1536))
+
+
+def bench(shapes=BENCH_SHAPES, rows=(1, 2, 3, 5, 9, 17)):
+    from .matmul import bench as _bench
+    _bench(matmul_q8, shapes, rows, label=f"matmul_q8 (R_MAX {R_MAX})")
+
+
+def _main():
+    from .matmul import print_check
+    from .simd import SIMD_LEVEL
+    print(f"checking every int8 type against matmul_ref (SIMD level {SIMD_LEVEL}) ...")
+    t0 = time.perf_counter()
+    ok = print_check(check())
+    print(f"  ({time.perf_counter() - t0:.1f} s with compiling)\n")
+    bench()
+    return 0 if ok else 1
+
+
+
+if __name__ == "__main__":
+    import sys
+    from specnb.kernels import matmul_q8 as _m
+    sys.exit(_m._main())

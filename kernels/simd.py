@@ -1,0 +1,462 @@
+"""A tiny explicit-SIMD layer for Numba: 8-lane float32/int32 vectors and 32-lane byte vectors as
+LLVM vector values, with intrinsics that emit plain LLVM vector IR (and x86 AVX2 instructions for
+the int8 dot products where the CPU has them).
+
+Numba ships LLVM's SLP vectorizer switched off, so short fixed-size loops (the 32-element blocks of
+a quantized row) would otherwise stay scalar. The quantized matrix products (`matmul`,
+`matmul_q8`) and the attention kernel are written with these vectors.
+
+This layer uses Numba's extension API (`numba.extending.intrinsic`, data models, `numba.core.
+cgutils`) and LLVM intrinsic names, which are not covered by Numba's compatibility promises:
+pyproject.toml bounds numba/llvmlite to the versions it was tested with, and tests/test_simd.py
+fails with the name of whatever moved.
+"""
+import operator
+import os
+
+from llvmlite import binding as llvm_binding
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic, models, overload, register_model
+
+# Vec types are LLVM vectors held in jitted code's local variables: f32x8 = <8 x float>,
+# i32x8 = <8 x i32>, i8x32 = <32 x i8>. The functions below are Numba intrinsics that emit plain
+# LLVM vector IR (x86 AVX2 instructions for the int8 dot products where the CPU has them).
+# Loads and stores take a 1-D C-contiguous array and an element index (a byte offset for byte
+# arrays) and do no bounds checks: callers validate the shapes first. Float ops are IEEE, with no
+# fast-math flags and no contraction, except vfma (one rounding where the CPU has FMA).
+# Operators + - * & | >> << work lane-wise on a vector and a vector or a scalar (>> is logical).
+#
+#   vload(a, i) vstore(a, i, v)      f32x8 <-> float32 a[i:i+8]
+#   vload_u8 / vload_i8 (a, i)       i32x8 <- 8 bytes zero / sign extended
+#   vload_u16 / vload_u32 (a, i)     i32x8 <- 8 little-endian uint16 / uint32 (the bits)
+#   vload_b32(a, i)                  i8x32 <- 32 bytes;  vstore_i8(a, i, v): 8 lanes as int8
+#   vnibbles(a, i)                   i8x32 <- 16 bytes as 32 nibbles (low ones, then high ones)
+#   vbits(word, j0) / vbits32(word)  i32x8 / i8x32 of single bits of an integer
+#   vzero() vsplat(s) vfloat(v) vbitcast(v) vrint(v) vabs(v) vmax(a, b) vfma(a, b, c)
+#   vhsum(v) vhmax(v) vhsum_i(v)     reductions to one scalar (vhsum in a fixed order)
+#   sfma(a, b, c)                    float32 scalar a * b + c, fused where the CPU has FMA
+#   vdot_u8i8(a, b) vdot_i8i8(a, b)  i32x8 of sums of 4 adjacent byte products
+#   ld_u8 ld_i8 ld_u16 ld_u32(a, i)  int64 <- one little-endian integer at byte i
+#   f64x8: vload_f64(a, i) (float32 a[i:i+8] widened) vsplat64 vfirst vto_f32 vfloor vto_i64
+#          vbits_f64 vclamp
+
+class Vec(types.Type):
+    def __init__(self, dtype, lanes):
+        self.dtype, self.lanes = dtype, lanes
+        super().__init__(name=f"Vec({dtype}x{lanes})")
+
+
+@register_model(Vec)
+class _VecModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        elt = dmm.lookup(fe_type.dtype).get_value_type()
+        super().__init__(dmm, fe_type, ir.VectorType(elt, fe_type.lanes))
+
+
+f32x8 = Vec(types.float32, 8)
+i32x8 = Vec(types.int32, 8)
+i8x32 = Vec(types.int8, 32)
+_i32 = ir.IntType(32)
+_V8F = ir.VectorType(ir.FloatType(), 8)
+_V8I = ir.VectorType(_i32, 8)
+_V32B = ir.VectorType(ir.IntType(8), 32)
+
+
+# ---- which instructions the kernels use ------------------------------------------------------
+# The host's features, or fewer with SPECNB_SIMD=avx2 (no AVX-512 / VNNI) or SPECNB_SIMD=generic
+# (no x86 intrinsics at all: plain LLVM vector IR, what a CPU without AVX2, e.g. an ARM laptop,
+# compiles). Every level computes the same integers and the same float operations, so results are
+# bit-identical across levels; only the speed differs. (specnb's Numba cache folder depends on
+# SPECNB_SIMD too: machine code compiled for one level is never loaded for another.)
+
+SIMD_LEVELS = ("generic", "avx2", "avx512")
+
+
+def _simd_level(requested: str, features) -> str:
+    has = lambda *names: all(bool(features.get(n, False)) for n in names)
+    best = ("avx512" if has("avx2", "avx512f", "avx512bw", "avx512vl", "avx512vnni")
+            else "avx2" if has("avx2") else "generic")
+    if requested in ("", "auto"):
+        return best
+    if requested not in SIMD_LEVELS:
+        raise ValueError(f"SPECNB_SIMD={requested!r}: expected one of auto, "
+                         + ", ".join(SIMD_LEVELS))
+    return SIMD_LEVELS[min(SIMD_LEVELS.index(requested), SIMD_LEVELS.index(best))]
+
+
+_FEATURES = llvm_binding.get_host_cpu_features()
+SIMD_LEVEL = _simd_level(os.environ.get("SPECNB_SIMD", "auto"), _FEATURES)
+_AVX2 = SIMD_LEVEL in ("avx2", "avx512")
+_AVX512 = SIMD_LEVEL == "avx512"        # 512-bit byte dot products (AVX512-BW and VNNI)
+_F16C = SIMD_LEVEL != "generic" and bool(_FEATURES.get("f16c", False))
+
+
+def _is_1d_c(a, dtype):
+    return isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" and a.dtype == dtype
+
+
+def _is_bytes(a):
+    return _is_1d_c(a, types.uint8) or _is_1d_c(a, types.int8)
+
+
+def _ptr(context, builder, aryty, ary, idx, vty):
+    # pointer to element idx of a 1-D array, as a pointer to vector type vty
+    data = context.make_array(aryty)(context, builder, ary).data
+    return builder.bitcast(builder.gep(data, [idx], inbounds=True), vty.as_pointer())
+
+
+def _splat(builder, s, vty):
+    v = builder.insert_element(ir.Constant(vty, ir.Undefined), s, _i32(0))
+    return builder.shuffle_vector(v, ir.Constant(vty, ir.Undefined),
+                                  ir.Constant(ir.VectorType(_i32, vty.count), [0] * vty.count))
+
+
+def _call(builder, name, ret, args):
+    # call the LLVM intrinsic `name`
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, [a.type for a in args]), name)
+    return builder.call(fn, args)
+
+
+# -- loads and stores
+
+@intrinsic
+def vload(typingctx, a, i):
+    if _is_1d_c(a, types.float32) and isinstance(i, types.Integer):
+        def codegen(context, builder, sig, args):
+            return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V8F), align=4)
+        return f32x8(a, i), codegen
+
+
+@intrinsic
+def vstore(typingctx, a, i, v):
+    if _is_1d_c(a, types.float32) and isinstance(i, types.Integer) and v == f32x8:
+        def codegen(context, builder, sig, args):
+            builder.store(args[2], _ptr(context, builder, sig.args[0], args[0], args[1], _V8F), align=4)
+            return context.get_dummy_value()
+        return types.none(a, i, v), codegen
+
+
+def _int_load(nbytes, signed):
+    # i32x8 <- 8 little-endian integers of `nbytes` bytes each, at byte offset i of a uint8 array
+    @intrinsic
+    def load(typingctx, a, i):
+        if _is_1d_c(a, types.uint8) and isinstance(i, types.Integer):
+            def codegen(context, builder, sig, args):
+                vty = ir.VectorType(ir.IntType(8 * nbytes), 8)
+                v = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], vty), align=1)
+                if nbytes == 4:
+                    return v
+                return (builder.sext if signed else builder.zext)(v, _V8I)
+            return i32x8(a, i), codegen
+    return load
+
+
+vload_u8 = _int_load(1, False)
+vload_i8 = _int_load(1, True)
+vload_u16 = _int_load(2, False)
+vload_u32 = _int_load(4, False)
+
+
+def _typed_load(vt):
+    # vt <- its bytes at byte i of a byte array (unaligned)
+    @intrinsic
+    def load(typingctx, a, i):
+        if _is_bytes(a) and isinstance(i, types.Integer):
+            def codegen(context, builder, sig, args):
+                p = _ptr(context, builder, sig.args[0], args[0], args[1], context.get_value_type(vt))
+                return builder.load(p, align=1)
+            return vt(a, i), codegen
+    return load
+
+
+vload_b32 = _typed_load(i8x32)
+
+
+@intrinsic
+def vnibbles(typingctx, a, i):
+    # lanes 0..15: the low nibbles of a[i:i+16], lanes 16..31: the high ones (Q4 / Q5 order)
+    if _is_bytes(a) and isinstance(i, types.Integer):
+        def codegen(context, builder, sig, args):
+            v16 = ir.VectorType(ir.IntType(8), 16)
+            q = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], v16), align=1)
+            lo = builder.and_(q, ir.Constant(v16, [15] * 16))
+            hi = builder.lshr(q, ir.Constant(v16, [4] * 16))
+            return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_i32, 32), list(range(32))))
+        return i8x32(a, i), codegen
+
+
+@intrinsic
+def vstore_i8(typingctx, a, i, v):
+    if _is_1d_c(a, types.int8) and isinstance(i, types.Integer) and v == i32x8:
+        def codegen(context, builder, sig, args):
+            v8 = ir.VectorType(ir.IntType(8), 8)
+            p = _ptr(context, builder, sig.args[0], args[0], args[1], v8)
+            builder.store(builder.trunc(args[2], v8), p, align=1)
+            return context.get_dummy_value()
+        return types.none(a, i, v), codegen
+
+
+# -- making and converting vectors
+
+@intrinsic
+def vzero(typingctx):
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_V8F, None)
+    return f32x8(), codegen
+
+
+@intrinsic
+def vsplat(typingctx, s):
+    if isinstance(s, (types.Float, types.Integer)):
+        def codegen(context, builder, sig, args):
+            return _splat(builder, context.cast(builder, args[0], sig.args[0], types.float32), _V8F)
+        return f32x8(s), codegen
+
+
+@intrinsic
+def vbits(typingctx, word, j0):
+    # lane l = bit (j0 + l) of the integer word
+    if isinstance(word, types.Integer) and isinstance(j0, types.Integer):
+        def codegen(context, builder, sig, args):
+            w = _splat(builder, context.cast(builder, args[0], sig.args[0], types.int32), _V8I)
+            j = _splat(builder, context.cast(builder, args[1], sig.args[1], types.int32), _V8I)
+            j = builder.add(j, ir.Constant(_V8I, list(range(8))))
+            return builder.and_(builder.lshr(w, j), ir.Constant(_V8I, [1] * 8))
+        return i32x8(word, j0), codegen
+
+
+@intrinsic
+def vbits32(typingctx, word):
+    # lane j = bit j of the integer word (the 32 bits as a mask vector: kmov + vpmovm2b with
+    # AVX-512, a broadcast and a compare with AVX2)
+    if isinstance(word, types.Integer):
+        def codegen(context, builder, sig, args):
+            w = context.cast(builder, args[0], sig.args[0], types.uint32)
+            return builder.zext(builder.bitcast(w, ir.VectorType(ir.IntType(1), 32)), _V32B)
+        return i8x32(word), codegen
+
+
+def _vec_unary(vt_in, vt_out, build):
+    @intrinsic
+    def op(typingctx, v):
+        if v == vt_in:
+            def codegen(context, builder, sig, args):
+                return build(builder, args[0])
+            return vt_out(v), codegen
+    return op
+
+
+vfloat = _vec_unary(i32x8, f32x8, lambda b, v: b.sitofp(v, _V8F))        # by value
+vbitcast = _vec_unary(i32x8, f32x8, lambda b, v: b.bitcast(v, _V8F))      # the bits
+vrint = _vec_unary(f32x8, i32x8,                                          # nearest, ties to even
+                   lambda b, v: b.fptosi(_call(b, "llvm.rint.v8f32", _V8F, [v]), _V8I))
+vabs = _vec_unary(f32x8, f32x8, lambda b, v: _call(b, "llvm.fabs.v8f32", _V8F, [v]))
+
+
+# -- arithmetic
+
+@intrinsic
+def vfma(typingctx, a, b, c):
+    # a * b + c (llvm.fmuladd: one fused op where the CPU has FMA, the same choice everywhere)
+    if a == f32x8 and b == f32x8 and c == f32x8:
+        def codegen(context, builder, sig, args):
+            return _call(builder, "llvm.fmuladd.v8f32", _V8F, list(args))
+        return f32x8(a, b, c), codegen
+
+
+@intrinsic
+def sfma(typingctx, a, b, c):
+    # float32 a * b + c for scalars (llvm.fmuladd, one rounding where the CPU has FMA)
+    if all(isinstance(t, types.Float) for t in (a, b, c)):
+        def codegen(context, builder, sig, args):
+            vals = [context.cast(builder, v, t, types.float32) for v, t in zip(args, sig.args)]
+            return _call(builder, "llvm.fmuladd.f32", ir.FloatType(), vals)
+        return types.float32(a, b, c), codegen
+
+
+@intrinsic
+def vmax(typingctx, a, b):
+    if a == f32x8 and b == f32x8:
+        def codegen(context, builder, sig, args):
+            return _call(builder, "llvm.maxnum.v8f32", _V8F, list(args))
+        return f32x8(a, b), codegen
+
+
+def _vec_binop(float_op, int_op):
+    @intrinsic
+    def binop(typingctx, a, b):
+        vt = a if isinstance(a, Vec) else b
+        is_float = isinstance(vt.dtype, types.Float)
+        op = float_op if is_float else int_op
+        scalar = (types.Integer, types.Float) if is_float else types.Integer
+        if op is not None and all(t == vt or isinstance(t, scalar) for t in (a, b)):
+            def codegen(context, builder, sig, args):
+                vals = [x if t == vt else
+                        _splat(builder, context.cast(builder, x, t, vt.dtype), context.get_value_type(vt))
+                        for t, x in zip(sig.args, args)]
+                return getattr(builder, op)(*vals)
+            return vt(a, b), codegen
+    return binop
+
+
+def _register_operator(pyop, impl):
+    @overload(pyop, jit_options={"fastmath": False})
+    def _ov(a, b):
+        if isinstance(a, Vec) or isinstance(b, Vec):
+            return lambda a, b: impl(a, b)
+
+
+for _pyop, _fop, _iop in ((operator.add, "fadd", "add"), (operator.sub, "fsub", "sub"),
+                          (operator.mul, "fmul", "mul"), (operator.truediv, "fdiv", None),
+                          (operator.and_, None, "and_"),
+                          (operator.or_, None, "or_"), (operator.rshift, None, "lshr"),
+                          (operator.lshift, None, "shl")):
+    _register_operator(_pyop, _vec_binop(_fop, _iop))
+
+
+# -- float64 (the exponential of SwiGLU)
+
+f64x8 = Vec(types.float64, 8)
+i64x8 = Vec(types.int64, 8)
+_V8D = ir.VectorType(ir.DoubleType(), 8)
+_V8L = ir.VectorType(ir.IntType(64), 8)
+
+
+@intrinsic
+def vload_f64(typingctx, a, i):
+    # f64x8 <- float32 a[i:i+8], widened
+    if _is_1d_c(a, types.float32) and isinstance(i, types.Integer):
+        def codegen(context, builder, sig, args):
+            v = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V8F), align=4)
+            return builder.fpext(v, _V8D)
+        return f64x8(a, i), codegen
+
+
+vto_f32 = _vec_unary(f64x8, f32x8, lambda b, v: b.fptrunc(v, _V8F))      # rounded to float32
+vfloor = _vec_unary(f64x8, f64x8, lambda b, v: _call(b, "llvm.floor.v8f64", _V8D, [v]))
+vto_i64 = _vec_unary(f64x8, i64x8, lambda b, v: b.fptosi(v, _V8L))       # toward zero
+vbits_f64 = _vec_unary(i64x8, f64x8, lambda b, v: b.bitcast(v, _V8D))    # the bits
+
+
+@intrinsic
+def vsplat64(typingctx, s):
+    if isinstance(s, (types.Float, types.Integer)):
+        def codegen(context, builder, sig, args):
+            return _splat(builder, context.cast(builder, args[0], sig.args[0], types.float64), _V8D)
+        return f64x8(s), codegen
+
+
+@intrinsic
+def vfirst(typingctx, v):
+    # lane 0 of a float vector
+    if isinstance(v, Vec) and isinstance(v.dtype, types.Float):
+        def codegen(context, builder, sig, args):
+            return builder.extract_element(args[0], _i32(0))
+        return v.dtype(v), codegen
+
+
+@intrinsic
+def vclamp(typingctx, v, lo, hi):
+    # min(max(v, lo), hi) lane-wise, lo and hi scalars
+    if v == f64x8 and isinstance(lo, types.Float) and isinstance(hi, types.Float):
+        def codegen(context, builder, sig, args):
+            lo_v = _splat(builder, context.cast(builder, args[1], sig.args[1], types.float64), _V8D)
+            hi_v = _splat(builder, context.cast(builder, args[2], sig.args[2], types.float64), _V8D)
+            m = _call(builder, "llvm.maxnum.v8f64", _V8D, [args[0], lo_v])
+            return _call(builder, "llvm.minnum.v8f64", _V8D, [m, hi_v])
+        return f64x8(v, lo, hi), codegen
+
+
+# -- reductions
+
+@intrinsic
+def vhsum(typingctx, v):
+    # float32: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), always this order
+    if v == f32x8:
+        def codegen(context, builder, sig, args):
+            def part(x, lo, n):
+                return builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, n), list(range(lo, lo + n))))
+            s4 = builder.fadd(part(args[0], 0, 4), part(args[0], 4, 4))
+            s2 = builder.fadd(part(s4, 0, 2), part(s4, 2, 2))
+            return builder.fadd(builder.extract_element(s2, _i32(0)), builder.extract_element(s2, _i32(1)))
+        return types.float32(v), codegen
+
+
+@intrinsic
+def vhmax(typingctx, v):
+    if v == f32x8:
+        def codegen(context, builder, sig, args):
+            return _call(builder, "llvm.vector.reduce.fmax.v8f32", ir.FloatType(), [args[0]])
+        return types.float32(v), codegen
+
+
+@intrinsic
+def vhsum_i(typingctx, v):
+    if v == i32x8:
+        def codegen(context, builder, sig, args):
+            s = _call(builder, "llvm.vector.reduce.add.v8i32", _i32, [args[0]])
+            return builder.sext(s, ir.IntType(64))
+        return types.int64(v), codegen
+
+
+def _dot_bytes(signed_a):
+    # i32x8 lane l = sum_k a[4l+k] * b[4l+k] (k = 0..3), b signed, a signed or unsigned. With AVX2
+    # it is llama.cpp's pmaddubsw + pmaddwd (for a signed: |a| times b with a's sign); elsewhere
+    # plain widening IR. Both give the same integers as long as pmaddubsw cannot saturate: a
+    # unsigned < 128, or a signed and b never -128, which is how matmul_q8 uses them.
+    def codegen(context, builder, sig, args):
+        a, b = args
+        if _AVX2:
+            v16s = ir.VectorType(ir.IntType(16), 16)
+            if signed_a:
+                a, b = (_call(builder, "llvm.x86.avx2.psign.b", _V32B, [a, a]),
+                        _call(builder, "llvm.x86.avx2.psign.b", _V32B, [b, a]))
+            pairs = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", v16s, [a, b])
+            return _call(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [pairs, ir.Constant(v16s, [1] * 16)])
+        v32 = ir.VectorType(_i32, 32)
+        p = builder.mul(builder.sext(a, v32) if signed_a else builder.zext(a, v32), builder.sext(b, v32))
+        parts = [builder.shuffle_vector(p, p, ir.Constant(_V8I, list(range(k, 32, 4)))) for k in range(4)]
+        return builder.add(builder.add(parts[0], parts[1]), builder.add(parts[2], parts[3]))
+
+    @intrinsic
+    def dot(typingctx, a, b):
+        if a == i8x32 and b == i8x32:
+            return i32x8(a, b), codegen
+    return dot
+
+
+vdot_u8i8 = _dot_bytes(False)
+vdot_i8i8 = _dot_bytes(True)
+
+
+# -- scalars
+
+def _scalar_load(bits, signed):
+    # int64 <- the little-endian integer of `bits` bits at byte i of a byte array: one load, no
+    # bounds check and no negative-index wraparound (a[i] in jitted code does both)
+    @intrinsic
+    def load(typingctx, a, i):
+        if _is_bytes(a) and isinstance(i, types.Integer):
+            def codegen(context, builder, sig, args):
+                v = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], ir.IntType(bits)), align=1)
+                return (builder.sext if signed else builder.zext)(v, ir.IntType(64))
+            return types.int64(a, i), codegen
+    return load
+
+
+ld_u8 = _scalar_load(8, False)
+ld_i8 = _scalar_load(8, True)
+ld_u16 = _scalar_load(16, False)
+ld_u32 = _scalar_load(32, False)
+
+
+@intrinsic
+def _f32_from_bits(typingctx, u):
+    # float32 with the bit pattern of the low 32 bits of the integer u
+    if isinstance(u, types.Integer):
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(context.cast(builder, args[0], sig.args[0], types.uint32), ir.FloatType())
+        return types.float32(u), codegen
+

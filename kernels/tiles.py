@@ -1,0 +1,302 @@
+"""Register tiles: one SIMD vector per activation row, for R rows at once (the int8 kernels'
+multi-row passes).
+
+A `Tile(vec, R)` is R vectors of the same type held in registers (an LLVM array of vectors that
+LLVM keeps in R registers). The kernel code is written once, for a tile of R rows; R is a
+constant of each compiled pass (a closure variable), so the intrinsics below unroll into R
+copies of each instruction: a weight block is decoded once per pass and meets the R activation
+rows in R independent dot products. Every row of a tile goes through exactly the instructions a
+tile of one row runs, in the same order, so a row's result is bit-identical whatever R is and
+wherever the row sits in the batch.
+
+Arguments: `a, i, stride, R` address row r at element (or byte) i + r * stride of the flat 1-D
+array a, for r < R (R a literal constant). No bounds checks: the callers check the shapes.
+
+    tzeros(dtype, lanes, R)              Tile of zero vectors
+    tload_bytes(a, i, stride, R, n)      Tile(i8 x n) <- n bytes per row (int8 or uint8 array)
+    tload_i16(a, i, stride, R, n)        Tile(i16 x n) <- n int16 per row
+    tload_f32(a, i, stride, R, n)        Tile(f32 x n) <- n float32 per row
+    tbroadcast(a, i, stride, R, n)       Tile(f32 x n), row r = splat(a[i + r stride])
+    tsplat(a, i, stride, R, n, scale)    Tile(f32 x n), row r = splat(a[i + r stride] * scale)
+    tdot4(acc, u, x) / tdot4s(acc, u, x, s)   acc[r] + the 64-byte dot (simd.dot4_codegen)
+    tnegate_where(x, w)                  x[r] with the lanes where the byte vector w < 0 negated
+    tmadd(c, t)                          i32 lanes: c[2l] t[r][2l] + c[2l+1] t[r][2l+1] (int16)
+    tfloat(t) tfma(a, b, c) tmul tadd    lane-wise; a plain vector argument serves every row
+    twiden(t, lanes)                     each row zero-extended to more lanes
+    tstore_hsum(out, i, stride, t)       out[i + r stride] = hsum(t[r]), a fixed halving tree
+"""
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic, models, register_model
+
+from .simd import Vec, _call, _i32, _ptr, _splat
+from .simd_wide import _slice, dot4_codegen
+
+
+class Tile(types.Type):
+    def __init__(self, vec, rows):
+        self.vec, self.rows = vec, rows
+        super().__init__(name=f"Tile({vec}, {rows})")
+
+
+@register_model(Tile)
+class _TileModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        vty = dmm.lookup(fe_type.vec).get_value_type()
+        super().__init__(dmm, fe_type, ir.ArrayType(vty, fe_type.rows))
+
+
+def _rows(builder, t, R):
+    return [builder.extract_value(t, r) for r in range(R)]
+
+
+def _tile(builder, ty, parts):
+    v = ir.Constant(ty, ir.Undefined)
+    for r, p in enumerate(parts):
+        v = builder.insert_value(v, p, r)
+    return v
+
+
+def _row_index(builder, i, stride, r):
+    return builder.add(i, builder.mul(stride, ir.Constant(stride.type, r)))
+
+
+def _literal(*ts):
+    return all(isinstance(t, types.IntegerLiteral) for t in ts)
+
+
+def _ints(context, builder, sig, args, k):
+    # args k, k+1 (i, stride) as int64
+    return [context.cast(builder, args[j], sig.args[j], types.int64) for j in (k, k + 1)]
+
+
+def _row_loads(context, builder, sig, args, R, vty, align):
+    i, stride = _ints(context, builder, sig, args, 1)
+    return [builder.load(_ptr(context, builder, sig.args[0], args[0], _row_index(builder, i, stride, r), vty),
+                         align=align) for r in range(R)]
+
+
+def _is_1d(a, *dtypes):
+    return isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" and a.dtype in dtypes
+
+
+# ---- making tiles ------------------------------------------------------------------------------
+
+@intrinsic
+def tzeros(typingctx, dt, lanes, R):
+    if isinstance(dt, types.NumberClass) and _literal(lanes, R):
+        T = Tile(Vec(dt.dtype, lanes.literal_value), R.literal_value)
+
+        def codegen(context, builder, sig, args):
+            return ir.Constant(context.get_value_type(T), None)
+        return T(dt, lanes, R), codegen
+
+
+def _loader(dtypes, elt, align):
+    @intrinsic
+    def load(typingctx, a, i, stride, R, n):
+        if _is_1d(a, *dtypes) and _literal(R, n):
+            T = Tile(Vec(elt, n.literal_value), R.literal_value)
+
+            def codegen(context, builder, sig, args):
+                vty = context.get_value_type(T.vec)
+                return _tile(builder, context.get_value_type(T), _row_loads(context, builder, sig, args, T.rows, vty, align))
+            return T(a, i, stride, R, n), codegen
+    return load
+
+
+tload_bytes = _loader((types.int8, types.uint8), types.int8, 1)
+tload_i16 = _loader((types.int16,), types.int16, 2)
+tload_f32 = _loader((types.float32,), types.float32, 4)
+
+
+@intrinsic
+def tbroadcast(typingctx, a, i, stride, R, n):
+    if _is_1d(a, types.float32) and _literal(R, n):
+        T = Tile(Vec(types.float32, n.literal_value), R.literal_value)
+
+        def codegen(context, builder, sig, args):
+            vty = context.get_value_type(T.vec)
+            vals = _row_loads(context, builder, sig, args, T.rows, ir.FloatType(), 4)
+            return _tile(builder, context.get_value_type(T), [_splat(builder, v, vty) for v in vals])
+        return T(a, i, stride, R, n), codegen
+
+
+@intrinsic
+def tsplat(typingctx, a, i, stride, R, n, scale):
+    if _is_1d(a, types.float32) and _literal(R, n) and isinstance(scale, types.Float):
+        T = Tile(Vec(types.float32, n.literal_value), R.literal_value)
+
+        def codegen(context, builder, sig, args):
+            vty = context.get_value_type(T.vec)
+            sc = context.cast(builder, args[5], sig.args[5], types.float32)
+            vals = _row_loads(context, builder, sig, args, T.rows, ir.FloatType(), 4)
+            return _tile(builder, context.get_value_type(T), [_splat(builder, builder.fmul(v, sc), vty) for v in vals])
+        return T(a, i, stride, R, n, scale), codegen
+
+
+# ---- arithmetic ------------------------------------------------------------------------------
+
+def _parts(builder, v, ty, R):
+    # the R row vectors of a tile argument, or R times a plain vector
+    return _rows(builder, v, R) if isinstance(ty, Tile) else [v] * R
+
+
+def _tile_op(name, check, result, build):
+    # an intrinsic applying build(builder, row vectors...) row by row (arity from build's)
+    import inspect
+    arity = len(inspect.signature(build).parameters) - 1
+
+    def typer(typingctx, *args):
+        tiles = [t for t in args if isinstance(t, Tile)]
+        if not tiles or not check(*args):
+            return None
+        R = tiles[0].rows
+        T = result(*args)
+
+        def codegen(context, builder, sig, vals):
+            rows = [_parts(builder, v, t, R) for v, t in zip(vals, sig.args)]
+            out = [build(builder, *row) for row in zip(*rows)]
+            return _tile(builder, context.get_value_type(T), out)
+        return T(*args), codegen
+    # Numba's intrinsic decorator needs explicit parameters
+    params = ", ".join(f"a{k}" for k in range(arity))
+    ns = {"typer": typer}
+    exec(f"def {name}(typingctx, {params}):\n    return typer(typingctx, {params})\n", ns)
+    return intrinsic(ns[name])
+
+
+def _vec(t):
+    return t.vec if isinstance(t, Tile) else t
+
+
+def _same_vec(*ts):
+    vs = [_vec(t) for t in ts]
+    return all(isinstance(v, Vec) for v in vs) and all(v == vs[0] for v in vs)
+
+
+def _first_tile(*ts):
+    return next(t for t in ts if isinstance(t, Tile))
+
+
+_I8x64, _I32x16 = Vec(types.int8, 64), Vec(types.int32, 16)
+
+tdot4 = _tile_op("tdot4", lambda acc, u, x: _vec(acc) == _I32x16 and _vec(u) == _I8x64 and _vec(x) == _I8x64,
+                 lambda acc, u, x: _first_tile(acc, u, x),
+                 lambda b, acc, u, x: dot4_codegen(b, acc, u, x))
+tdot4s = _tile_op("tdot4s", lambda acc, u, x, s: _vec(acc) == _I32x16 and _vec(u) == _I8x64
+                  and _vec(x) == _I8x64 and _vec(s) == _I32x16,
+                  lambda acc, u, x, s: _first_tile(acc, u, x, s),
+                  lambda b, acc, u, x, s: dot4_codegen(b, acc, u, x, s))
+
+
+def _negate_where(b, x, w):
+    neg = b.icmp_signed("<", w, ir.Constant(w.type, None))
+    return b.select(neg, b.sub(ir.Constant(x.type, None), x), x)
+
+
+tnegate_where = _tile_op("tnegate_where", lambda x, w: _vec(x) == _I8x64 and _vec(w) == _I8x64,
+                         lambda x, w: _first_tile(x, w), _negate_where)
+
+
+def _madd(b, c, t):
+    n = c.type.count // 2
+    v32 = ir.VectorType(_i32, 2 * n)
+    p = b.mul(b.sext(c, v32), b.sext(t, v32))
+    ev = b.shuffle_vector(p, p, ir.Constant(ir.VectorType(_i32, n), list(range(0, 2 * n, 2))))
+    od = b.shuffle_vector(p, p, ir.Constant(ir.VectorType(_i32, n), list(range(1, 2 * n, 2))))
+    return b.add(ev, od)       # LLVM matches this to pmaddwd
+
+
+tmadd = _tile_op("tmadd", lambda c, t: _same_vec(c, t) and _vec(c).dtype == types.int16,
+                 lambda c, t: Tile(Vec(types.int32, _vec(c).lanes // 2), _first_tile(c, t).rows), _madd)
+tfloat = _tile_op("tfloat", lambda t: _vec(t).dtype == types.int32,
+                  lambda t: Tile(Vec(types.float32, t.vec.lanes), t.rows),
+                  lambda b, v: b.sitofp(v, ir.VectorType(ir.FloatType(), v.type.count)))
+
+
+def _fma(b, x, y, z):
+    n = x.type.count
+    return _call(b, f"llvm.fmuladd.v{n}f32", ir.VectorType(ir.FloatType(), n), [x, y, z])
+
+
+_is_f32 = lambda *ts: _same_vec(*ts) and _vec(ts[0]).dtype == types.float32   # noqa: E731
+tfma = _tile_op("tfma", _is_f32, _first_tile, _fma)
+tmul = _tile_op("tmul", _is_f32, _first_tile, lambda b, x, y: b.fmul(x, y))
+tadd = _tile_op("tadd", _is_f32, _first_tile, lambda b, x, y: b.fadd(x, y))
+
+
+@intrinsic
+def twiden(typingctx, t, lanes):
+    if isinstance(t, Tile) and _literal(lanes) and lanes.literal_value >= t.vec.lanes:
+        n, m = t.vec.lanes, lanes.literal_value
+        T = Tile(Vec(t.vec.dtype, m), t.rows)
+
+        def codegen(context, builder, sig, args):
+            mask = ir.Constant(ir.VectorType(_i32, m), list(range(n)) + [n] * (m - n))
+            zero = ir.Constant(context.get_value_type(t.vec), None)
+            return _tile(builder, context.get_value_type(T),
+                         [builder.shuffle_vector(v, zero, mask) for v in _rows(builder, args[0], t.rows)])
+        return T(t, lanes), codegen
+
+
+# ---- storing -----------------------------------------------------------------------------------
+
+def _hsum(builder, v):
+    # the lanes of a float vector summed by halving: (lo + hi) until one lane is left
+    while v.type.count > 1:
+        h = v.type.count // 2
+        v = builder.fadd(_slice(builder, v, 0, h), _slice(builder, v, h, h))
+    return builder.extract_element(v, _i32(0))
+
+
+@intrinsic
+def tstore_hsum(typingctx, out, i, stride, t):
+    if _is_1d(out, types.float32) and isinstance(t, Tile) and t.vec.dtype == types.float32:
+        def codegen(context, builder, sig, args):
+            i64, stride64 = _ints(context, builder, sig, args, 1)
+            for r, v in enumerate(_rows(builder, args[3], t.rows)):
+                p = _ptr(context, builder, sig.args[0], args[0], _row_index(builder, i64, stride64, r), ir.FloatType())
+                builder.store(_hsum(builder, v), p)
+            return context.get_dummy_value()
+        return types.none(out, i, stride, t), codegen
+
+
+# ---- passes over a batch ------------------------------------------------------------------------
+
+def tile_rows(make_pass, r_max: int):
+    """run(n_rows, *args): the batch in tiles, passes[R](r0, *args) for tiles of R rows from row
+    r0: r_max rows at a time, then one tile of the rest. make_pass(R) builds the pass for R rows
+    (R = 1 .. 8; r_max <= 8), each compiled with its R a constant."""
+    P = [make_pass(R) for R in range(1, r_max + 1)]
+    P = P + [P[0]] * (8 - r_max)                       # (never called: the rest is < r_max)
+    P1, P2, P3, P4, P5, P6, P7, P8 = P
+    PMAX = P[r_max - 1]
+
+    @njit(fastmath=False, _nrt=False, forceinline=True)
+    def run(n_rows, *args):
+        r = 0
+        while n_rows - r >= r_max:
+            PMAX(r, *args)
+            r += r_max
+        k = n_rows - r
+        if k == 1:
+            P1(r, *args)
+        elif k == 2:
+            P2(r, *args)
+        elif k == 3:
+            P3(r, *args)
+        elif k == 4:
+            P4(r, *args)
+        elif k == 5:
+            P5(r, *args)
+        elif k == 6:
+            P6(r, *args)
+        elif k == 7:
+            P7(r, *args)
+    return run
+
+
+__all__ = ["Tile", "tzeros", "tload_bytes", "tload_i16", "tload_f32", "tbroadcast", "tsplat", "tdot4", "tdot4s",
+           "tnegate_where", "tmadd", "tfloat", "tfma", "tmul", "tadd", "twiden", "tstore_hsum",
+           "tile_rows"]

@@ -1,0 +1,60 @@
+"""Weights, activations and comparisons shared by the kernel tests (test_matmul, test_matmul_q8,
+test_simd, test_kernels)."""
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as GT
+from gguf.quants import dequantize as gguf_dequantize
+from gguf.quants import quantize as gguf_quantize
+
+from specnb.kernels import qtypes
+
+TYPES = sorted((qtypes.qtype_name(t) for t in qtypes.SUPPORTED_QTYPES), key=lambda n: int(GT[n]))
+FLOAT_TYPES = {"F32", "F16", "BF16"}
+K_TYPES = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
+REL_TOL = 1e-5   # |matmul - oracle| <= REL_TOL * (|x| @ |W|^T): float32 sums in another order
+
+
+def code(name):
+    return int(GT[name])
+
+
+def qk(name):
+    return GGML_QUANT_SIZES[GT[name]][0]
+
+
+def readonly(a):
+    a = np.ascontiguousarray(a)
+    a.setflags(write=False)   # like the memory-mapped GGUF tensors (same jit specialization)
+    return a
+
+
+def random_blocks(name, n_out, n_in, rng):
+    """Random bytes everywhere (float types too: every bit pattern), finite half-float scales."""
+    if name in FLOAT_TYPES:
+        size = GGML_QUANT_SIZES[GT[name]][1]
+        return readonly(rng.integers(0, 256, (n_out, n_in * size), dtype=np.uint8))
+    return qtypes.random_blocks(code(name), n_out, n_in, rng)
+
+
+def finite_weights(name, n_out, n_in, rng):
+    """Weights whose values are all finite: gguf-quantized floats where gguf can quantize the
+    type, random blocks with sane scales for the K types (gguf has no K quantizer)."""
+    if name in K_TYPES:
+        return qtypes.random_blocks(code(name), n_out, n_in, rng)
+    wf = rng.standard_normal((n_out, n_in)).astype(np.float32)
+    q = gguf_quantize(wf, GT[name])
+    return readonly(np.ascontiguousarray(q).view(np.uint8).reshape(n_out, -1))
+
+
+def gguf_rows(w, name, n_in):
+    return np.asarray(gguf_dequantize(w, GT[name]), np.float32).reshape(w.shape[0], n_in)
+
+
+def bits(a):
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+def check_close(out, x, w, name, n_in, ref, tol=REL_TOL):
+    """|out - ref| <= tol * (|x| @ |W|^T) elementwise (ref: the float64 oracle's result)."""
+    scale = np.abs(x.astype(np.float64)) @ np.abs(gguf_rows(w, name, n_in).astype(np.float64)).T
+    err = np.abs(out.astype(np.float64) - ref)
+    assert np.all(err <= tol * scale + 1e-30), f"max rel err {np.max(err / (scale + 1e-30)):.2e}"

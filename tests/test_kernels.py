@@ -1,0 +1,161 @@
+"""The small CPU kernels (norm, rope, attention, activations) against their NumPy references, and
+the whole forward pass implementation by implementation, side by side: the NumPy reference, the
+njit kernels called one by one from Python (`forward_steps`), the fused compiled pass
+(`forward`), and the CUDA backend under the simulator (in its own process)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specnb.context import Batch, Context
+from specnb.kernels import activations as A
+from specnb.kernels import attention as At
+from specnb.kernels import norm as N
+from specnb.kernels import rope as R
+from specnb.model import load_model
+from specnb.reference import Reference
+
+
+def _bits(a):
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+# ---- one kernel at a time ----------------------------------------------------------------------
+
+def test_rmsnorm_against_reference():
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((5, 100)) * 3).astype(np.float32)
+    w = (1 + 0.1 * rng.standard_normal(100)).astype(np.float32)
+    out = N.rmsnorm(x, w, 1e-5, np.empty_like(x))
+    assert np.abs(out - N.rmsnorm_ref(x, w, 1e-5)).max() <= 1e-6 * np.abs(out).max()
+    one = N.rmsnorm(x[3:4].copy(), w, 1e-5, np.empty_like(x[:1]))
+    assert np.array_equal(_bits(one[0]), _bits(out[3]))
+
+
+@pytest.mark.parametrize("mode", [R.ROPE_NORM, R.ROPE_NEOX])
+def test_rope_against_reference(mode):
+    rng = np.random.default_rng(1)
+    pos = np.array([0, 7, 300, 4095])
+    cos, sin = R.rope_angles(pos, 8, 10000.0, 1.0, None)         # n_rot 8 of 10: 2 pass through
+    x = rng.standard_normal((4, 3, 10)).astype(np.float32)
+    got = x.copy()
+    R.rope(got, cos, sin, mode)
+    assert np.abs(got - R.rope_ref(x, cos, sin, mode)).max() <= 1e-6
+    assert np.array_equal(got[..., 8:], x[..., 8:])
+    # the angles of a position do not depend on the others in the batch
+    c1, s1 = R.rope_angles(pos[2:3], 8, 10000.0, 1.0, None)
+    assert np.array_equal(c1[0], cos[2]) and np.array_equal(s1[0], sin[2])
+
+
+@pytest.mark.parametrize("hd", [16, 48, 64, 128])
+def test_attention_kernel_against_reference(hd):
+    rng = np.random.default_rng(hd)
+    n, nh, nkv, n_ctx = 5, 6, 2, 96
+    q = rng.standard_normal((n, nh, hd)).astype(np.float32)
+    kc = rng.standard_normal((3, n_ctx, nkv * hd)).astype(np.float32)
+    vc = rng.standard_normal((3, n_ctx, nkv * hd)).astype(np.float32)
+    valid = rng.random((3, n_ctx)) < 0.8                    # holes in every sequence
+    seq = np.array([0, 2, 1, 2, 0])
+    pos = np.array([10, 60, 33, 61, 11])
+    valid[seq, pos] = True
+    out = At.attention(q, kc, vc, valid, seq, pos, nkv, np.empty_like(q))
+    ref = At.attention_ref(q, kc.reshape(3, n_ctx, nkv, hd), vc.reshape(3, n_ctx, nkv, hd),
+                           valid, seq, pos, nkv)
+    assert np.abs(out - ref).max() < 1e-5 * np.abs(vc).max()
+    # the threaded path (large work) computes every (row, head) exactly as the serial one
+    par = np.empty_like(q)
+    At._attention_parallel(q, kc, vc, valid, seq, pos, nkv, par)
+    assert np.array_equal(par.view(np.uint32), out.view(np.uint32))
+    # and a row alone equals the same row in the batch
+    one = At.attention(q[3:4].copy(), kc, vc, valid, seq[3:4], pos[3:4], nkv, np.empty_like(q[:1]))
+    assert np.array_equal(one[0].view(np.uint32), out[3].view(np.uint32))
+
+
+def test_exp64_against_numpy():
+    xs = np.concatenate([np.linspace(-708, 709, 20001), [-1e-300, 0.0, 1e-300, 0.5, -0.5]])
+    got = np.array([A.exp64(v) for v in xs])
+    assert np.max(np.abs(got - np.exp(xs)) / np.exp(xs)) < 4.5e-16          # 2 ulp of float64
+    assert A.exp64(-1e6) == A.exp64(A.EXP_MIN) and A.exp64(1e6) == A.exp64(A.EXP_MAX)  # clamped
+
+
+@pytest.mark.parametrize("f", [8960, 100, 3])                 # vector body, body + tail, tail
+def test_swiglu_against_reference_and_batch_invariant(f):
+    rng = np.random.default_rng(2)
+    g = (rng.standard_normal((9, f)) * 4).astype(np.float32)
+    g[0, :3] = [-800.0, 800.0, 0.0]                          # exp overflow / underflow ends
+    u = rng.standard_normal((9, f)).astype(np.float32)
+    out = A.swiglu(g, u, np.empty_like(g))
+    with np.errstate(over="ignore"):
+        ref = A.swiglu_ref(g, u)
+    assert np.abs(out - ref).max() <= 1e-6 * np.abs(ref).max()
+    # the float64 silu rounds to the same float32 as with NumPy's exp, element by element
+    with np.errstate(over="ignore"):
+        g64 = g.astype(np.float64)
+        same_ops = (g64 / (1.0 + np.exp(-g64))).astype(np.float32) * u
+    assert np.mean(_bits(out) == _bits(same_ops)) > 0.999
+    one = A.swiglu(g[4:5].copy(), u[4:5].copy(), np.empty_like(g[:1]))
+    assert np.array_equal(_bits(one[0]), _bits(out[4]))
+    par = np.empty_like(g)
+    A._swiglu_parallel(g, u, par)                             # the threaded path, same bits
+    assert np.array_equal(_bits(par), _bits(out))
+
+
+def test_argmax_and_topk_against_numpy():
+    rng = np.random.default_rng(3)
+    lg = np.round(rng.standard_normal(300) * 4).astype(np.float32) / 4       # many ties
+    lg[[5, 250]] = lg.max() + 1                                               # a tie at the top
+    assert A.argmax(lg) == 5 == int(np.argmax(lg))                            # the first maximum
+    for k in (1, 7, 300):
+        ids, vals = A.topk(lg, k)
+        order = np.lexsort((np.arange(300), -lg))[:k]                         # value desc, id asc
+        assert np.array_equal(ids, order) and np.array_equal(vals, lg[order])
+
+
+# ---- the whole forward pass, implementation by implementation ---------------------------------
+
+IMPLS = ["reference", "njit", "fused", "cuda-sim"]
+_SIM_SCRIPT = """
+import json, sys
+import numpy as np
+from specnb.context import Batch, Context
+from specnb.model import load_model
+m = load_model(sys.argv[1])
+ids = json.loads(sys.argv[2])
+out = Context(m, n_ctx=32, backend="cuda").decode(Batch.from_tokens(ids, 0, 0, "all"))
+np.save(sys.argv[3], out)
+"""
+
+
+def _logits(impl, path, ids, tmp_path):
+    m = load_model(path)
+    if impl == "reference":
+        return Reference(m).forward(ids)
+    if impl == "cuda-sim":
+        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+        out = tmp_path / "logits.npy"
+        r = subprocess.run([sys.executable, "-c", _SIM_SCRIPT, str(path), json.dumps(ids), str(out)],
+                           env=env, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return np.load(out)
+    ctx = Context(m, n_ctx=32)
+    if impl == "njit":
+        ctx.backend.forward = ctx.backend.forward_steps
+    return ctx.decode(Batch.from_tokens(ids, 0, 0, "all"))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q5_0"])
+def test_forward_implementations_agree_with_the_reference(tiny_path, tmp_path, impl, qtype):
+    if impl == "cuda-sim" and qtype != "Q4_K":
+        pytest.skip("one type is enough under the (slow) simulator")
+    path = Path(tiny_path(qtype, arch="qwen2", tied=False))
+    ids = np.random.default_rng(4).integers(3, load_model(path).n_vocab, 8).tolist()
+    ref = Reference(load_model(path)).forward(ids)
+    got = _logits(impl, path, ids, tmp_path)
+    assert got.shape == ref.shape
+    assert np.abs(got - ref).max() <= 2e-4 * np.abs(ref).max() + 1e-5
+    assert (got.argmax(-1) == ref.argmax(-1)).all()

@@ -1,0 +1,234 @@
+"""kernels/simd.py, simd_wide.py and tiles.py: the explicit-SIMD layer on its own.
+
+- the Numba extension API and LLVM intrinsics the layer is built on are there (a new Numba or
+  llvmlite release that moves them fails here, with the name);
+- each intrinsic against its NumPy definition (the fixed reduction order of vhsum, ties to even
+  in vrint, the byte dot products, the field and scale builders, the tiles);
+- every SIMD level gives the same bits: the kernels recompiled with SPECNB_SIMD=generic (the plain
+  LLVM vector IR a CPU without AVX2, e.g. an ARM laptop, compiles) and SPECNB_SIMD=avx2, in
+  fresh processes, against the host's own level.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from numba import njit
+
+from specnb.kernels import simd as S
+from specnb.kernels import simd_wide as W
+from specnb.kernels import tiles as TL
+
+
+# ---- what the layer depends on -------------------------------------------------------------------
+
+def test_the_extension_api_it_uses_is_there():
+    import llvmlite.binding
+    import llvmlite.ir
+    import numba.core.cgutils
+    import numba.extending
+    for mod, names in ((numba.extending, ("intrinsic", "overload", "register_model", "models")),
+                       (numba.extending.models, ("PrimitiveModel",)),
+                       (numba.core.cgutils, ("get_or_insert_function",)),
+                       (llvmlite.binding, ("get_host_cpu_features", "parse_assembly")),
+                       (llvmlite.ir, ("VectorType", "ArrayType", "Constant", "IRBuilder"))):
+        missing = [n for n in names if not hasattr(mod, n)]
+        assert not missing, f"{mod.__name__} no longer has {missing}: kernels/simd.py needs them"
+
+
+X86_INTRINSICS = [   # (name, IR signature) of every x86 intrinsic the layer emits
+    ("llvm.x86.avx2.pmadd.ub.sw", "<16 x i16> (<32 x i8>, <32 x i8>)"),
+    ("llvm.x86.avx2.pmadd.wd", "<8 x i32> (<16 x i16>, <16 x i16>)"),
+    ("llvm.x86.avx2.psign.b", "<32 x i8> (<32 x i8>, <32 x i8>)"),
+    ("llvm.x86.avx512.pmaddubs.w.512", "<32 x i16> (<64 x i8>, <64 x i8>)"),
+    ("llvm.x86.avx512.vpdpbusd.512", None),
+    ("llvm.x86.avx512.vpdpwssd.512", None),
+    ("llvm.x86.vcvtph2ps.128", "<4 x float> (<8 x i16>)"),
+]
+
+
+@pytest.mark.parametrize("name,sig", X86_INTRINSICS)
+def test_the_llvm_intrinsics_it_emits_compile(name, sig):
+    import llvmlite.binding as llvm
+    if sig is None:     # the VNNI ones: the operand types of the LLVM at hand (simd_wide probes them)
+        b = "<64 x i8>" if "busd" in name else "<32 x i16>"
+        probe = W._VNNI_B if "busd" in name else W._VNNI_W
+        vty = str(probe(_FakeBuilder(), "v"))
+        b = b if vty == b else "<16 x i32>"
+        sig = f"<16 x i32> (<16 x i32>, {b}, {b})"
+    ret, args = sig.split(" (", 1)
+    argtys = [a.strip() for a in args.rstrip(")").split(",")]
+    params = ", ".join(f"{t} %a{i}" for i, t in enumerate(argtys))
+    call = ", ".join(f"{t} %a{i}" for i, t in enumerate(argtys))
+    ir = (f"declare {ret} @{name}({', '.join(argtys)})\n"
+          f"define {ret} @f({params}) {{\n  %r = call {ret} @{name}({call})\n  ret {ret} %r\n}}\n")
+    m = llvm.parse_assembly(ir)
+    m.verify()
+    if "avx512" in name and S.SIMD_LEVEL != "avx512":
+        pytest.skip("this CPU has no AVX-512: the layer does not emit it here")
+    if "x86" in name and not S._AVX2:
+        pytest.skip("not an x86 CPU with AVX2")
+    tm = llvm.Target.from_default_triple().create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten())
+    assert "f:" in tm.emit_assembly(m)
+
+
+class _FakeBuilder:
+    # records the vector type a probe would bitcast to
+    def bitcast(self, v, ty):
+        return ty
+
+
+# ---- the intrinsics against NumPy ------------------------------------------------------------
+
+@njit
+def _hsum(a):
+    return S.vhsum(S.vload(a, 0))
+
+
+def test_vhsum_adds_in_its_fixed_order():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        a = (rng.standard_normal(8) * 10.0 ** rng.integers(-8, 8, 8)).astype(np.float32)
+        l = a.astype(np.float32)
+        want = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+        assert _hsum(a) == want
+
+
+@njit
+def _rint_store(a, out):
+    S.vstore_i8(out, 0, S.vrint(S.vload(a, 0)))
+
+
+def test_vrint_rounds_ties_to_even():
+    a = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.49999, -3.5], np.float32)
+    out = np.empty(8, np.int8)
+    _rint_store(a, out)
+    assert out.tolist() == [0, 2, 2, 0, -2, -2, 3, -4] == np.rint(a).astype(np.int8).tolist()
+
+
+@njit
+def _dots(a, b, out):
+    S.vstore(out, 0, S.vfloat(S.vdot_u8i8(S.vload_b32(a, 0), S.vload_b32(b, 0))))
+    S.vstore(out, 8, S.vfloat(S.vdot_i8i8(S.vload_b32(a, 0), S.vload_b32(b, 0))))
+
+
+def test_vdot_byte_products():
+    rng = np.random.default_rng(1)
+    u = rng.integers(0, 128, 32).astype(np.uint8)       # unsigned a < 128: no pmaddubsw saturation
+    x = rng.integers(-127, 128, 32).astype(np.int8)
+    out = np.empty(16, np.float32)
+    _dots(u, x, out)
+    want = (u.astype(np.int64) * x).reshape(8, 4).sum(-1)
+    assert out[:8].tolist() == want.tolist()
+    s = u.view(np.int8)                                  # the same bytes, signed
+    assert out[8:].tolist() == (s.astype(np.int64) * x).reshape(8, 4).sum(-1).tolist()
+
+
+@njit
+def _wide(u, x, s, fields, out_f):
+    acc = TL.tzeros(np.int32, 16, 2)
+    xt = TL.tload_bytes(x, 0, 64, 2, 64)
+    a1 = TL.tdot4(acc, W.vload_b64(u, 0), xt)
+    a2 = TL.tdot4s(acc, W.vload_b64(u, 0), xt, W.vpairs(W.vload_i8x16(s, 0)))
+    TL.tstore_hsum(out_f, 0, 1, TL.tfloat(a1))
+    TL.tstore_hsum(out_f, 2, 1, TL.tfloat(a2))
+    f = W.vfields64(fields, 0, 2, 6, 3)              # (checked through a dot product)
+    TL.tstore_hsum(out_f, 4, 1, TL.tfloat(TL.tdot4(TL.tzeros(np.int32, 16, 1), f,
+                                                     TL.tload_bytes(x, 0, 64, 1, 64))))
+
+
+def test_wide_dot_products_fields_and_tiles():
+    rng = np.random.default_rng(2)
+    u = rng.integers(0, 64, 64).astype(np.uint8)
+    x = rng.integers(-127, 128, 128).astype(np.int8)     # two rows of 64
+    s = rng.integers(-128, 128, 16).astype(np.int8)      # a signed scale per lane
+    fields = rng.integers(0, 256, 32).astype(np.uint8)
+    out_f = np.empty(5, np.float32)
+    _wide(u, x, s, fields, out_f)
+    xr = x.reshape(2, 64).astype(np.int64)
+    lanes = (u.astype(np.int64) * xr).reshape(2, 16, 4).sum(-1)
+    assert out_f[:2].tolist() == lanes.sum(-1).tolist()
+    assert out_f[2:4].tolist() == (lanes * s.astype(np.int64)).sum(-1).tolist()
+    f = np.concatenate([(fields >> 2) & 3, (fields >> 6) & 3]).astype(np.int64)
+    assert out_f[4] == (f * xr[0]).sum()
+
+
+@njit
+def _bits32(w, out):
+    v = S.vbits32(w)
+    S.vstore(out, 0, S.vfloat(S.vdot_u8i8(v, S.vload_b32(np.ones(32, np.int8), 0))))
+
+
+def test_vbits32():
+    out = np.empty(8, np.float32)
+    w = 0b1011_0000_0000_0001_1111_0000_1010_0110
+    _bits32(w, out)
+    bits = [(w >> j) & 1 for j in range(32)]
+    assert out[:8].tolist() == [sum(bits[4 * l:4 * l + 4]) for l in range(8)]
+
+
+# ---- every SIMD level gives the same bits ----------------------------------------------------
+
+_LEVEL_SCRIPT = r"""
+import json, sys
+import numpy as np
+from specnb.kernels import matmul, matmul_q8, qtypes, simd
+rng = np.random.default_rng(5)
+out = {"level": simd.SIMD_LEVEL}
+n = 11                           # more rows than a tile: the scratch-buffer passes too
+x = rng.standard_normal((n, 512)).astype(np.float32)
+buf = np.empty(16 * 384, np.uint8)
+for name in sys.argv[1].split(","):
+    qt = int(getattr(qtypes, name))
+    w = qtypes.random_blocks(qt, 17, 512, rng)
+    r = np.empty((n, 17), np.float32)
+    if name in ("Q4_K", "Q6_K"):
+        qx, dx, bs = matmul_q8._alloc_q8_k(n, 512)
+        matmul_q8._quantize_q8_k(x, qx, dx, bs)
+        getattr(matmul_q8, "_rows_" + name.lower())(qx, dx, bs, w, r, 0, 17, 2, buf)
+    else:
+        qx, d16, s16 = matmul_q8._alloc_q8_32(n, 512)
+        matmul_q8._quantize_q8_32(x, qx, d16, s16)
+        getattr(matmul_q8, "_rows_" + name.lower())(qx, d16, s16, w, r, 0, 17, 16, buf)
+    f = np.empty((n, 17), np.float32)
+    matmul._matmul_rows(x, w, qt, f, 0, 17, np.empty(512, np.float32))
+    out[name] = [r.view(np.uint32).tolist(), f.view(np.uint32).tolist()]
+print(json.dumps(out))
+"""
+LEVEL_TYPES = "Q4_K,Q6_K,Q8_0,Q4_1,Q5_0"
+
+
+def _run_level(level, tmp_path):
+    env = dict(os.environ, SPECNB_SIMD=level, NUMBA_CACHE_DIR=str(tmp_path / level))
+    r = subprocess.run([sys.executable, "-c", _LEVEL_SCRIPT, LEVEL_TYPES], env=env,
+                       capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_every_simd_level_gives_the_same_bits(tmp_path):
+    # compiles the int8 and float32 row kernels of five types afresh at each level (minutes)
+    levels = ["generic"] + (["avx2"] if S.SIMD_LEVEL == "avx512" else [])
+    native = _run_level("auto", tmp_path)
+    assert native["level"] == S.SIMD_LEVEL
+    for level in levels:
+        got = _run_level(level, tmp_path)
+        assert got["level"] == level
+        for name in LEVEL_TYPES.split(","):
+            assert got[name] == native[name], (level, name)
+
+
+def test_simd_level_choice():
+    feats = {"avx2": True, "avx512f": True, "avx512bw": True, "avx512vl": True, "avx512vnni": True}
+    assert S._simd_level("auto", feats) == "avx512"
+    assert S._simd_level("avx2", feats) == "avx2"
+    assert S._simd_level("generic", feats) == "generic"
+    assert S._simd_level("auto", {"avx2": True}) == "avx2"
+    assert S._simd_level("avx512", {"avx2": True}) == "avx2"       # never more than the CPU has
+    assert S._simd_level("auto", {}) == "generic"                  # e.g. an ARM CPU
+    with pytest.raises(ValueError, match="SPECNB_SIMD='sse9'"):
+        S._simd_level("sse9", feats)

@@ -337,10 +337,13 @@ def check(qtypes=None, n_out: int = 37, rows=(1, 2, 3, 4, 5, 9, 17), seed: int =
         for k in rows:
             out = np.empty((k, n_out), np.float32)
             matmul(x[:k], wf, qt, out)
-            err = np.abs(out - matmul_ref(x[:k], wf, qt, n_in)) / (np.abs(x[:k].astype(np.float64)) @ np.abs(wdf).T + 1e-30)
-            res.append((name, f"{k} rows within {REL_TOL:g} of matmul_ref", bool(err.max() <= REL_TOL), f"{err.max():.1e}"))
+            scale = np.abs(x[:k].astype(np.float64)) @ np.abs(wdf).T + 1e-30
+            err = np.abs(out - matmul_ref(x[:k], wf, qt, n_in)) / scale
+            res.append((name, f"{k} rows within {REL_TOL:g} of matmul_ref", bool(err.max() <= REL_TOL),
+                        f"{err.max():.1e}"))
             matmul(x[k - 1:k].copy(), wf, qt, one)
-            res.append((name, f"row {k - 1} of {k} == alone", np.array_equal(one[0].view(np.uint32), out[k - 1].view(np.uint32)), ""))
+            same = np.array_equal(one[0].view(np.uint32), out[k - 1].view(np.uint32))
+            res.append((name, f"row {k - 1} of {k} == alone", same, ""))
     return res
 
 

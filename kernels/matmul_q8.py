@@ -18,7 +18,8 @@ Rounding x to int8 moves each product by up to max|x_block| / 254, so this is no
 Kernels: a pass takes one weight row and a tile of R activation rows (tiles.py): every 64-weight
 chunk is decoded once and meets the R rows in R integer dot products (one or two VNNI
 instructions, or two or three AVX2 ones, per row). For more than R_MAX rows the first pass keeps
-the decoded row in a scratch buffer (L1-resident) and the passes for the other rows read it back. Each row's sums run the same instructions in the same order whatever R is:
+the decoded row in a scratch buffer (L1-resident) and the passes for the other rows read it back.
+Each row's sums run the same instructions in the same order whatever R is:
 a float32 16-lane accumulator per row gets one fused multiply-add per super-block (K types) or per
 chunk of two blocks (the others), and a fixed halving tree adds its lanes at the end. So a row's
 outputs are bit-identical alone or in any batch. The integer sums are exact, so every SIMD level
@@ -153,7 +154,8 @@ def quantize_q8_32(x):
     qx, dx16, sx16 = _alloc_q8_32(n_rows, n)
     _quantize_q8_32(x, qx, dx16, sx16)
     nb = n // 32
-    return (qx.transpose(1, 0, 2).reshape(n_rows, -1)[:, :n], dx16[:, :, ::8].transpose(1, 0, 2).reshape(n_rows, -1)[:, :nb],
+    return (qx.transpose(1, 0, 2).reshape(n_rows, -1)[:, :n],
+            dx16[:, :, ::8].transpose(1, 0, 2).reshape(n_rows, -1)[:, :nb],
             sx16[:, :, ::8].transpose(1, 0, 2).reshape(n_rows, -1)[:, :nb])
 
 
@@ -389,7 +391,8 @@ def check(qtypes=None, n_out: int = 23, rows=(1, 2, 3, 4, 5, 8, 9, 17), seed: in
         name = T.qtype_name(qt)
         n_in = 512 if qt in T.K_QTYPES else 96              # 96: an odd number of blocks
         w = T.random_blocks(qt, n_out, n_in, rng)
-        wd = np.abs(np.asarray(gguf.quants.dequantize(w, gguf.GGMLQuantizationType(qt)), np.float64)).reshape(n_out, n_in)
+        wd = np.asarray(gguf.quants.dequantize(w, gguf.GGMLQuantizationType(qt)), np.float64)
+        wd = np.abs(wd).reshape(n_out, n_in)
         x = rng.standard_normal((max(rows), n_in)).astype(np.float32)
         x[0, :32] *= 100.0                                 # one block with a big max|x|
         one = np.empty((1, n_out), np.float32)
@@ -403,7 +406,8 @@ def check(qtypes=None, n_out: int = 23, rows=(1, 2, 3, 4, 5, 8, 9, 17), seed: in
             res.append((name, f"{k} rows within the int8 rounding bound", bool(np.all(err <= bound)),
                         f"{np.max(err / bound):.2f} of it"))
             matmul_q8(x[k - 1:k].copy(), w, qt, one)
-            res.append((name, f"row {k - 1} of {k} == alone", np.array_equal(one[0].view(np.uint32), out[k - 1].view(np.uint32)), ""))
+            same = np.array_equal(one[0].view(np.uint32), out[k - 1].view(np.uint32))
+            res.append((name, f"row {k - 1} of {k} == alone", same, ""))
     return res
 
 

@@ -74,13 +74,16 @@ def dot4_codegen(builder, acc, u, x, s=None):
     halves (the 'pair form' (sc & 0xffff) | sc << 16, sc in int16 range)."""
     if _AVX512:
         if s is None:
-            return _call(builder, "llvm.x86.avx512.vpdpbusd.512", _V16I, [acc, _VNNI_B(builder, u), _VNNI_B(builder, x)])
+            return _call(builder, "llvm.x86.avx512.vpdpbusd.512", _V16I,
+                         [acc, _VNNI_B(builder, u), _VNNI_B(builder, x)])
         p = _call(builder, "llvm.x86.avx512.pmaddubs.w.512", _V32S, [u, x])
-        return _call(builder, "llvm.x86.avx512.vpdpwssd.512", _V16I, [acc, _VNNI_W(builder, p), _VNNI_W(builder, builder.bitcast(s, _V32S))])
+        return _call(builder, "llvm.x86.avx512.vpdpwssd.512", _V16I,
+                     [acc, _VNNI_W(builder, p), _VNNI_W(builder, builder.bitcast(s, _V32S))])
     if _AVX2:
         halves = []
         for h in range(2):
-            p = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [_slice(builder, u, 32 * h, 32), _slice(builder, x, 32 * h, 32)])
+            p = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S,
+                      [_slice(builder, u, 32 * h, 32), _slice(builder, x, 32 * h, 32)])
             sh = ir.Constant(_V16S, [1] * 16) if s is None else builder.bitcast(_slice(builder, s, 8 * h, 8), _V16S)
             halves.append(_call(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [p, sh]))
         return builder.add(acc, _concat(builder, halves[0], halves[1]))
@@ -159,8 +162,10 @@ def vfields64(typingctx, a, i, sh0, sh1, mask):
         def codegen(context, builder, sig, args):
             q = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V32B), align=1)
             m = _splat(builder, _int(context, builder, sig, args, 4, types.int8), _V32B)
-            lo = builder.and_(builder.lshr(q, _splat(builder, _int(context, builder, sig, args, 2, types.int8), _V32B)), m)
-            hi = builder.and_(builder.lshr(q, _splat(builder, _int(context, builder, sig, args, 3, types.int8), _V32B)), m)
+            sh_lo = _splat(builder, _int(context, builder, sig, args, 2, types.int8), _V32B)
+            sh_hi = _splat(builder, _int(context, builder, sig, args, 3, types.int8), _V32B)
+            lo = builder.and_(builder.lshr(q, sh_lo), m)
+            hi = builder.and_(builder.lshr(q, sh_hi), m)
             return _concat(builder, lo, hi)
         return i8x64(a, i, sh0, sh1, mask), codegen
 
@@ -245,7 +250,8 @@ def vgroups4(typingctx, v, c):
         k = c.literal_value
 
         def codegen(context, builder, sig, args):
-            return builder.shuffle_vector(args[0], args[0], _const(ir.VectorType(_i32, 16), [4 * k + l // 4 for l in range(16)]))
+            mask = _const(ir.VectorType(_i32, 16), [4 * k + l // 4 for l in range(16)])
+            return builder.shuffle_vector(args[0], args[0], mask)
         return i32x16(v, c), codegen
 
 

@@ -100,7 +100,8 @@ def _loader(dtypes, elt, align):
 
             def codegen(context, builder, sig, args):
                 vty = context.get_value_type(T.vec)
-                return _tile(builder, context.get_value_type(T), _row_loads(context, builder, sig, args, T.rows, vty, align))
+                loads = _row_loads(context, builder, sig, args, T.rows, vty, align)
+                return _tile(builder, context.get_value_type(T), loads)
             return T(a, i, stride, R, n), codegen
     return load
 

@@ -106,7 +106,7 @@ def streaming_bandwidth(gib: float = 1.0, n_threads: int | None = None, reps: in
         barrier = threading.Barrier(n + 1)
         done = [0.0] * n
 
-        def work(i):
+        def work(i, barrier=barrier, done=done):
             barrier.wait()
             t = time.perf_counter()
             arrays[i].sum()

@@ -44,7 +44,8 @@ def _model_table(r: dict, title: str) -> list:
     tg = f"{lc['tg_tok_s']:.1f}" if lc else None
     L.append(row("decode tok/s", "decode_tok_s", "{:9.1f}", tg))
     L.append(row("decode ms/token", "decode_ms_per_tok", "{:9.2f}", f"{1e3 / lc['tg_tok_s']:.2f}" if lc else None))
-    L.append(row("weights read GB/s", "weight_gb_s", "{:9.1f}", f"{lc['weight_gb_s']:.1f}" if lc and "weight_gb_s" in lc else None))
+    lc_gb_s = f"{lc['weight_gb_s']:.1f}" if lc and "weight_gb_s" in lc else None
+    L.append(row("weights read GB/s", "weight_gb_s", "{:9.1f}", lc_gb_s))
     if r["modes"][modes[0]].get("bandwidth_frac") is not None:
         L.append(row("of the bandwidth", "bandwidth_frac", "{:9.0%}",
                      f"{lc['bandwidth_frac']:.0%}" if lc and lc.get("bandwidth_frac") is not None else None))
@@ -143,7 +144,8 @@ def _decode_goals(r: dict, who: str) -> list:
     if r["modes"][_modes(r)[0]].get("bandwidth_frac") is not None:
         out.append((f"decode of {who} reads >= {MIN_BANDWIDTH_FRAC:.0%} of the streaming bandwidth",
                     "; ".join(f"{m} {r['modes'][m]['bandwidth_frac']:.0%}" for m in _modes(r))
-                    + (f" (llama.cpp {lc['bandwidth_frac']:.0%})" if lc and lc.get("bandwidth_frac") is not None else ""),
+                    + (f" (llama.cpp {lc['bandwidth_frac']:.0%})"
+                       if lc and lc.get("bandwidth_frac") is not None else ""),
                     _per_mode(r, lambda x: x["bandwidth_frac"] >= MIN_BANDWIDTH_FRAC)))
     return out
 
@@ -163,7 +165,8 @@ def _batch_goals(r: dict, limits, sweep_goal: bool) -> list:
     out = []
     for k, lim in limits:
         if k in r["modes"][_modes(r)[0]]["batch_cost"]:
-            out.append((f"{k} rows <= {lim}x one row", "; ".join(f"{m} {r['modes'][m]['batch_cost'][k]:.2f}" for m in _modes(r)),
+            out.append((f"{k} rows <= {lim}x one row",
+                        "; ".join(f"{m} {r['modes'][m]['batch_cost'][k]:.2f}" for m in _modes(r)),
                         _per_mode(r, lambda x, k=k, lim=lim: x["batch_cost"][k] <= lim)))
         else:
             out.append((f"{k} rows <= {lim}x one row", "not measured", None))
@@ -171,10 +174,12 @@ def _batch_goals(r: dict, limits, sweep_goal: bool) -> list:
         ks = sorted(r["modes"][_modes(r)[0]]["batch_cost"])
         if ks == list(range(1, 18)):
             out.append((f"no cliff from 1 to 17 rows (no step k -> k + 1 over {CLIFF_FACTOR:g}x the median step)",
-                        "; ".join(f"{m}: steps at k = {cliffs(r['modes'][m]['batch_cost']) or 'none'}" for m in _modes(r)),
+                        "; ".join(f"{m}: steps at k = {cliffs(r['modes'][m]['batch_cost']) or 'none'}"
+                                  for m in _modes(r)),
                         _per_mode(r, lambda x: not cliffs(x["batch_cost"]))))
         else:
-            out.append(("no cliff from 1 to 17 rows", "needs every batch size 1..17 (bench with -md, not --quick)", None))
+            out.append(("no cliff from 1 to 17 rows", "needs every batch size 1..17 (bench with -md, not --quick)",
+                        None))
     return out
 
 
@@ -193,11 +198,13 @@ def goals(r: dict) -> list:
                         "llama.cpp's plain decoding of the target",
                         "; ".join(f"{a} {m['spec_tok_s']:.1f} tok/s (D={m['best']})" for a, m in p.items())
                         + (f" vs {lc['tg_tok_s']:.1f}" if lc else "; llama.cpp not measured"),
-                        {a: m["spec_tok_s"] >= PAIR_SPEEDUP_GOAL * lc["tg_tok_s"] for a, m in p.items()} if lc else None))
+                        {a: m["spec_tok_s"] >= PAIR_SPEEDUP_GOAL * lc["tg_tok_s"] for a, m in p.items()}
+                        if lc else None))
             out.append(("speculative output identical to plain decoding", "every prompt and draft-max",
                         {a: m["identical"] for a, m in p.items()}))
         else:
-            out.append(("speculative decoding of the pair >= 1.3x llama.cpp's plain decoding", "run bench --spec", None))
+            out.append(("speculative decoding of the pair >= 1.3x llama.cpp's plain decoding", "run bench --spec",
+                        None))
     else:
         out += _batch_goals(r, DEFAULT_BATCH_GOALS, False)
         for lim, kmax in ((1.3, 5), (2.0, 17)):

@@ -30,7 +30,8 @@ LAYERS = [
     {"verify", "draft_simple", "ngram", "ngram_cache", "speculative", "loop",
      "speculative_simple"},
     # 5: measuring and drawing it
-    {"cost", "stats", "experiments", "plots", "figures_sampling", "bench", "spec_bench"},
+    {"cost", "stats", "experiments", "plots", "figures_sampling", "bench", "bench_llamacpp", "bench_report",
+     "spec_bench"},
     # 6: what people use
     {"view", "widgets", "demo", "cli", "__main__", "__init__"},
 ]

@@ -2,7 +2,6 @@
 prints, llama.cpp's column (measured by llama-bench on the same model, or the printed figures of
 the default model, never another model's), and the goals it marks met or missed."""
 import json
-import os
 import re
 import stat
 from pathlib import Path

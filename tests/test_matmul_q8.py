@@ -162,7 +162,8 @@ def _k_weight_ints(w, name):
         sc6 = b[..., 4:16]
         s = np.arange(8)
         lo_s = np.where(s < 4, sc6[..., s % 4] & 63, (sc6[..., 4 + s % 4 + 4] & 15) | ((sc6[..., s % 4] >> 6) << 4))
-        lo_m = np.where(s < 4, sc6[..., 4 + s % 4] & 63, (sc6[..., 4 + s % 4 + 4] >> 4) | ((sc6[..., 4 + s % 4] >> 6) << 4))
+        lo_m = np.where(s < 4, sc6[..., 4 + s % 4] & 63,
+                        (sc6[..., 4 + s % 4 + 4] >> 4) | ((sc6[..., 4 + s % 4] >> 6) << 4))
         qoff = 16 if name == "Q4_K" else 48
         # element j = 64 c + 32 t + l: nibble t of qs[32 c + l]
         c, t, l = j // 64, (j // 32) % 2, j % 32
@@ -173,7 +174,8 @@ def _k_weight_ints(w, name):
     # Q6_K: element j = 128 h + i: low 4 bits from ql[64 h + i % 64] (nibble i // 64), top 2 from
     # qh[32 h + i % 32] >> 2 (i // 32)
     h, i = j // 128, j % 128
-    q = ((b[..., 64 * h + i % 64] >> (4 * (i // 64))) & 15) | (((b[..., 128 + 32 * h + i % 32] >> (2 * (i // 32))) & 3) << 4)
+    q = ((b[..., 64 * h + i % 64] >> (4 * (i // 64))) & 15) \
+        | (((b[..., 128 + 32 * h + i % 32] >> (2 * (i // 32))) & 3) << 4)
     sc = b[..., 192:208]
     return q - 32, np.where(sc >= 128, sc - 256, sc), zero, _half(b, 208), np.zeros((n_out, nb))
 

@@ -44,6 +44,12 @@ def test_display_adds_a_png_only_when_static_pictures_are_on(pair, monkeypatch):
     bundle = view._repr_mimebundle_()
     assert base64.b64decode(bundle["image/png"]) == fake
     assert "application/vnd.jupyter.widget-view+json" in bundle      # the live widget stays
+    shown = []                       # a notebook cell ending in `view` goes through _ipython_display_
+    monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: shown.append((obj, raw)))
+    view._ipython_display_()
+    (obj, raw), = shown
+    assert raw and base64.b64decode(obj["image/png"]) == fake
+    assert "application/vnd.jupyter.widget-view+json" in obj
 
 
 @pytest.mark.skipif(snapshot.find_chromium() is None, reason="no Chromium (apt-get install -y chromium)")

@@ -180,7 +180,7 @@ class LiveView:
 
     def _ipython_display_(self):
         from IPython.display import display
-        display(self.widget)
+        display(self._repr_mimebundle_(), raw=True)     # the widget, and its picture when asked for
 
     # ---- settings ----------------------------------------------------------------------------
     @property

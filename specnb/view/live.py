@@ -18,7 +18,7 @@ from . import settings as S
 from .player import JOIN_TIMEOUT_S, Player
 from .render import (CHIP_STYLE, KV_LEGEND, MARK, chip_border, chip_title, committed_html,
                      counters_html, detail_html, error_html, history_html, impl_legend_html,
-                     impl_mark, kv_strip_html, no_round_header_html, slot_header_html, status_html,
+                     impl_mark, kv_strips_html, no_round_header_html, slot_header_html, status_html,
                      visible)
 from .state import Chip, RunState
 
@@ -460,10 +460,7 @@ class LiveView:
             w_head.value = slot_header_html(sv, self.vocab)
             w_chips.children = chips
             w_text.value = committed_html(self.vocab, self.prompts[s], self.run.committed.get(s, []), n_new)
-            w_kv.value = (kv_strip_html(sv.kv["target"], "target", sv.n_past)
-                          + kv_strip_html(sv.kv["draft"], "draft", sv.n_past,
-                                          empty="no draft context (no draft-simple in the chain)")
-                          + (KV_LEGEND if s == len(self.prompts) - 1 else ""))
+            w_kv.value = kv_strips_html(sv) + (KV_LEGEND if s == len(self.prompts) - 1 else "")
         for b in old_buttons:
             b.close()
         self.w_counters.value = counters_html(self.counters)

@@ -162,6 +162,13 @@ def kv_strip_html(states: list, label: str, n_past: int, window: int = KV_WINDOW
             f'color:#37474f">{_e(label)}</span>{"".join(cells)}</div>')
 
 
+
+def kv_strips_html(sv: SlotView) -> str:
+    """A round's two strips: the target's KV cells, then the draft's (or why there are none)."""
+    return (kv_strip_html(sv.kv["target"], "target", sv.n_past)
+            + kv_strip_html(sv.kv["draft"], "draft", sv.n_past,
+                            empty="no draft context (no draft-simple in the chain)"))
+
 KV_LEGEND = ('<div style="font-size:11px;color:#455a64;margin:2px 0 0 52px">'
              + " ".join(f'<span style="display:inline-block;width:10px;height:10px;border:1px solid '
                         f'#607d8b;{KV_STYLE[s]}"></span> {KV_WORDS[s]}&nbsp;&nbsp;'

@@ -10,7 +10,7 @@ and `LiveView._repr_mimebundle_` adds its PNG (specnb/snapshot.py, headless Chro
 from __future__ import annotations
 
 from .render import (KV_LEGEND, chip_html, committed_html, counters_html, history_html,
-                     impl_legend_html, kv_strip_html, no_round_header_html, slot_header_html)
+                     impl_legend_html, kv_strips_html, no_round_header_html, slot_header_html)
 
 SNAPSHOT_WIDTH_PX = 960
 
@@ -30,9 +30,7 @@ def snapshot_html(view) -> str:
                      + '<div style="margin:2px 0">' + "".join(chip_html(c, p_min) for c in sv.chips)
                      + "</div>"
                      + committed_html(view.vocab, prompt, run.committed.get(s, []), 0)
-                     + kv_strip_html(sv.kv["target"], "target", sv.n_past)
-                     + kv_strip_html(sv.kv["draft"], "draft", sv.n_past,
-                                     empty="no draft context (no draft-simple in the chain)"))
+                     + kv_strips_html(sv))
     return ('<div class="specnb-live-view-snapshot" style="font-family:sans-serif;border:1px solid '
             '#cfd8dc;padding:6px;width:930px"><div style="font-size:15px;font-weight:bold">specnb '
             'live view (a picture of the state it shows; run the notebook to step through it)</div>'

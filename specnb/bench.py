@@ -198,7 +198,7 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
     the target and draft on code prompts. Top-level decode_tok_s / prompt_tok_s / batch_cost are
     the target's in the default activation mode."""
     from .context import resolve_backend
-    from .models import default_target_path
+    from .registry import default_target_path
     from .registry import resolve
     # model names (`specnb models`) to files: llama-bench and the comparisons below need a path
     path = resolve(model_path) if model_path else default_target_path()
@@ -324,7 +324,7 @@ def _probe_memory(n_ctx: int, n_predict: int, n_threads=None) -> dict:
     import resource
     from .loop import SpecParams, SpeculativeLoop
     from .model import load_model
-    from .models import default_draft_path, default_target_path
+    from .registry import default_draft_path, default_target_path
     from .sampling import SamplerParams
     t0 = time.perf_counter()
     tgt = load_model(default_target_path())
@@ -359,7 +359,7 @@ def compile_times(n_threads=None) -> dict:
 def _probe_first_call(n_threads=None) -> dict:
     # (the parent times the whole process, interpreter start and imports included)
     from .model import load_model
-    from .models import default_target_path
+    from .registry import default_target_path
     t0 = time.perf_counter()
     model = load_model(default_target_path())
     out = {"load_s": time.perf_counter() - t0}

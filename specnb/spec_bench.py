@@ -98,7 +98,7 @@ def spec_bench(n_predict: int = 64, n_threads=None, backend: str = "cpu", sweep:
                activations: str = "f32") -> dict:
     from .cost import measure_cost_ratio, sweep_draft_max
     from .model import load_model
-    from .models import default_draft_path, default_target_path
+    from .registry import default_draft_path, default_target_path
     tgt = load_model(default_target_path())
     dft = load_model(default_draft_path())
     ctx_t = Context(tgt, n_ctx=512, backend=backend, n_threads=n_threads, activations=activations)
@@ -202,7 +202,7 @@ def ngram_edit_bench(model_path=None, draft_max_values=(1, 2, 3, 4, 6), n_predic
     """
     import time
     from .model import load_model
-    from .models import default_target_path
+    from .registry import default_target_path
     model = load_model(model_path or default_target_path())
     ids = code_edit_prompt(model.vocab)
     ctx = Context(model, n_ctx=len(ids) + n_predict + 64, n_threads=n_threads, activations=activations)

@@ -549,17 +549,10 @@ def test_slot_view_without_candidates(pair):
 def test_view_does_not_import_the_figures():
     """The view's counters come from specnb.stats: importing it loads neither specnb.plots
     nor plotly."""
-    code = ("import sys, specnb.view, specnb.widgets; "
+    code = ("import sys, specnb.view; "
             "print(sorted(m for m in sys.modules if m == 'specnb.plots' or m.startswith('plotly')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
-
-
-def test_old_import_path():
-    import specnb.view as view
-    import specnb.widgets as widgets
-    for name in ("LiveView", "MARK", "visible", "kv_states", "CHIP_STATES", "KV_STATES"):
-        assert getattr(widgets, name) is getattr(view, name)
 
 
 @pytest.mark.slow

@@ -18,9 +18,10 @@ and a small benchmark); data flows top to bottom:
   activations.py  swiglu_ref           swiglu, argmax, topk   swiglu_cuda          tests/test_kernels
   forward.py      specnb.reference     the whole pass fused   specnb.backend_cuda  tests/test_speed_paths
   cuda_common.py  (the CUDA kernels' shared helpers and block reductions)
+  stream.py       np.bitwise_xor       stream_xor (a read at memory speed: the bandwidth probe)    check()
   quant.py        (the earlier module name of the matrix products: re-exports)
 
 `python -m specnb.kernels.matmul` and `python -m specnb.kernels.matmul_q8` run the check and the
-benchmark of every type. The CUDA twins are checked under the simulator by tests/cudasim_checks.py
-against the same references.
+benchmark of every type; `python -m specnb.kernels.stream` the bandwidth probe's. The CUDA twins
+are checked under the simulator by tests/cudasim_checks.py against the same references.
 """

@@ -25,6 +25,14 @@ chunk of two blocks (the others), and a fixed halving tree adds its lanes at the
 outputs are bit-identical alone or in any batch. The integer sums are exact, so every SIMD level
 (simd.py) gives the same bits. Rows come in passes of R_MAX (8 with AVX-512, 4 otherwise), then
 one pass of the rest.
+
+Memory (K types, several rows): when a weight row's activations (256 bytes per super-block per
+row) would not fit in L1 next to the streaming weights, a block of O_BLOCK weight rows runs one
+range of super-blocks at a time (k_block), the float accumulators parked in a scratch between
+ranges, so each range of activations is read from L2 once per block instead of once per weight
+row; and the piece of weights the next pass reads is prefetched by hand (the hardware
+prefetchers lose a stream that jumps from row to row), as it is for long rows in one range. The
+order of every row's operations is unchanged, so the bits are too.
 """
 import time
 
@@ -37,9 +45,9 @@ from . import qtypes as T
 from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS, matmul, matmul_ref
 from .qtypes import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, check_shapes
 from .simd import _AVX512, vabs, vhmax, vhsum_i, vload, vmax, vrint, vstore_i8
-from .simd_wide import vabs8, vgroups4, vsplat16, vstore_at
+from .simd_wide import prefetch, vabs8, vgroups4, vsplat16, vstore_at
 from .tiles import (tbroadcast, tdot4, tdot4s, tfloat, tfma, tile_rows, tload_bytes, tload_f32,
-                    tload_i16, tmadd, tmul, tnegate_where, tstore_hsum, twiden, tzeros)
+                    tload_i16, tmadd, tmul, tnegate_where, tstore_f32, tstore_hsum, twiden, tzeros)
 
 _jit = njit(cache=True, fastmath=False)
 _inline = njit(fastmath=False, forceinline=True, _nrt=False)
@@ -173,15 +181,27 @@ def _k_pass(setup, chunk, bsize, R, store=False):
         return v
 
     @_inline
-    def run(r, base, w, p, nb, qx, dx, bs, out, o, n_out, n_rows, buf):
-        # out[r0 + i, o] for i < R, r0 = base + r; nb super-blocks of bsize bytes at byte p of w;
-        # store: also keep the decoded super-blocks in buf (blocks_q8.store_k)
+    def run(r, base, w, p, nb, qx, dx, bs, out, o, n_out, n_rows, buf, b0, b1, accs, ao, pnext):
+        # out[r0 + i, o] for i < R, r0 = base + r, over super-blocks b0 .. b1 - 1 of the nb of
+        # bsize bytes at byte p of w. A row's float accumulator starts at zero (b0 == 0) or where
+        # the previous range left it in accs (at ao + 16 row), and ends in out (b1 == nb) or back in
+        # accs: a range of super-blocks continues the sum exactly, in the same order.
+        # store: also keep the decoded super-blocks in buf (blocks_q8.store_k). pnext >= 0: the
+        # byte of w where the next range of super-blocks starts (prefetched as this one runs)
         r0 = base + r
-        acc_f = tzeros(np.float32, 16, R)
+        if b0 == 0:
+            acc_f = tzeros(np.float32, 16, R)
+        else:
+            acc_f = tload_f32(accs, ao + 16 * r0, 16, R, 16)
         cs = 64 * n_rows                                # bytes from one chunk to the next
-        for b in range(nb):
+        last = w.size - 1
+        for b in range(b0, b1):
             pb = p + bsize * b
             q = B.K_BUF_BYTES * b
+            if pnext >= 0:
+                pn = pnext + bsize * (b - b0)
+                for off in range(0, bsize, 64):
+                    prefetch(w, min(pn + off, last))
             S, C, d, e = setup(w, pb)
             if store:
                 B.store_k_scales(buf, q, S, C, d, e)
@@ -196,7 +216,10 @@ def _k_pass(setup, chunk, bsize, R, store=False):
             # this super-block's sum, d * acc + e * bias (16 lanes), times the row's d_x
             t = tfma(twiden(tfloat(bias), 16), vsplat16(e), tmul(tfloat(acc), vsplat16(d)))
             acc_f = tfma(tbroadcast(dx, ib, 1, R, 16), t, acc_f)
-        tstore_hsum(out, r0 * n_out + o, n_out, acc_f)
+        if b1 == nb:
+            tstore_hsum(out, r0 * n_out + o, n_out, acc_f)
+        else:
+            tstore_f32(accs, ao + 16 * r0, 16, acc_f)
     return run
 
 
@@ -234,7 +257,8 @@ def _b_pass(pair, one, signed, has_min, bsize, R, store=False):
 
 
 def _rows(make_pass, buf_tiles):
-    """rows(qx, dx, sx, w2, out, lo, hi, nb, buf): out[:, lo:hi] in tiles of rows (tiles.tile_rows):
+    """(the Q*_0 / Q*_1 types; the K types: _k_rows)
+    rows(qx, dx, sx, w2, out, lo, hi, nb, buf): out[:, lo:hi] in tiles of rows (tiles.tile_rows):
     up to R_MAX rows decode each weight row in registers; beyond that the first tile also keeps
     the decoded row in buf (uint8 scratch) and the other tiles read it back (buf_tiles)."""
     run = tile_rows(make_pass, R_MAX)
@@ -267,8 +291,72 @@ _b_buf_tiles = {signed_min: tile_rows(lambda R, sm=signed_min: _b_pass(B.pair_bb
 _b_buf_signed, _b_buf_min = _b_buf_tiles[True, False], _b_buf_tiles[False, True]
 
 
-def _k_rows(setup, chunk, bsize):
-    return _rows(lambda R, store=False: _k_pass(setup, chunk, bsize, R, store), _k_buf_tiles)
+# The K types' activations in L1: with several rows, the activation bytes one weight row meets
+# (256 per super-block per row) outgrow the 48 KiB L1 of a core on the long rows (ffn_down: 8960
+# inputs, 5 rows = 45 KiB), and every weight row would read them again from L2. So with more
+# than one row, the K types run a block of O_BLOCK weight rows over a range of super-blocks whose
+# activations fit in L1_ACT_BYTES, keep the float accumulators in a scratch (accs: O_BLOCK x
+# n_rows x 16 float32), then the next range. The weight bytes are still read once.
+L1_ACT_BYTES = 32 << 10
+O_BLOCK = 16
+PREFETCH_ROW_BYTES = 2048      # prefetch the next weight row when rows are this long or longer
+
+
+@njit(fastmath=False, _nrt=False, cache=True)
+def k_block(nb, n_rows, l1_act_bytes):
+    # super-blocks per range: as many as fit l1_act_bytes, the ranges of one row equal in size
+    kb = max(1, l1_act_bytes // (256 * n_rows))
+    n_ranges = (nb + kb - 1) // kb
+    return (nb + n_ranges - 1) // n_ranges
+
+
+def _k_rows(setup, chunk, bsize, l1_act_bytes=L1_ACT_BYTES, prefetch_row_bytes=PREFETCH_ROW_BYTES):
+    """rows(qx, dx, bs, w2, out, lo, hi, nb, buf, accs): out[:, lo:hi] for one K type: in
+    tiles of rows (tiles.tile_rows), ranges of super-blocks at a time (k_block); beyond R_MAX
+    rows the first tile also keeps the decoded row in buf and the other tiles read it back.
+    (l1_act_bytes, prefetch_row_bytes: the tuning constants, as arguments for experiments.)"""
+    make_pass = lambda R, store=False: _k_pass(setup, chunk, bsize, R, store)   # noqa: E731
+    run = tile_rows(make_pass, R_MAX)
+    one = make_pass(1)
+    first = make_pass(R_MAX, True)
+    buf_tiles = _k_buf_tiles
+
+    @njit(fastmath=False, _nrt=False)
+    def rows(qx2, dx2, bs2, w2, out2, lo, hi, nb, buf, accs):
+        n_rows = qx2.shape[1]
+        n_out = out2.shape[1]
+        rb = w2.shape[1]
+        qx, dx, bs, w, out = qx2.reshape(-1), dx2.reshape(-1), bs2.reshape(-1), w2.reshape(-1), out2.reshape(-1)
+        if n_rows == 1:                             # the decode loop, compiled on its own
+            for o in range(lo, hi):
+                one(0, 0, w, o * rb, nb, qx, dx, bs, out, o, n_out, n_rows, buf, 0, nb, accs, 0, -1)
+            return
+        kb = k_block(nb, n_rows, l1_act_bytes)
+        for o0 in range(lo, hi, O_BLOCK):
+            o1 = min(o0 + O_BLOCK, hi)
+            for b0 in range(0, nb, kb):
+                b1 = min(b0 + kb, nb)
+                for o in range(o0, o1):
+                    ao = (o - o0) * n_rows * 16
+                    # the piece of weights after this one: the DRAM prefetchers lose the stream
+                    # when the ranges jump from row to row, so it is prefetched by hand
+                    pnext = -1
+                    if kb < nb or rb >= prefetch_row_bytes:
+                        if o + 1 < o1:
+                            pnext = (o + 1) * rb + bsize * b0
+                        elif b1 < nb:
+                            pnext = o0 * rb + bsize * b1
+                        elif o1 < hi:
+                            pnext = o1 * rb
+                    if n_rows <= R_MAX:
+                        run(n_rows, 0, w, o * rb, nb, qx, dx, bs, out, o, n_out, n_rows, buf, b0, b1, accs, ao,
+                            pnext)
+                    else:
+                        first(0, 0, w, o * rb, nb, qx, dx, bs, out, o, n_out, n_rows, buf, b0, b1, accs, ao,
+                              pnext)
+                        buf_tiles(n_rows - R_MAX, R_MAX, buf, 0, nb, qx, dx, bs, out, o, n_out, n_rows, buf,
+                                  b0, b1, accs, ao, -1)
+    return rows
 
 
 def _b_rows(pair, one, signed, has_min, bsize):
@@ -289,17 +377,17 @@ _rows_q5_1 = _b_rows(B.pair_q5_1, B.one_q5_1, False, True, 24)
 
 
 @_jit
-def _q8_k_rows(qx, dx, bs, w, qtype, out, lo, hi, nb, buf):
+def _q8_k_rows(qx, dx, bs, w, qtype, out, lo, hi, nb, buf, accs):
     if qtype == Q4_K:
-        _rows_q4_k(qx, dx, bs, w, out, lo, hi, nb, buf)
+        _rows_q4_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs)
     elif qtype == Q6_K:
-        _rows_q6_k(qx, dx, bs, w, out, lo, hi, nb, buf)
+        _rows_q6_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs)
     elif qtype == Q5_K:
-        _rows_q5_k(qx, dx, bs, w, out, lo, hi, nb, buf)
+        _rows_q5_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs)
     elif qtype == Q3_K:
-        _rows_q3_k(qx, dx, bs, w, out, lo, hi, nb, buf)
+        _rows_q3_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs)
     else:
-        _rows_q2_k(qx, dx, bs, w, out, lo, hi, nb, buf)
+        _rows_q2_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs)
 
 
 @_jit
@@ -326,13 +414,16 @@ def _matmul_q8_k(x, w, qtype, out):
     _quantize_q8_k(x, qx, dx, bs)
     nb = n_in // 256
     nbuf = nb * B.K_BUF_BYTES if n_rows > R_MAX else 1
+    nacc = O_BLOCK * n_rows * 16 if n_rows > 1 else 1
     if n_out * n_in <= SERIAL_MAX_ELEMENTS:
-        _q8_k_rows(qx, dx, bs, w, qtype, out, 0, n_out, nb, np.empty(nbuf, np.uint8))
+        _q8_k_rows(qx, dx, bs, w, qtype, out, 0, n_out, nb, np.empty(nbuf, np.uint8), np.empty(nacc, np.float32))
         return
     n_chunks = min(n_out, _N_CHUNKS)
     bufs = np.empty((n_chunks, nbuf), np.uint8)
+    accs = np.empty((n_chunks, nacc), np.float32)
     for c in prange(n_chunks):
-        _q8_k_rows(qx, dx, bs, w, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, nb, bufs[c])
+        _q8_k_rows(qx, dx, bs, w, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, nb, bufs[c],
+                   accs[c])
 
 
 @njit(parallel=True, fastmath=False, cache=True)

@@ -123,6 +123,32 @@ _VNNI_W = _operand_form("llvm.x86.avx512.vpdpwssd.512", "<16 x i32>", "<32 x i16
 
 # -- loads, fields, conversions
 
+def _prefetch_name():
+    # llvm.prefetch's name carries its pointer type: .p0 (opaque pointers) or .p0i8 (older LLVM)
+    for name in ("llvm.prefetch.p0", "llvm.prefetch.p0i8"):
+        try:
+            llvm_binding.parse_assembly(f"declare void @{name}(i8*, i32, i32, i32)\n")
+            return name
+        except RuntimeError:
+            pass
+    return "llvm.prefetch"
+
+
+_PREFETCH = _prefetch_name()
+
+
+@intrinsic
+def prefetch(typingctx, a, i):
+    # a hint: bring the cache line holding byte i of the byte array a towards L1 (for reading);
+    # no effect on results, never faults
+    if _is_bytes(a) and isinstance(i, types.Integer):
+        def codegen(context, builder, sig, args):
+            p = _ptr(context, builder, sig.args[0], args[0], args[1], ir.IntType(8))
+            _call(builder, _PREFETCH, ir.VoidType(), [p, _i32(0), _i32(3), _i32(1)])
+            return context.get_dummy_value()
+        return types.none(a, i), codegen
+
+
 @intrinsic
 def vstore_at(typingctx, a, i, v):
     # any vector's bytes into the byte array a at byte i (a scratch buffer of decoded weights)

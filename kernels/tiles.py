@@ -24,6 +24,7 @@ array a, for r < R (R a literal constant). No bounds checks: the callers check t
     tfloat(t) tfma(a, b, c) tmul tadd    lane-wise; a plain vector argument serves every row
     twiden(t, lanes)                     each row zero-extended to more lanes
     tstore_hsum(out, i, stride, t)       out[i + r stride] = hsum(t[r]), a fixed halving tree
+    tstore_f32(a, i, stride, t)          a[i + r stride : + lanes] = t[r] (float32 tiles)
 """
 from llvmlite import ir
 from numba import njit, types
@@ -263,6 +264,19 @@ def tstore_hsum(typingctx, out, i, stride, t):
         return types.none(out, i, stride, t), codegen
 
 
+@intrinsic
+def tstore_f32(typingctx, a, i, stride, t):
+    if _is_1d(a, types.float32) and isinstance(t, Tile) and t.vec.dtype == types.float32:
+        def codegen(context, builder, sig, args):
+            i64, stride64 = _ints(context, builder, sig, args, 1)
+            vty = context.get_value_type(t.vec)
+            for r, v in enumerate(_rows(builder, args[3], t.rows)):
+                at = _row_index(builder, i64, stride64, r)
+                builder.store(v, _ptr(context, builder, sig.args[0], args[0], at, vty), align=4)
+            return context.get_dummy_value()
+        return types.none(a, i, stride, t), codegen
+
+
 # ---- passes over a batch ------------------------------------------------------------------------
 
 def tile_rows(make_pass, r_max: int):
@@ -299,5 +313,5 @@ def tile_rows(make_pass, r_max: int):
 
 
 __all__ = ["Tile", "tzeros", "tload_bytes", "tload_i16", "tload_f32", "tbroadcast", "tsplat", "tdot4", "tdot4s",
-           "tnegate_where", "tmadd", "tfloat", "tfma", "tmul", "tadd", "twiden", "tstore_hsum",
+           "tnegate_where", "tmadd", "tfloat", "tfma", "tmul", "tadd", "twiden", "tstore_hsum", "tstore_f32",
            "tile_rows"]

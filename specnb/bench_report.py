@@ -63,7 +63,8 @@ def format_bench(r: dict) -> str:
          "CPU numerics); * = the default"]
     if "bandwidth" in r:
         b = r["bandwidth"]
-        L.append(f"streaming bandwidth: {b['gb_s']:.1f} GB/s ({b['how']}; runs "
+        probes = (f"; xor {b['xor_gb_s']:.1f}, NumPy {b['numpy_gb_s']:.1f}" if "xor_gb_s" in b else "")
+        L.append(f"streaming bandwidth: {b['gb_s']:.1f} GB/s ({b['how']}{probes}; runs "
                  + ", ".join(f"{x:.1f}" for x in b["runs_gb_s"]) + ")")
     L += [""] + _model_table(r, "target" if "draft" in r else "model")
     if "draft" in r:

@@ -6,6 +6,7 @@ import re
 import stat
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specnb import ParamError
@@ -164,7 +165,19 @@ def test_goals_of_the_default_model():
 def test_streaming_bandwidth_runs_side_by_side():
     from specnb.bench import streaming_bandwidth
     b = streaming_bandwidth(gib=0.02, n_threads=2, reps=2)
-    assert b["threads"] == 2 and len(b["rounds_gb_s"]) == 2 and b["gb_s"] > 0
+    assert b["threads"] == 2 and len(b["rounds_gb_s"]) == 2 and len(b["xor_rounds_gb_s"]) == 2
+    assert b["gb_s"] == max(b["numpy_gb_s"], b["xor_gb_s"]) > 0
+
+
+def test_stream_probe_reads_every_word():
+    # the xor probe must touch every word of every part, or its GB/s would be a fiction
+    from specnb.kernels.stream import check, stream_xor
+    assert check()
+    a = np.zeros(1001, np.uint64)
+    for i in (0, 500, 1000):
+        a[:] = 0
+        a[i] = 1 << 40
+        assert all(int(stream_xor(a, k)) == 1 << 40 for k in (1, 2, 7))
 
 
 def test_cli_bench_takes_a_draft_and_llama_bench(tmp_path):

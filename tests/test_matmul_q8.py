@@ -212,6 +212,36 @@ def test_matmul_q8_k_equals_ggml_integer_formula(name):
     assert np.allclose(deq.reshape(n_out, -1), gguf_rows(w, name, n_in), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", sorted(K_TYPES))
+def test_matmul_q8_k_long_rows_in_ranges(name):
+    """Rows as long as the 1.5B's ffn_down (8960 inputs): with a few activation rows the K
+    kernels run ranges of super-blocks over blocks of weight rows (the activations stay in L1)
+    and prefetch the next piece of weights. Still every row of every batch is bit-identical to
+    the row alone, and the sums are ggml's integer formula."""
+    rng = np.random.default_rng(13)
+    n_in, n_out = 35 * 256, 32 * (Q8.O_BLOCK + 3)           # several weight-row blocks per thread chunk
+    assert Q8.k_block(35, 5, Q8.L1_ACT_BYTES) < 35 and Q8.k_block(35, 17, Q8.L1_ACT_BYTES) < 35
+    w = finite_weights(name, n_out, n_in, rng)
+    assert w.shape[1] >= Q8.PREFETCH_ROW_BYTES or name == "Q2_K"
+    x = rng.standard_normal((17, n_in)).astype(np.float32)
+    x[3, 4000:4500] *= 50.0
+    one = np.empty((17, n_out), np.float32)
+    for r in range(17):
+        Q8.matmul_q8(x[r:r + 1].copy(), w, int(T[name]), one[r:r + 1])
+    for k in (2, 3, 5, 9, 17):
+        out = np.empty((k, n_out), np.float32)
+        Q8.matmul_q8(x[:k], w, int(T[name]), out)
+        assert np.array_equal(bits(out), bits(one[:k])), k
+    qx, dx, bsums = _q8_k_oracle(x)
+    q, sc, mn, d, dmin = _k_weight_ints(w, name)
+    g = np.arange(256) // 16
+    isum = np.einsum("rbj,obj->rob", qx, q * sc[..., g])
+    terms = dx[:, None] * (d[None] * isum - dmin[None] * np.einsum("rbg,obg->rob", bsums, mn))
+    scale = np.abs(terms).sum(-1) + 1e-30
+    # float32 sums over 35 super-blocks (a few roundings of 2**-24 each)
+    assert np.max(np.abs(out - terms.sum(-1)) / scale) < 4 * 35 * 2.0**-24
+
+
 def test_the_modules_own_check_passes():
     res = Q8.check(rows=(1, 3, 9))
     assert res and all(ok for _, _, ok, _ in res), [r for r in res if not r[2]]

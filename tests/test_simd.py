@@ -188,7 +188,8 @@ for name in sys.argv[1].split(","):
     if name in ("Q4_K", "Q6_K"):
         qx, dx, bs = matmul_q8._alloc_q8_k(n, 512)
         matmul_q8._quantize_q8_k(x, qx, dx, bs)
-        getattr(matmul_q8, "_rows_" + name.lower())(qx, dx, bs, w, r, 0, 17, 2, buf)
+        accs = np.empty(matmul_q8.O_BLOCK * n * 16, np.float32)
+        getattr(matmul_q8, "_rows_" + name.lower())(qx, dx, bs, w, r, 0, 17, 2, buf, accs)
     else:
         qx, d16, s16 = matmul_q8._alloc_q8_32(n, 512)
         matmul_q8._quantize_q8_32(x, qx, d16, s16)

@@ -15,16 +15,21 @@ import numpy as np
 from numba import njit, prange
 
 
+@njit(cache=True)
+def _xor(a):
+    # one thread's part (a loop of its own: inside the prange body LLVM leaves it scalar)
+    s = np.uint64(0)
+    for i in range(a.size):
+        s ^= a[i]
+    return s
+
+
 @njit(parallel=True, cache=True)
 def stream_xor(a, n_parts):
     n = a.size
     parts = np.zeros(n_parts, np.uint64)
     for p in prange(n_parts):
-        lo, hi = p * n // n_parts, (p + 1) * n // n_parts
-        s = np.uint64(0)
-        for i in range(lo, hi):
-            s ^= a[i]
-        parts[p] = s
+        parts[p] = _xor(a[p * n // n_parts:(p + 1) * n // n_parts])
     s = np.uint64(0)
     for p in range(n_parts):
         s ^= parts[p]

@@ -23,8 +23,8 @@ Each row's sums run the same instructions in the same order whatever R is:
 a float32 16-lane accumulator per row gets one fused multiply-add per super-block (K types) or per
 chunk of two blocks (the others), and a fixed halving tree adds its lanes at the end. So a row's
 outputs are bit-identical alone or in any batch. The integer sums are exact, so every SIMD level
-(simd.py) gives the same bits. Rows come in passes of R_MAX (8 with AVX-512, 4 otherwise), then
-one pass of the rest.
+(simd.py) gives the same bits. Rows come in passes of R_MAX (8 with AVX-512, 4 otherwise; the K
+types K_R_MAX, 10 with AVX-512), then one pass of the rest.
 
 Memory (K types, several rows): when a weight row's activations (256 bytes per super-block per
 row) would not fit in L1 next to the streaming weights, a block of O_BLOCK weight rows runs one
@@ -52,6 +52,7 @@ from .tiles import (tbroadcast, tdot4, tdot4s, tfloat, tfma, tile_rows, tload_by
 _jit = njit(cache=True, fastmath=False)
 _inline = njit(fastmath=False, forceinline=True, _nrt=False)
 R_MAX = 8 if _AVX512 else 4
+K_R_MAX = 10 if _AVX512 else R_MAX   # the K types: 9 rows (draft-max 8) in one pass; 32 registers hold it
 Q8_QTYPES = frozenset((Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)) | T.K_QTYPES
 
 
@@ -284,7 +285,6 @@ def _rows(make_pass, buf_tiles):
     return rows
 
 
-_k_buf_tiles = tile_rows(lambda R: _k_pass(B.setup_kbuf, B.chunk_kbuf, B.K_BUF_BYTES, R), R_MAX)
 _b_buf_tiles = {signed_min: tile_rows(lambda R, sm=signed_min: _b_pass(B.pair_bbuf, B.one_bbuf, sm[0], sm[1],
                                                                          B.B_BUF_BYTES // 2, R), R_MAX)
                 for signed_min in ((True, False), (False, True))}
@@ -310,16 +310,22 @@ def k_block(nb, n_rows, l1_act_bytes):
     return (nb + n_ranges - 1) // n_ranges
 
 
-def _k_rows(setup, chunk, bsize, l1_act_bytes=L1_ACT_BYTES, prefetch_row_bytes=PREFETCH_ROW_BYTES):
+def _k_buf_tiles(r_max):
+    # the passes after a tile that stored its decoded weight row: they read it back from buf
+    return tile_rows(lambda R: _k_pass(B.setup_kbuf, B.chunk_kbuf, B.K_BUF_BYTES, R), r_max)
+
+
+def _k_rows(setup, chunk, bsize, l1_act_bytes=L1_ACT_BYTES, prefetch_row_bytes=PREFETCH_ROW_BYTES,
+            r_max=K_R_MAX):
     """rows(qx, dx, bs, w2, out, lo, hi, nb, buf, accs): out[:, lo:hi] for one K type: in
-    tiles of rows (tiles.tile_rows), ranges of super-blocks at a time (k_block); beyond R_MAX
+    tiles of rows (tiles.tile_rows), ranges of super-blocks at a time (k_block); beyond r_max
     rows the first tile also keeps the decoded row in buf and the other tiles read it back.
-    (l1_act_bytes, prefetch_row_bytes: the tuning constants, as arguments for experiments.)"""
+    (l1_act_bytes, prefetch_row_bytes, r_max: the tuning constants, as arguments for experiments.)"""
     make_pass = lambda R, store=False: _k_pass(setup, chunk, bsize, R, store)   # noqa: E731
-    run = tile_rows(make_pass, R_MAX)
+    run = tile_rows(make_pass, r_max)
     one = make_pass(1)
-    first = make_pass(R_MAX, True)
-    buf_tiles = _k_buf_tiles
+    first = make_pass(r_max, True)
+    buf_tiles = _k_buf_tiles(r_max)
 
     @njit(fastmath=False, _nrt=False)
     def rows(qx2, dx2, bs2, w2, out2, lo, hi, nb, buf, accs):
@@ -348,13 +354,13 @@ def _k_rows(setup, chunk, bsize, l1_act_bytes=L1_ACT_BYTES, prefetch_row_bytes=P
                             pnext = o0 * rb + bsize * b1
                         elif o1 < hi:
                             pnext = o1 * rb
-                    if n_rows <= R_MAX:
+                    if n_rows <= r_max:
                         run(n_rows, 0, w, o * rb, nb, qx, dx, bs, out, o, n_out, n_rows, buf, b0, b1, accs, ao,
                             pnext)
                     else:
                         first(0, 0, w, o * rb, nb, qx, dx, bs, out, o, n_out, n_rows, buf, b0, b1, accs, ao,
                               pnext)
-                        buf_tiles(n_rows - R_MAX, R_MAX, buf, 0, nb, qx, dx, bs, out, o, n_out, n_rows, buf,
+                        buf_tiles(n_rows - r_max, r_max, buf, 0, nb, qx, dx, bs, out, o, n_out, n_rows, buf,
                                   b0, b1, accs, ao, -1)
     return rows
 
@@ -413,7 +419,7 @@ def _matmul_q8_k(x, w, qtype, out):
     qx, dx, bs = _alloc_q8_k(n_rows, n_in)
     _quantize_q8_k(x, qx, dx, bs)
     nb = n_in // 256
-    nbuf = nb * B.K_BUF_BYTES if n_rows > R_MAX else 1
+    nbuf = nb * B.K_BUF_BYTES if n_rows > K_R_MAX else 1
     nacc = O_BLOCK * n_rows * 16 if n_rows > 1 else 1
     if n_out * n_in <= SERIAL_MAX_ELEMENTS:
         _q8_k_rows(qx, dx, bs, w, qtype, out, 0, n_out, nb, np.empty(nbuf, np.uint8), np.empty(nacc, np.float32))
@@ -508,7 +514,7 @@ BENCH_SHAPES = ((Q4_K, 8960, 1536), (Q6_K, 1536, 8960), (Q5_0, 4864, 896), (Q8_0
 
 def bench(shapes=BENCH_SHAPES, rows=(1, 2, 3, 5, 9, 17)):
     from .matmul import bench as _bench
-    _bench(matmul_q8, shapes, rows, label=f"matmul_q8 (R_MAX {R_MAX})")
+    _bench(matmul_q8, shapes, rows, label=f"matmul_q8 (R_MAX {R_MAX}, K types {K_R_MAX})")
 
 
 def _main():

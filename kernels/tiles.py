@@ -282,10 +282,12 @@ def tstore_f32(typingctx, a, i, stride, t):
 def tile_rows(make_pass, r_max: int):
     """run(n_rows, *args): the batch in tiles, passes[R](r0, *args) for tiles of R rows from row
     r0: r_max rows at a time, then one tile of the rest. make_pass(R) builds the pass for R rows
-    (R = 1 .. 8; r_max <= 8), each compiled with its R a constant."""
+    (R = 1 .. 12; r_max <= 12), each compiled with its R a constant."""
+    if not 1 <= r_max <= 12:
+        raise ValueError(f"tile_rows: r_max must be 1 .. 12, not {r_max}")
     P = [make_pass(R) for R in range(1, r_max + 1)]
-    P = P + [P[0]] * (8 - r_max)                       # (never called: the rest is < r_max)
-    P1, P2, P3, P4, P5, P6, P7, P8 = P
+    P = P + [P[0]] * (12 - r_max)                      # (never called: the rest is < r_max)
+    P1, P2, P3, P4, P5, P6, P7, P8, P9, P10, P11, _ = P
     PMAX = P[r_max - 1]
 
     @njit(fastmath=False, _nrt=False, forceinline=True)
@@ -309,6 +311,14 @@ def tile_rows(make_pass, r_max: int):
             P6(r, *args)
         elif k == 7:
             P7(r, *args)
+        elif k == 8:
+            P8(r, *args)
+        elif k == 9:
+            P9(r, *args)
+        elif k == 10:
+            P10(r, *args)
+        elif k == 11:
+            P11(r, *args)
     return run
 
 

@@ -305,7 +305,7 @@ PREFETCH_ROW_BYTES = 2048      # prefetch the next weight row when rows are this
 @njit(fastmath=False, _nrt=False, cache=True)
 def k_block(nb, n_rows, l1_act_bytes):
     # super-blocks per range: as many as fit l1_act_bytes, the ranges of one row equal in size
-    kb = max(1, l1_act_bytes // (256 * n_rows))
+    kb = max(1, l1_act_bytes // (256 * max(n_rows, 1)))
     n_ranges = (nb + kb - 1) // kb
     return (nb + n_ranges - 1) // n_ranges
 
@@ -333,6 +333,8 @@ def _k_rows(setup, chunk, bsize, l1_act_bytes=L1_ACT_BYTES, prefetch_row_bytes=P
         n_out = out2.shape[1]
         rb = w2.shape[1]
         qx, dx, bs, w, out = qx2.reshape(-1), dx2.reshape(-1), bs2.reshape(-1), w2.reshape(-1), out2.reshape(-1)
+        if n_rows == 0:                             # (a batch whose rows all skip the logits)
+            return
         if n_rows == 1:                             # the decode loop, compiled on its own
             for o in range(lo, hi):
                 one(0, 0, w, o * rb, nb, qx, dx, bs, out, o, n_out, n_rows, buf, 0, nb, accs, 0, -1)

@@ -242,6 +242,17 @@ def test_matmul_q8_k_long_rows_in_ranges(name):
     assert np.max(np.abs(out - terms.sum(-1)) / scale) < 4 * 35 * 2.0**-24
 
 
+@pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "Q8_0", "Q4_1"])
+def test_matmul_q8_of_no_rows(name):
+    # a batch whose rows all skip the logits asks the output matrix for zero rows
+    rng = np.random.default_rng(14)
+    n_in = 35 * 256
+    w = finite_weights(name, 40, n_in, rng)
+    out = np.empty((0, 40), np.float32)
+    Q8.matmul_q8(np.empty((0, n_in), np.float32), w, int(T[name]), out)
+    assert out.shape == (0, 40)
+
+
 def test_the_modules_own_check_passes():
     res = Q8.check(rows=(1, 3, 9))
     assert res and all(ok for _, _, ok, _ in res), [r for r in res if not r[2]]

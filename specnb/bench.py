@@ -80,13 +80,16 @@ def _batch_costs_side_by_side(ctxs: dict, prefix: list, sizes, reps: int, stat: 
         dt = time.perf_counter() - t0
         ctx.seq_rm(0, P, -1)
         return dt
+    toks = {k: [prefix[i % len(prefix)] for i in range(k)] for k in sizes}
     for k in sizes:
-        toks = [prefix[i % len(prefix)] for i in range(k)]
         for ctx in ctxs.values():
-            run(ctx, toks)                   # warm-up (compiles on first use)
-        for _ in range(reps):
+            run(ctx, toks[k])                # warm-up (compiles on first use)
+    # every size in every repetition, so that a slow spell of the machine falls on all sizes
+    # alike and not on one (a ratio to a slow one-row time would read as a batch cheaper than 1)
+    for _ in range(reps):
+        for k in sizes:
             for name, ctx in ctxs.items():
-                times[name][k].append(run(ctx, toks))
+                times[name][k].append(run(ctx, toks[k]))
     agg = min if stat == "min" else statistics.median
     return {name: {k: agg(v) for k, v in t.items()} for name, t in times.items()}
 

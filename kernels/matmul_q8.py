@@ -340,16 +340,17 @@ def _k_rows(setup, chunk, bsize, l1_act_bytes=L1_ACT_BYTES, prefetch_row_bytes=P
                 one(0, 0, w, o * rb, nb, qx, dx, bs, out, o, n_out, n_rows, buf, 0, nb, accs, 0, -1)
             return
         kb = k_block(nb, n_rows, l1_act_bytes)
+        # prefetch the piece of weights after each one: the DRAM prefetchers lose the stream when
+        # the ranges jump from row to row (and fall behind on long rows)
+        pf = kb < nb or rb >= prefetch_row_bytes
         for o0 in range(lo, hi, O_BLOCK):
             o1 = min(o0 + O_BLOCK, hi)
             for b0 in range(0, nb, kb):
                 b1 = min(b0 + kb, nb)
                 for o in range(o0, o1):
                     ao = (o - o0) * n_rows * 16
-                    # the piece of weights after this one: the DRAM prefetchers lose the stream
-                    # when the ranges jump from row to row, so it is prefetched by hand
-                    pnext = -1
-                    if kb < nb or rb >= prefetch_row_bytes:
+                    pnext = -1                      # where the next piece of weights starts
+                    if pf:
                         if o + 1 < o1:
                             pnext = (o + 1) * rb + bsize * b0
                         elif b1 < nb:

@@ -71,10 +71,14 @@ def _ints(context, builder, sig, args, k):
     return [context.cast(builder, args[j], sig.args[j], types.int64) for j in (k, k + 1)]
 
 
-def _row_loads(context, builder, sig, args, R, vty, align):
+def _row_ptrs(context, builder, sig, args, R, ty):
+    # pointers (to ty) at element i + r * stride of the array args[0], r < R (i, stride: args 1, 2)
     i, stride = _ints(context, builder, sig, args, 1)
-    return [builder.load(_ptr(context, builder, sig.args[0], args[0], _row_index(builder, i, stride, r), vty),
-                         align=align) for r in range(R)]
+    return [_ptr(context, builder, sig.args[0], args[0], _row_index(builder, i, stride, r), ty) for r in range(R)]
+
+
+def _row_loads(context, builder, sig, args, R, vty, align):
+    return [builder.load(p, align=align) for p in _row_ptrs(context, builder, sig, args, R, vty)]
 
 
 def _is_1d(a, *dtypes):
@@ -256,9 +260,8 @@ def _hsum(builder, v):
 def tstore_hsum(typingctx, out, i, stride, t):
     if _is_1d(out, types.float32) and isinstance(t, Tile) and t.vec.dtype == types.float32:
         def codegen(context, builder, sig, args):
-            i64, stride64 = _ints(context, builder, sig, args, 1)
-            for r, v in enumerate(_rows(builder, args[3], t.rows)):
-                p = _ptr(context, builder, sig.args[0], args[0], _row_index(builder, i64, stride64, r), ir.FloatType())
+            ptrs = _row_ptrs(context, builder, sig, args, t.rows, ir.FloatType())
+            for v, p in zip(_rows(builder, args[3], t.rows), ptrs):
                 builder.store(_hsum(builder, v), p)
             return context.get_dummy_value()
         return types.none(out, i, stride, t), codegen
@@ -268,11 +271,9 @@ def tstore_hsum(typingctx, out, i, stride, t):
 def tstore_f32(typingctx, a, i, stride, t):
     if _is_1d(a, types.float32) and isinstance(t, Tile) and t.vec.dtype == types.float32:
         def codegen(context, builder, sig, args):
-            i64, stride64 = _ints(context, builder, sig, args, 1)
-            vty = context.get_value_type(t.vec)
-            for r, v in enumerate(_rows(builder, args[3], t.rows)):
-                at = _row_index(builder, i64, stride64, r)
-                builder.store(v, _ptr(context, builder, sig.args[0], args[0], at, vty), align=4)
+            ptrs = _row_ptrs(context, builder, sig, args, t.rows, context.get_value_type(t.vec))
+            for v, p in zip(_rows(builder, args[3], t.rows), ptrs):
+                builder.store(v, p, align=4)
             return context.get_dummy_value()
         return types.none(a, i, stride, t), codegen
 

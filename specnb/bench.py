@@ -99,17 +99,19 @@ def _batch_costs_side_by_side(ctxs: dict, prefix: list, sizes, reps: int, stat: 
 def streaming_bandwidth(gib: float = 1.0, n_threads: int | None = None, reps: int = 3) -> dict:
     """GB/s the machine streams from memory with n_threads threads, by two probes: the xor of
     every word of a (n_threads x gib) GiB array, one contiguous part per thread
-    (kernels/stream.py, a loop LLVM turns into wide loads), and one NumPy sum over its own gib
-    GiB array per thread, side by side. gb_s is the faster probe's median of `reps` rounds (a
+    (kernels/stream.py, a loop LLVM turns into wide loads), and one NumPy sum per thread over
+    its own gib GiB part of the same array, side by side. gb_s is the faster probe's median of `reps` rounds (a
     probe can only understate what the memory delivers); a decode cannot beat reading its
     weights once at that speed."""
     import numba
 
     from .kernels.stream import stream_gb_s
     n = max(1, int(n_threads or numba.get_num_threads()))
-    count = int(gib * 2**30) // 4
-    arrays = [np.ones(count, np.float32) for _ in range(n)]
-    words = np.ones(n * (int(gib * 2**30) // 8), np.uint64)
+    count = int(gib * 2**30) // 8 * 2                       # float32 per thread (an even number)
+    # one allocation serves both probes: thread i sums its own part, the xor reads all of it
+    data = np.ones(n * count, np.float32)
+    arrays = [data[i * count:(i + 1) * count] for i in range(n)]
+    words = data.view(np.uint64)
     stream_gb_s(words[:1024], n)                            # compile (or load from the cache)
     rounds, xor_rounds = [], []
     for _ in range(reps):
@@ -211,8 +213,7 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
     the target and draft on code prompts. Top-level decode_tok_s / prompt_tok_s / batch_cost are
     the target's in the default activation mode."""
     from .context import resolve_backend
-    from .registry import default_target_path
-    from .registry import resolve
+    from .registry import default_target_path, resolve
     # model names (`specnb models`) to files: llama-bench and the comparisons below need a path
     path = resolve(model_path) if model_path else default_target_path()
     draft_path = resolve(draft_path) if draft_path else None

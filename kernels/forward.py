@@ -20,8 +20,9 @@ from numba import njit
 from .activations import swiglu
 from .attention import attention
 from .norm import rmsnorm
-from .matmul import dequant_row, matmul
-from .matmul_q8 import _matmul_q8, has_q8_kernel
+from .matmul import dequant_row_sel, matmul_sel
+from .matmul_q8 import Q8_QTYPES, has_q8_kernel, matmul_q8_sel
+from .qtypes import type_sel
 from .rope import rope
 
 WQ, WK, WV, WO, W_GATE, W_UP, W_DOWN = range(7)
@@ -36,20 +37,42 @@ FusedWeights = namedtuple("FusedWeights", "tok_embd tok_qtype attn_norm ffn_norm
 FusedShape = namedtuple("FusedShape", "n_head n_head_kv head_dim n_ff norm_eps rope_mode")
 
 
+FusedTypes = namedtuple("FusedTypes", "emb f i")
+
+
+def fused_types(emb_qtypes, mat_qtypes, q8: bool) -> FusedTypes:
+    """The types each kernel family of the pass must serve (qtypes.TypeSel): the embedding's row
+    decoder, the float32-activation product and the int8-activation one. Only these kernels
+    compile; with q8 every type that has an int8 kernel takes it, the others (F32, F16, BF16) the
+    float path, and without q8 everything the float path."""
+    mats = {int(t) for t in mat_qtypes}
+    i = {t for t in mats if t in Q8_QTYPES} if q8 else set()
+    return FusedTypes(type_sel(emb_qtypes), type_sel(mats - i), type_sel(i))
+
+
 @njit(cache=True)
-def _mm(x, w, qtype, q8, out):
-    # y = x @ W^T with float32 activations, or int8 ones (q8) where the type has an int8 kernel
-    if q8 and has_q8_kernel(qtype):
-        _matmul_q8(x, w, qtype, out)
+def _mm_by(x, w, qtype, out, sf, si, f_any, i_any):
+    # y = x @ W^T with int8 activations for the types of si, float32 ones for those of sf; a
+    # path whose selection is empty (None) is not compiled
+    if i_any is not None and has_q8_kernel(qtype):
+        matmul_q8_sel(x, w, qtype, out, si)
+    elif f_any is not None:
+        matmul_sel(x, w, qtype, out, sf)
     else:
-        matmul(x, w, qtype, out)
+        raise ValueError("specnb.kernels.forward: tensor type outside the compiled selection:", qtype)
     return out
 
 
 @njit(cache=True)
-def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, hp, q8):
+def _mm(x, w, qtype, ts, out):
+    return _mm_by(x, w, qtype, out, ts.f, ts.i, ts.f.any, ts.i.any)
+
+
+@njit(cache=True)
+def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, hp, ts):
     # tokens/pos/seq [n]; valid [n_seq, n_ctx]; out_rows [n_out]; k/v_cache [n_layer, n_seq,
-    # n_ctx, n_head_kv * head_dim]; cos/sin [n, n_rot / 2]; wt: FusedWeights; hp: FusedShape
+    # n_ctx, n_head_kv * head_dim]; cos/sin [n, n_rot / 2]; wt: FusedWeights; hp: FusedShape;
+    # ts: FusedTypes (one compiled pass per selection of types and activation mode)
     # -> logits [n_out, n_vocab]
     attn_norm, ffn_norm, mats, qtypes = wt.attn_norm, wt.ffn_norm, wt.mats, wt.qtypes
     n_head, n_head_kv, head_dim, n_ff = hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff
@@ -60,7 +83,7 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, h
     kv_dim = n_head_kv * head_dim
     x = np.empty((n, n_embd), dtype=np.float32)
     for i in range(n):                                       # token embedding lookup
-        dequant_row(wt.tok_embd[tokens[i]], wt.tok_qtype, x[i])
+        dequant_row_sel(wt.tok_embd[tokens[i]], wt.tok_qtype, x[i], ts.emb)
     a = np.empty_like(x)
     q = np.empty((n, n_head * head_dim), dtype=np.float32)
     k = np.empty((n, kv_dim), dtype=np.float32)
@@ -73,9 +96,9 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, h
         m0 = N_MATS * il
         qt = qtypes[il]
         rmsnorm(x, attn_norm[il], norm_eps, a)
-        _mm(a, mats[m0 + WQ], qt[WQ], q8, q)
-        _mm(a, mats[m0 + WK], qt[WK], q8, k)
-        _mm(a, mats[m0 + WV], qt[WV], q8, v)
+        _mm(a, mats[m0 + WQ], qt[WQ], ts, q)
+        _mm(a, mats[m0 + WK], qt[WK], ts, k)
+        _mm(a, mats[m0 + WV], qt[WV], ts, v)
         if wt.has_bias:
             q += wt.bias_q[il]
             k += wt.bias_k[il]
@@ -88,14 +111,14 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, h
             k_cache[il, seq[t], pos[t]] = k[t]
             v_cache[il, seq[t], pos[t]] = v[t]
         attention(q3, k_cache[il], v_cache[il], valid, seq, pos, n_head_kv, attn)
-        x += _mm(attn.reshape(n, n_head * head_dim), mats[m0 + WO], qt[WO], q8, t_out)
+        x += _mm(attn.reshape(n, n_head * head_dim), mats[m0 + WO], qt[WO], ts, t_out)
         rmsnorm(x, ffn_norm[il], norm_eps, a)
-        _mm(a, mats[m0 + W_GATE], qt[W_GATE], q8, g)
-        _mm(a, mats[m0 + W_UP], qt[W_UP], q8, u)
-        x += _mm(swiglu(g, u, g), mats[m0 + W_DOWN], qt[W_DOWN], q8, t_out)
+        _mm(a, mats[m0 + W_GATE], qt[W_GATE], ts, g)
+        _mm(a, mats[m0 + W_UP], qt[W_UP], ts, u)
+        x += _mm(swiglu(g, u, g), mats[m0 + W_DOWN], qt[W_DOWN], ts, t_out)
     xo = np.empty((out_rows.shape[0], n_embd), dtype=np.float32)
     for i in range(out_rows.shape[0]):
         xo[i] = x[out_rows[i]]
     rmsnorm(xo, wt.output_norm, norm_eps, xo)
     logits = np.empty((out_rows.shape[0], wt.output.shape[0]), dtype=np.float32)
-    return _mm(xo, wt.output, wt.output_qtype, q8, logits)
+    return _mm(xo, wt.output, wt.output_qtype, ts, logits)

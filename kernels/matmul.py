@@ -25,8 +25,8 @@ from numba import njit, prange
 from . import qtypes as T
 from .blocks import (_g_bf16, _g_f32, _g_q2_k, _g_q3_k, _g_q4_0, _g_q4_1, _g_q4_k, _g_q5_0,
                      _g_q5_1, _g_q5_k, _g_q6_k, _g_q8_0, _inline, _scalar, _store4)
-from .qtypes import (BF16, F32, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
-                     check_qtype, check_shapes, qtype_name, row_bytes)
+from .qtypes import (BF16, F16, F32, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
+                     all_types, check_qtype, check_shapes, qtype_name, row_bytes)
 from .simd import _AVX512, vfma, vhsum, vload, vzero
 from .tiles import tadd, tfma, tile_rows, tload_f32, tstore_hsum, tzeros
 
@@ -176,45 +176,67 @@ _deq_q5_k, _rows_q5_k = _specialize(_g_q5_k)[:2]
 # ---- one row to float32 ------------------------------------------------------------------------
 
 @_jit
-def _dequant_row(w, qtype, out, n):
-    # [row_bytes] -> out [n]; shapes already checked
-    if qtype == Q4_1:
+def _deq_float(w, qtype, out, n, f32, f16, bf16):
+    # F32, F16, BF16 (any n); each branch compiled only where its flag is not None (TypeSel)
+    n32 = n - n % 32
+    if f32 is not None and qtype == F32:
+        _deq_f32(w, out, n32)
+    elif bf16 is not None and qtype == BF16:
+        _deq_bf16(w, out, n32)
+    else:
+        n32 = 0                      # F16: the table loop below does it all
+    for i in range(n32, n):
+        out[i] = _scalar(w, qtype, i)
+
+
+@_jit
+def _deq_t(w, qtype, out, n, fl, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k,
+           q5_k, q6_k):
+    # the dispatch, each branch compiled only for the types selected (a None flag prunes it)
+    if q4_1 is not None and qtype == Q4_1:
         _deq_q4_1(w, out, n)
-    elif qtype == Q8_0:
+    elif q8_0 is not None and qtype == Q8_0:
         _deq_q8_0(w, out, n)
-    elif qtype == Q4_0:
+    elif q4_0 is not None and qtype == Q4_0:
         _deq_q4_0(w, out, n)
-    elif qtype == Q5_0:
+    elif q5_0 is not None and qtype == Q5_0:
         _deq_q5_0(w, out, n)
-    elif qtype == Q5_1:
+    elif q5_1 is not None and qtype == Q5_1:
         _deq_q5_1(w, out, n)
-    elif qtype == Q4_K:
+    elif q4_k is not None and qtype == Q4_K:
         _deq_q4_k(w, out, n)
-    elif qtype == Q6_K:
+    elif q6_k is not None and qtype == Q6_K:
         _deq_q6_k(w, out, n)
-    elif qtype == Q2_K:
+    elif q2_k is not None and qtype == Q2_K:
         _deq_q2_k(w, out, n)
-    elif qtype == Q3_K:
+    elif q3_k is not None and qtype == Q3_K:
         _deq_q3_k(w, out, n)
-    elif qtype == Q5_K:
+    elif q5_k is not None and qtype == Q5_K:
         _deq_q5_k(w, out, n)
-    else:                            # F32, F16, BF16: any n
-        n32 = n - n % 32
-        if qtype == F32:
-            _deq_f32(w, out, n32)
-        elif qtype == BF16:
-            _deq_bf16(w, out, n32)
-        else:
-            n32 = 0                  # F16: the table loop below does it all
-        for i in range(n32, n):
-            out[i] = _scalar(w, qtype, i)
+    elif fl is not None and (qtype == F32 or qtype == F16 or qtype == BF16):
+        _deq_float(w, qtype, out, n, f32, f16, bf16)
+    else:
+        raise ValueError("specnb.kernels: tensor type outside the compiled selection:", qtype)
+
+
+@_jit
+def _dequant_row(w, qtype, out, n, s):
+    # [row_bytes] -> out [n]; shapes already checked; s: the TypeSel of the types to serve
+    _deq_t(w, qtype, out, n, s.fl, s.f32, s.f16, s.bf16, s.q8_0, s.q4_0, s.q4_1, s.q5_0, s.q5_1,
+           s.q2_k, s.q3_k, s.q4_k, s.q5_k, s.q6_k)
+
+
+@_jit
+def dequant_row_sel(w_row, qtype, out, s):
+    # [row_bytes] uint8 -> out [n_in] float32, n_in = out.shape[0], for the types of TypeSel s
+    check_shapes(out.shape[0], w_row.shape[0], qtype)
+    _dequant_row(np.ascontiguousarray(w_row), qtype, out, out.shape[0], s)
 
 
 @_jit
 def dequant_row(w_row, qtype, out):
     # [row_bytes] uint8 -> out [n_in] float32, n_in = out.shape[0]
-    check_shapes(out.shape[0], w_row.shape[0], qtype)
-    _dequant_row(np.ascontiguousarray(w_row), qtype, out, out.shape[0])
+    dequant_row_sel(w_row, qtype, out, all_types())
 
 
 @njit(parallel=True, fastmath=False, cache=True)
@@ -222,7 +244,7 @@ def _dequantize(w, qtype, out):
     # [n_out, row_bytes] -> out [n_out, n_in]
     n_in = out.shape[1]
     for o in prange(w.shape[0]):
-        _dequant_row(w[o], qtype, out[o], n_in)
+        _dequant_row(w[o], qtype, out[o], n_in, all_types())
 
 
 def dequantize(w: np.ndarray, qtype: int, n_in: int) -> np.ndarray:
@@ -240,40 +262,50 @@ def dequantize(w: np.ndarray, qtype: int, n_in: int) -> np.ndarray:
 # ---- the matrix product ----------------------------------------------------------------------
 
 @_jit
-def _rows_float(x, w, qtype, out, lo, hi, buf):
+def _rows_float(x, w, qtype, out, lo, hi, buf, f32, f16, bf16):
     # F32 / F16 / BF16 w (any n_in): each row dequantized into buf, then the dots row by row
     n_rows, n_in = x.shape
     for o in range(lo, hi):
-        _dequant_row(w[o], qtype, buf, n_in)
+        _deq_float(w[o], qtype, buf, n_in, f32, f16, bf16)
         for r in range(n_rows):
             out[r, o] = _buf_dot1(buf, x[r], buf, n_in)
 
 
 @_jit
-def _matmul_rows(x, w, qtype, out, lo, hi, buf):
-    # output columns [lo, hi) of out [n_rows, n_out]; buf: float32 [n_in] scratch
-    if qtype == Q4_1:
+def _rows_t(x, w, qtype, out, lo, hi, buf, fl, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k,
+            q3_k, q4_k, q5_k, q6_k):
+    # the dispatch, each branch compiled only for the types selected (a None flag prunes it)
+    if q4_1 is not None and qtype == Q4_1:
         _rows_q4_1(x, w, out, lo, hi, buf)
-    elif qtype == Q8_0:
+    elif q8_0 is not None and qtype == Q8_0:
         _rows_q8_0(x, w, out, lo, hi, buf)
-    elif qtype == Q4_0:
+    elif q4_0 is not None and qtype == Q4_0:
         _rows_q4_0(x, w, out, lo, hi, buf)
-    elif qtype == Q5_0:
+    elif q5_0 is not None and qtype == Q5_0:
         _rows_q5_0(x, w, out, lo, hi, buf)
-    elif qtype == Q5_1:
+    elif q5_1 is not None and qtype == Q5_1:
         _rows_q5_1(x, w, out, lo, hi, buf)
-    elif qtype == Q4_K:
+    elif q4_k is not None and qtype == Q4_K:
         _rows_q4_k(x, w, out, lo, hi, buf)
-    elif qtype == Q6_K:
+    elif q6_k is not None and qtype == Q6_K:
         _rows_q6_k(x, w, out, lo, hi, buf)
-    elif qtype == Q2_K:
+    elif q2_k is not None and qtype == Q2_K:
         _rows_q2_k(x, w, out, lo, hi, buf)
-    elif qtype == Q3_K:
+    elif q3_k is not None and qtype == Q3_K:
         _rows_q3_k(x, w, out, lo, hi, buf)
-    elif qtype == Q5_K:
+    elif q5_k is not None and qtype == Q5_K:
         _rows_q5_k(x, w, out, lo, hi, buf)
+    elif fl is not None and (qtype == F32 or qtype == F16 or qtype == BF16):
+        _rows_float(x, w, qtype, out, lo, hi, buf, f32, f16, bf16)
     else:
-        _rows_float(x, w, qtype, out, lo, hi, buf)
+        raise ValueError("specnb.kernels.matmul: tensor type outside the compiled selection:", qtype)
+
+
+@_jit
+def _matmul_rows(x, w, qtype, out, lo, hi, buf, s):
+    # output columns [lo, hi) of out [n_rows, n_out]; buf: float32 [n_in] scratch; s: TypeSel
+    _rows_t(x, w, qtype, out, lo, hi, buf, s.fl, s.f32, s.f16, s.bf16, s.q8_0, s.q4_0, s.q4_1,
+            s.q5_0, s.q5_1, s.q2_k, s.q3_k, s.q4_k, s.q5_k, s.q6_k)
 
 
 # below this many weight elements a call runs on the calling thread (the choice depends on the
@@ -284,8 +316,9 @@ _N_CHUNKS = 32
 
 # (fastmath=False like every helper: no contraction or reassociation anywhere on this path)
 @njit(parallel=True, fastmath=False, cache=True)
-def matmul(x, w, qtype, out):
-    # [n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out]   (y = x @ W^T)
+def matmul_sel(x, w, qtype, out, s):
+    # [n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out]   (y = x @ W^T), compiled for
+    # the types of TypeSel s only
     n_rows, n_in = x.shape
     n_out = w.shape[0]
     check_shapes(n_in, w.shape[1], qtype)
@@ -294,12 +327,18 @@ def matmul(x, w, qtype, out):
     xc = np.ascontiguousarray(x)
     wc = np.ascontiguousarray(w)
     if n_out * n_in <= SERIAL_MAX_ELEMENTS:
-        _matmul_rows(xc, wc, qtype, out, 0, n_out, np.empty(n_in, np.float32))
+        _matmul_rows(xc, wc, qtype, out, 0, n_out, np.empty(n_in, np.float32), s)
         return
     n_chunks = min(n_out, _N_CHUNKS)  # row ranges; prange hands them out to the threads
     bufs = np.empty((n_chunks, n_in), np.float32)
     for c in prange(n_chunks):
-        _matmul_rows(xc, wc, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, bufs[c])
+        _matmul_rows(xc, wc, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, bufs[c], s)
+
+
+@_jit
+def matmul(x, w, qtype, out):
+    # [n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out]   (y = x @ W^T), any type
+    matmul_sel(x, w, qtype, out, all_types())
 
 
 

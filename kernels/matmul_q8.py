@@ -43,7 +43,7 @@ from numba import njit, prange
 from . import blocks_q8 as B
 from . import qtypes as T
 from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS, matmul, matmul_ref
-from .qtypes import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, check_shapes
+from .qtypes import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, all_types, check_shapes
 from .simd import _AVX512, vabs, vhmax, vhsum_i, vload, vmax, vrint, vstore_i8
 from .simd_wide import prefetch, vabs8, vgroups4, vsplat16, vstore_at
 from .tiles import (tbroadcast, tdot4, tdot4s, tfloat, tfma, tile_rows, tload_bytes, tload_f32,
@@ -386,37 +386,43 @@ _rows_q5_1 = _b_rows(B.pair_q5_1, B.one_q5_1, False, True, 24)
 
 
 @_jit
-def _q8_k_rows(qx, dx, bs, w, qtype, out, lo, hi, nb, buf, accs):
-    if qtype == Q4_K:
+def _q8_k_rows(qx, dx, bs, w, qtype, out, lo, hi, nb, buf, accs, q2_k, q3_k, q4_k, q5_k, q6_k):
+    # the K types' dispatch, each branch compiled only for the types selected (TypeSel)
+    if q4_k is not None and qtype == Q4_K:
         _rows_q4_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs)
-    elif qtype == Q6_K:
+    elif q6_k is not None and qtype == Q6_K:
         _rows_q6_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs)
-    elif qtype == Q5_K:
+    elif q5_k is not None and qtype == Q5_K:
         _rows_q5_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs)
-    elif qtype == Q3_K:
+    elif q3_k is not None and qtype == Q3_K:
         _rows_q3_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs)
-    else:
+    elif q2_k is not None and qtype == Q2_K:
         _rows_q2_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs)
+    else:
+        raise ValueError("specnb.kernels.matmul_q8: tensor type outside the compiled selection:", qtype)
 
 
 @_jit
-def _q8_32_rows(qx, dx16, sx16, w, qtype, out, lo, hi, nb, buf):
-    if qtype == Q4_1:
+def _q8_32_rows(qx, dx16, sx16, w, qtype, out, lo, hi, nb, buf, q8_0, q4_0, q4_1, q5_0, q5_1):
+    # the 32-block types' dispatch, each branch compiled only for the types selected (TypeSel)
+    if q4_1 is not None and qtype == Q4_1:
         _rows_q4_1(qx, dx16, sx16, w, out, lo, hi, nb, buf)
-    elif qtype == Q8_0:
+    elif q8_0 is not None and qtype == Q8_0:
         _rows_q8_0(qx, dx16, sx16, w, out, lo, hi, nb, buf)
-    elif qtype == Q4_0:
+    elif q4_0 is not None and qtype == Q4_0:
         _rows_q4_0(qx, dx16, sx16, w, out, lo, hi, nb, buf)
-    elif qtype == Q5_0:
+    elif q5_0 is not None and qtype == Q5_0:
         _rows_q5_0(qx, dx16, sx16, w, out, lo, hi, nb, buf)
-    else:
+    elif q5_1 is not None and qtype == Q5_1:
         _rows_q5_1(qx, dx16, sx16, w, out, lo, hi, nb, buf)
+    else:
+        raise ValueError("specnb.kernels.matmul_q8: tensor type outside the compiled selection:", qtype)
 
 
 # ---- the matrix product ----------------------------------------------------------------------
 
 @njit(parallel=True, fastmath=False, cache=True)
-def _matmul_q8_k(x, w, qtype, out):
+def _matmul_q8_k(x, w, qtype, out, s):
     n_rows, n_in = x.shape
     n_out = w.shape[0]
     qx, dx, bs = _alloc_q8_k(n_rows, n_in)
@@ -425,18 +431,19 @@ def _matmul_q8_k(x, w, qtype, out):
     nbuf = nb * B.K_BUF_BYTES if n_rows > K_R_MAX else 1
     nacc = O_BLOCK * n_rows * 16 if n_rows > 1 else 1
     if n_out * n_in <= SERIAL_MAX_ELEMENTS:
-        _q8_k_rows(qx, dx, bs, w, qtype, out, 0, n_out, nb, np.empty(nbuf, np.uint8), np.empty(nacc, np.float32))
+        _q8_k_rows(qx, dx, bs, w, qtype, out, 0, n_out, nb, np.empty(nbuf, np.uint8), np.empty(nacc, np.float32),
+                   s.q2_k, s.q3_k, s.q4_k, s.q5_k, s.q6_k)
         return
     n_chunks = min(n_out, _N_CHUNKS)
     bufs = np.empty((n_chunks, nbuf), np.uint8)
     accs = np.empty((n_chunks, nacc), np.float32)
     for c in prange(n_chunks):
         _q8_k_rows(qx, dx, bs, w, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, nb, bufs[c],
-                   accs[c])
+                   accs[c], s.q2_k, s.q3_k, s.q4_k, s.q5_k, s.q6_k)
 
 
 @njit(parallel=True, fastmath=False, cache=True)
-def _matmul_q8_32(x, w, qtype, out):
+def _matmul_q8_32(x, w, qtype, out, s):
     n_rows, n_in = x.shape
     n_out = w.shape[0]
     qx, dx16, sx16 = _alloc_q8_32(n_rows, n_in)
@@ -444,29 +451,44 @@ def _matmul_q8_32(x, w, qtype, out):
     nb = n_in // 32
     nbuf = (nb + 1) // 2 * B.B_BUF_BYTES if n_rows > R_MAX else 1
     if n_out * n_in <= SERIAL_MAX_ELEMENTS:
-        _q8_32_rows(qx, dx16, sx16, w, qtype, out, 0, n_out, nb, np.empty(nbuf, np.uint8))
+        _q8_32_rows(qx, dx16, sx16, w, qtype, out, 0, n_out, nb, np.empty(nbuf, np.uint8),
+                    s.q8_0, s.q4_0, s.q4_1, s.q5_0, s.q5_1)
         return
     n_chunks = min(n_out, _N_CHUNKS)
     bufs = np.empty((n_chunks, nbuf), np.uint8)
     for c in prange(n_chunks):
-        _q8_32_rows(qx, dx16, sx16, w, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, nb, bufs[c])
+        _q8_32_rows(qx, dx16, sx16, w, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, nb, bufs[c],
+                    s.q8_0, s.q4_0, s.q4_1, s.q5_0, s.q5_1)
 
 
 @_jit
-def _matmul_q8(x, w, qtype, out):
-    # [n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out]; qtype in Q8_QTYPES
+def _matmul_q8_by(x, w, qtype, out, s, k, b):
+    # the K or the 32-block driver, each compiled only if the selection has such a type
+    if k is not None and (qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K):
+        _matmul_q8_k(x, w, qtype, out, s)
+    elif b is not None:
+        _matmul_q8_32(x, w, qtype, out, s)
+    else:
+        raise ValueError("specnb.kernels.matmul_q8: tensor type outside the compiled selection:", qtype)
+
+
+@_jit
+def matmul_q8_sel(x, w, qtype, out, s):
+    # [n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out]; qtype in Q8_QTYPES, compiled
+    # for the types of TypeSel s only
     n_rows, n_in = x.shape
     check_shapes(n_in, w.shape[1], qtype)
     if out.shape[0] != n_rows or out.shape[1] != w.shape[0]:
         raise ValueError("specnb.kernels.matmul_q8: out must be [n_rows, n_out]")
     if not has_q8_kernel(qtype):
         raise ValueError("specnb.kernels.matmul_q8: no int8 kernel for this type:", qtype)
-    xc = np.ascontiguousarray(x)
-    wc = np.ascontiguousarray(w)
-    if qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K:
-        _matmul_q8_k(xc, wc, qtype, out)
-    else:
-        _matmul_q8_32(xc, wc, qtype, out)
+    _matmul_q8_by(np.ascontiguousarray(x), np.ascontiguousarray(w), qtype, out, s, s.k, s.b)
+
+
+@_jit
+def _matmul_q8(x, w, qtype, out):
+    # [n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out]; qtype in Q8_QTYPES (any of them)
+    matmul_q8_sel(x, w, qtype, out, all_types())
 
 
 def matmul_q8(x: np.ndarray, w: np.ndarray, qtype: int, out: np.ndarray) -> None:

@@ -40,6 +40,8 @@ ggml-common.h for the layouts, ggml-quants.c dequantize_row_* for the values):
 
 `random_blocks` makes valid random weights of any type (for the checks, benchmarks and tests).
 """
+from collections import namedtuple
+
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from numba import njit
@@ -109,6 +111,44 @@ def check_shapes(n_in, w_row_bytes, qtype):
     if _row_bytes(qtype, n_in) != w_row_bytes:
         raise ValueError("specnb.kernels: weight rows have the wrong size for this type "
                          "and n_in (qtype, n_in, row bytes):", qtype, n_in, w_row_bytes)
+
+
+# ---- which types a compiled pass serves ------------------------------------------------------
+# Numba compiles every branch of a function it types, so a dispatch over all thirteen types
+# compiles thirteen kernels even for a model that uses two. A TypeSel names the types a call
+# may meet: 0 for each type (and group) it serves, None for the rest. The dispatchers take the
+# fields as arguments and guard each branch with `if flag is not None`, a test Numba settles
+# from the argument's type before typing the branch, so the kernels of absent types are never
+# compiled. One compiled version (and cache entry) exists per selection.
+
+TYPE_FIELDS = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
+               "q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
+_FIELD_TYPE = dict(zip(TYPE_FIELDS, (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+                                     Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)))
+# any: some type; fl: some float type (F32, F16, BF16); b: some 32-block type; k: some K type
+TypeSel = namedtuple("TypeSel", ("any", "fl", "b", "k") + TYPE_FIELDS)
+
+
+def type_sel(qtypes) -> TypeSel:
+    """The TypeSel serving exactly these type codes (each must be supported)."""
+    ts = {int(t) for t in qtypes}
+    for t in ts:
+        check_qtype(t)
+    flag = {f: (0 if t in ts else None) for f, t in _FIELD_TYPE.items()}
+    group = lambda g: 0 if ts & g else None     # noqa: E731
+    return TypeSel(any=0 if ts else None, fl=group(FLOAT_QTYPES), k=group(K_QTYPES),
+                   b=group(SUPPORTED_QTYPES - FLOAT_QTYPES - K_QTYPES), **flag)
+
+
+def sel_types(sel: TypeSel) -> frozenset:
+    """The type codes a TypeSel serves."""
+    return frozenset(t for f, t in _FIELD_TYPE.items() if getattr(sel, f) is not None)
+
+
+@_jit
+def all_types():
+    # (jitted) the selection of every supported type: what the kernels' public entry points use
+    return TypeSel(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
 # ---- random weights ----------------------------------------------------------------------------

@@ -15,6 +15,8 @@ row's logits are bit-identical whether it is decoded alone or inside any batch.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from numba.typed import List
@@ -25,13 +27,36 @@ from .kernels.attention import attention
 from .kernels.norm import rmsnorm
 from .kernels.matmul import dequant_row, matmul
 from .kernels.matmul_q8 import matmul_q8
+from .kernels.qtypes import SUPPORTED_QTYPES
+from .errors import ParamError
 from .kernels.rope import rope, rope_angles
+
+
+KERNEL_TYPES_ENV = "SPECNB_KERNEL_TYPES"
+
+
+def kernel_types() -> str:
+    """$SPECNB_KERNEL_TYPES: "model" (the default) compiles the forward pass for the tensor types
+    of the model at hand (and of the models it shares kernels with), which is what keeps a cold
+    start short; "all" compiles one pass for every supported type, which serves every model
+    without compiling again (a test suite, or a classroom image that loads many models)."""
+    v = os.environ.get(KERNEL_TYPES_ENV, "model") or "model"
+    if v not in ("model", "all"):
+        raise ParamError(f"{KERNEL_TYPES_ENV}={v!r}: expected 'model' (the default) or 'all'")
+    return v
+
+
+def model_qtypes(model) -> tuple[int, set]:
+    """(the token embedding's tensor type, the types of every matrix the pass multiplies)."""
+    mats = {int(w.qtype) for L in model.layers
+            for w in (L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down)}
+    return int(model.tok_embd.qtype), mats | {int(model.output.qtype)}
 
 
 class CpuBackend:
     name = "cpu"
 
-    def __init__(self, model, n_ctx: int, n_seq_max: int, activations: str = "f32"):
+    def __init__(self, model, n_ctx: int, n_seq_max: int, activations: str = "q8", share_kernels_with=()):
         h = model.hparams
         self.model, self.h = model, h
         kv_dim = h.n_head_kv * h.head_dim
@@ -41,6 +66,16 @@ class CpuBackend:
         self._ff = None if model.rope_freqs is None else model.rope_freqs.astype(np.float64)
         self._q8 = activations == "q8"
         self._fused_weights = self._pack_weights(model)
+        # the kernels this model and mode need, and only those, are compiled (kernels/qtypes.py);
+        # models run side by side (a target and its draft) share one compiled pass
+        emb, mats = set(), set()
+        for m in (model, *share_kernels_with):
+            e, ms = model_qtypes(m)
+            emb.add(e)
+            mats |= ms
+        if kernel_types() == "all":
+            emb = mats = set(SUPPORTED_QTYPES)
+        self._fused_types = fused.fused_types(emb, mats, self._q8)
         self._fused_shape = fused.FusedShape(h.n_head, h.n_head_kv, h.head_dim, h.n_ff,
                                              float(h.norm_eps), int(h.rope_mode))
 
@@ -81,7 +116,7 @@ class CpuBackend:
         return fused.forward(
             np.ascontiguousarray(tokens, np.int64), np.ascontiguousarray(pos, np.int64),
             np.ascontiguousarray(seq, np.int64), valid, np.ascontiguousarray(out_rows, np.int64),
-            self.k, self.v, cos, sin, self._fused_weights, self._fused_shape, self._q8)
+            self.k, self.v, cos, sin, self._fused_weights, self._fused_shape, self._fused_types)
 
     def forward_steps(self, tokens, pos, seq, valid, out_rows) -> np.ndarray:
         # the same pass, one Python line per operation (bit-identical to `forward`); shapes with

@@ -59,8 +59,8 @@ def _model_table(r: dict, title: str) -> list:
 
 
 def format_bench(r: dict) -> str:
-    L = ["activations: f32 = float32 (exact against the reference), q8 = int8 blocks (llama.cpp's "
-         "CPU numerics); * = the default"]
+    L = ["activations: q8 = int8 blocks as llama.cpp's CPU backend rounds them (the fast path), "
+         "f32 = float32 (exact against the reference); * = the default"]
     if "bandwidth" in r:
         b = r["bandwidth"]
         probes = (f"; xor {b['xor_gb_s']:.1f}, NumPy {b['numpy_gb_s']:.1f}" if "xor_gb_s" in b else "")
@@ -83,12 +83,14 @@ def format_bench(r: dict) -> str:
                  f"default target loaded in {m['load_target_s']:.2f} s after the import")
     if "compile" in r:
         c = r["compile"]
-        L.append("first call: a fresh process from its start to the first logits of both modes")
+        modes = c.get("modes", ["f32", "q8"])
+        L.append(f"first call: a fresh process from its start to the first logits of "
+                 f"{c.get('model', 'the default target')} in each mode, in turn: "
+                 + ", ".join(modes) + " (only the kernels of its tensor types and that mode compile)")
         for name in ("cold", "warm"):
             x = c[name]
             L.append(f"  {name + ' Numba cache':16s}: {x['total_s']:6.1f} s  (load {x['load_s']:.2f} s, "
-                     f"first f32 decode {x['first_decode_f32_s']:.1f} s, first q8 decode "
-                     f"{x['first_decode_q8_s']:.1f} s)")
+                     + ", ".join(f"first {a} decode {x[f'first_decode_{a}_s']:.1f} s" for a in modes) + ")")
         L.append(f"  Numba cache: {c['cache_mib']:.0f} MiB on disk")
     if "bandwidth_cuda" in r:
         L += ["", f"quantized matmul, 1 activation row (weight bytes read per call; peak "
@@ -250,6 +252,11 @@ def _other_goals(r: dict) -> list:
         out.append(("first-call compile time stated, cached on disk",
                     f"{c['cold']['total_s']:.0f} s with an empty cache, {c['warm']['total_s']:.1f} s "
                     f"with it ({c['cache_mib']:.0f} MiB)", c["warm"]["total_s"] < c["cold"]["total_s"]))
+        d = c.get("modes", ["f32"])[0]
+        first = c["cold"]["load_s"] + c["cold"][f"first_decode_{d}_s"]
+        out.append((f"cold start: first logits of {c.get('model', 'the model')} ({d}) within 90 s "
+                    f"of an empty kernel cache", f"{first:.0f} s after the imports (load {c['cold']['load_s']:.1f} s, "
+                    f"compile and decode {c['cold'][f'first_decode_{d}_s']:.0f} s)", first <= 90))
     elif "draft" not in r:
         out.append(("first-call compile time", "run bench --compile-time", None))
     return out

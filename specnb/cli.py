@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .errors import SpecnbError
@@ -26,10 +27,11 @@ def _add_common(p, activations=True):
     p.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="cpu",
                    help="compute backend (auto: cuda when a GPU is found, else cpu)")
     if activations:
-        p.add_argument("--activations", choices=["f32", "q8"], default="f32",
-                       help="CPU matrix products: f32 = float32 activations, exact against the "
-                            "reference (default); q8 = activations rounded to int8 blocks, as "
-                            "llama.cpp's CPU backend does (faster)")
+        p.add_argument("--activations", choices=["q8", "f32"], default=None,
+                       help="CPU matrix products: q8 = activations rounded to int8 blocks as "
+                            "llama.cpp's CPU backend does, the fast path (the CPU default); f32 = "
+                            "float32 activations, the exact reference path that agrees with the "
+                            "NumPy oracle (several times slower). CUDA: f32 only")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -238,6 +240,8 @@ def cmd_perplexity(a):
 def cmd_bench(a):
     from .bench import bench, format_bench, format_goals
     modes = None if a.activations == "both" else (a.activations,)
+    if a.profile:
+        return _bench_profile(a, modes or ("q8", "f32"))
     r = bench(a.model, backend=a.backend, n_threads=a.threads, reps=a.reps, n_gen=a.n_gen,
               check=a.check, quick=a.quick, peak_gbs=a.peak_gbs, activations=modes,
               memory=not a.no_memory, compile_time=a.compile_time, draft_path=a.model_draft,
@@ -246,7 +250,7 @@ def cmd_bench(a):
     if a.spec and a.model_draft is None:
         from .spec_bench import format_spec_bench, spec_bench
         r["speculative"] = spec_bench(n_threads=a.threads, backend=a.backend, sweep=not a.quick,
-                                      activations="f32" if a.activations == "both" else a.activations)
+                                      activations=None if a.activations == "both" else a.activations)
     if a.json:
         print(json.dumps(r))
     else:
@@ -255,6 +259,28 @@ def cmd_bench(a):
             print("\n" + format_spec_bench(r["speculative"]))
         if r["backend"] == "cpu":
             print("\n" + format_goals(r))
+    return 0
+
+
+def _bench_profile(a, modes):
+    # `bench --profile`: each kernel of a 1-row step and of a 5-row verification batch, per mode
+    from .context import set_threads
+    from .model import load_model
+    from .profile import decode_profile, format_profile
+    from .registry import default_target_path, resolve
+    out = {}
+    for role, name in (("target", a.model), ("draft", a.model_draft)):
+        if role == "draft" and name is None:
+            continue
+        model = load_model(resolve(name) if name else default_target_path())
+        for mode in modes:
+            for n_rows in (1, 5):
+                p = decode_profile(model, mode, n_rows=n_rows, n_threads=set_threads(a.threads))
+                out[f"{role} {mode} {n_rows}"] = p
+                if not a.json:
+                    print(f"\n{role}: {os.path.basename(model.path)}\n" + format_profile(p))
+    if a.json:
+        print(json.dumps(out))
     return 0
 
 
@@ -366,7 +392,7 @@ def cmd_demo(a):
         if not values or min(values) < 1:
             raise ParamError(f"invalid --sweep={a.sweep!r}: draft-max values must be >= 1")
         return sweep(values, **kw)
-    return demo(draft_max=a.draft_max, **kw)
+    return demo(draft_max=a.draft_max, llama_bench=a.llama_bench, **kw)
 
 
 def cmd_models(a):
@@ -488,6 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile-time", action="store_true",
                    help="also time a fresh process's first call with an empty and with a filled "
                         "Numba cache (the empty one compiles everything: minutes)")
+    p.add_argument("--profile", action="store_true",
+                   help="instead: where a decode step's time goes, each kernel timed alone on the "
+                        "model's weights (1 row and a 5-row batch, per activation mode)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--n-gen", type=int, default=32)
     p.add_argument("--check", action="store_true", help="also check the backend against the CPU")
@@ -562,6 +591,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", nargs="?", const=",".join(map(str, SWEEP_DRAFT_MAX)), default=None,
                    metavar="N,N,...", help="instead: plain vs speculative speed on the code "
                    "prompts for each draft-max (default 1,2,3,4,6,8)")
+    p.add_argument("--llama-bench", default=None, metavar="PATH",
+                   help="llama.cpp's llama-bench: part 1 also prints llama.cpp's plain decoding "
+                        "speed of the same target beside specnb's (default: $SPECNB_LLAMA_BENCH)")
     _add_common(p)
     p.set_defaults(func=cmd_demo)
 

@@ -27,11 +27,24 @@ from .errors import BatchError, ContextFullError, ParamError, UnsupportedError, 
 
 BACKENDS = ("auto", "cpu", "cuda")
 # How the CPU backend multiplies activations with quantized weights:
-#   "f32": float32 activations, weights decoded exactly (matches the NumPy reference to ~1e-5);
-#   "q8":  activations rounded to int8 blocks first, integer dot products per block, as
-#          llama.cpp's CPU backend does (ggml_vec_dot_q4_1_q8_1 and friends): faster, and
-#          llama.cpp's own numerics rather than the reference's.
+#   "q8":  (the CPU default) activations rounded to int8 blocks first, integer dot products per
+#          block, as llama.cpp's CPU backend does (ggml_vec_dot_q4_K_q8_K and friends): the fast
+#          path, at memory speed on a decode;
+#   "f32": float32 activations, weights decoded exactly: the reference path, agreeing with the
+#          NumPy oracle to ~1e-5, and several times slower (compute-bound).
+# Both are batch invariant, so speculative output equals plain decoding in either. The CUDA
+# backend multiplies float32 activations only. activations=None takes the backend's default.
 ACTIVATIONS = ("f32", "q8")
+DEFAULT_ACTIVATIONS = {"cpu": "q8", "cuda": "f32"}
+
+
+def resolve_activations(activations, backend: str = "cpu") -> str:
+    """None -> the backend's default activation mode ("q8" on the CPU, "f32" on CUDA)."""
+    if activations is None:
+        return DEFAULT_ACTIVATIONS[resolve_backend(backend)]
+    check_param(activations in ACTIVATIONS, "activations", activations,
+                "one of " + ", ".join(ACTIVATIONS) + " (or None for the backend's default)")
+    return activations
 # Numba's parallel kernels share one thread pool per process: forward passes of different
 # contexts (e.g. two runs in two Python threads) take turns rather than race for it.
 _DECODE_LOCK = threading.Lock()
@@ -122,27 +135,32 @@ def set_threads(n_threads: int | None) -> int:
 
 
 class Context:
-    """A model plus its KV cache for up to n_seq_max sequences of n_ctx positions each."""
+    """A model plus its KV cache for up to n_seq_max sequences of n_ctx positions each.
+
+    activations: "q8" or "f32" (see ACTIVATIONS above); None, the default, takes the backend's
+    default (q8 on the CPU). share_kernels_with: models whose tensor types the compiled forward
+    pass serves too (open_pair passes both models, so a target and its draft compile one pass;
+    Numba compiles the kernels of the types a pass needs, and only those, on first use).
+    """
 
     def __init__(self, model, n_ctx: int = 2048, n_seq_max: int = 1, backend: str = "cpu",
                  n_threads: int | None = None, n_batch: int = 512, partial_seq_rm: bool = True,
-                 activations: str = "f32"):
+                 activations: str | None = None, share_kernels_with=()):
         check_param(isinstance(n_ctx, (int, np.integer)) and 8 <= n_ctx <= 1 << 20,
                     "n_ctx", n_ctx, "an integer in [8, 1048576]")
         check_param(isinstance(n_seq_max, (int, np.integer)) and 1 <= n_seq_max <= 256,
                     "n_seq_max", n_seq_max, "an integer in [1, 256]")
         check_param(isinstance(n_batch, (int, np.integer)) and n_batch >= 1,
                     "n_batch", n_batch, "a positive integer")
-        check_param(activations in ACTIVATIONS, "activations", activations,
-                    "one of " + ", ".join(ACTIVATIONS))
         self.model = model
         self.n_ctx, self.n_seq_max, self.n_batch = int(n_ctx), int(n_seq_max), int(n_batch)
         self.partial_seq_rm = bool(partial_seq_rm)
         self.n_threads = set_threads(n_threads)
         self.backend_name = resolve_backend(backend)
+        activations = resolve_activations(activations, self.backend_name)
         if self.backend_name == "cpu":
             from .backend_cpu import CpuBackend
-            self.backend = CpuBackend(model, self.n_ctx, self.n_seq_max, activations)
+            self.backend = CpuBackend(model, self.n_ctx, self.n_seq_max, activations, share_kernels_with)
         else:
             try:
                 from .backend_cuda import CudaBackend

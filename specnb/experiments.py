@@ -83,7 +83,7 @@ def _time_per_token(ctx, sampler_params, prompt, n_tokens: int, repeats: int) ->
 
 def measure_cost_ratio(target, draft, n_tokens: int = 16, prompt=None, n_ctx: int = 128,
                        n_threads: int | None = None, repeats: int = 1,
-                       activations: str = "f32", backend: str = "cpu") -> dict:
+                       activations: str | None = None, backend: str = "cpu") -> dict:
     """Measure c directly: plain greedy decoding of n_tokens on each model, one token per call.
 
     Returns {"c", "t_target_token_s", "t_draft_token_s"}; the prompt decode is not counted.
@@ -115,7 +115,7 @@ def _ids(model, prompt) -> list:
 def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), n_predict: int = 48,
                     sampler=None, verify: str = "exact", n_ctx: int = 256, c: float | None = None,
                     synth_rates=None, synth_len=None, n_threads: int | None = None,
-                    repeats: int = 1, activations: str = "f32", reeval: bool = True,
+                    repeats: int = 1, activations: str | None = None, reeval: bool = True,
                     verify_costs: dict | None = None, backend: str = "cpu") -> dict:
     """Speculative runs for each draft-max next to plain decoding: measured and predicted speedup.
 
@@ -180,7 +180,7 @@ def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), 
 def sweep_temperature(target, draft, prompt, temps=(0.0, 0.5, 1.0, 1.5), n_predict: int = 32,
                       draft_max: int = 3, modes=("exact", "rejection"), seeds=(1, 2, 3),
                       n_ctx: int = 256, n_threads: int | None = None,
-                      activations: str = "f32", backend: str = "cpu") -> dict:
+                      activations: str | None = None, backend: str = "cpu") -> dict:
     """Acceptance against temperature for exact-match and rejection-sampling verification.
 
     The target samples from its full softmax at each temperature (top-k, top-p and min-p off),

@@ -32,7 +32,7 @@ def resolve_model(m, default) -> Model:
 
 
 def open_pair(target=None, draft=None, *, n_ctx: int = 2048, n_seq: int = 1,
-              backend: str = "cpu", n_threads: int | None = None, activations: str = "f32",
+              backend: str = "cpu", n_threads: int | None = None, activations: str | None = None,
               tgt_seq_rm: bool = True, dft_seq_rm: bool = True) -> Pair:
     """Load a target and a draft and build their contexts side by side.
 
@@ -44,13 +44,15 @@ def open_pair(target=None, draft=None, *, n_ctx: int = 2048, n_seq: int = 1,
     """
     from .registry import default_draft_path, default_target_path
     tgt = resolve_model(target, default_target_path)
+    dft = None if draft is False else resolve_model(draft, default_draft_path)
+    # both contexts run one compiled forward pass, made for the tensor types of both models
+    share = () if dft is None else (tgt, dft)
     ctx_tgt = Context(tgt, n_ctx=n_ctx, n_seq_max=n_seq, backend=backend, n_threads=n_threads,
-                      partial_seq_rm=tgt_seq_rm, activations=activations)
-    if draft is False:
+                      partial_seq_rm=tgt_seq_rm, activations=activations, share_kernels_with=share)
+    if dft is None:
         return Pair(tgt, None, ctx_tgt, None)
-    dft = resolve_model(draft, default_draft_path)
     ctx_dft = Context(dft, n_ctx=n_ctx, n_seq_max=n_seq, backend=backend, n_threads=n_threads,
-                      partial_seq_rm=dft_seq_rm, activations=activations)
+                      partial_seq_rm=dft_seq_rm, activations=activations, share_kernels_with=share)
     return Pair(tgt, dft, ctx_tgt, ctx_dft)
 
 

@@ -22,7 +22,7 @@ from .textio import strip_final_newline
 
 
 def perplexity(model, text: str, n_ctx: int = 512, backend: str = "cpu", n_threads=None,
-               on_chunk=None, max_chunks: int | None = None, activations: str = "f32") -> dict:
+               on_chunk=None, max_chunks: int | None = None, activations: str | None = None) -> dict:
     check_param(isinstance(n_ctx, int) and n_ctx >= 16, "n_ctx", n_ctx, "an integer >= 16")
     text = strip_final_newline(text)     # a str, or a file's bytes (specnb/textio.py)
     vocab = model.vocab

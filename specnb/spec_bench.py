@@ -95,7 +95,7 @@ def compare_types(ctx_t, ctx_d, prompts, n_predict: int, sp, n_max: int = 3) -> 
 
 def spec_bench(n_predict: int = 64, n_threads=None, backend: str = "cpu", sweep: bool = True,
                sweep_n_predict: int = 48, draft_max_values=(1, 2, 3, 4, 5, 6, 8),
-               activations: str = "f32") -> dict:
+               activations: str | None = None) -> dict:
     from .cost import measure_cost_ratio, sweep_draft_max
     from .model import load_model
     from .registry import default_draft_path, default_target_path
@@ -106,7 +106,7 @@ def spec_bench(n_predict: int = 64, n_threads=None, backend: str = "cpu", sweep:
     sp = SamplerParams(temp=0.0, seed=1)
     generate(ctx_t, Sampler(sp), tgt.vocab.tokenize("warm up"), 4)
     prompts = [(t, tgt.vocab.tokenize(t)) for t in PROMPTS] + [("(code edit)", code_edit_prompt(tgt.vocab))]
-    out = {"prompts": compare_types(ctx_t, ctx_d, prompts, n_predict, sp), "activations": activations}
+    out = {"prompts": compare_types(ctx_t, ctx_d, prompts, n_predict, sp), "activations": ctx_t.activations}
     c = measure_cost_ratio(tgt, dft, n_tokens=24, n_threads=n_threads, repeats=3,
                            activations=activations)
     out["c"] = c["c"]
@@ -150,7 +150,7 @@ def spec_bench(n_predict: int = 64, n_threads=None, backend: str = "cpu", sweep:
 
 def format_spec_bench(r: dict) -> str:
     L = [f"speculative decoding, default pair (greedy, draft-max 3, activations "
-         f"{r.get('activations', 'f32')})", ""]
+         f"{r.get('activations', 'q8')})", ""]
     L.append("prompt                       | plain tok/s | spec tok/s (llama.cpp / no-reeval) | "
              "acc/pos              | mean acc len | draft evals/round | loop overhead")
     for p in r["prompts"]:
@@ -191,7 +191,7 @@ def format_spec_bench(r: dict) -> str:
 
 # ---- ngram-simple on a code-editing request, plain against speculative ---------------------------
 def ngram_edit_bench(model_path=None, draft_max_values=(1, 2, 3, 4, 6), n_predict: int = 128,
-                     repeats: int = 3, size_n: int = 12, n_threads=None, activations: str = "f32",
+                     repeats: int = 3, size_n: int = 12, n_threads=None, activations: str | None = None,
                      types: str = "ngram-simple") -> dict:
     """Plain decoding against ngram-simple at each draft-max on the code-editing request.
 
@@ -275,7 +275,8 @@ if __name__ == "__main__":
     ap.add_argument("--spec-ngram-size-n", type=int, default=12)
     ap.add_argument("--spec-type", default="ngram-simple")
     ap.add_argument("-t", "--threads", type=int, default=None)
-    ap.add_argument("--activations", choices=["f32", "q8"], default="f32")
+    ap.add_argument("--activations", choices=["q8", "f32"], default=None,
+                    help="q8 (the CPU default, the fast path) or f32 (the exact reference path)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     res = ngram_edit_bench(a.model, [int(x) for x in a.draft_max.split(",")], a.n_predict, a.repeats,

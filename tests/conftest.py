@@ -7,6 +7,10 @@ import pytest
 # otherwise): the forged draft, the assembled real pair and Numba's compiled kernels are made
 # once and reused by later runs. Tests that write into a cache point it at a temporary folder.
 os.environ.setdefault("SPECNB_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "specnb"))
+# One compiled forward pass per activation mode serves every model the tests load (tiny models of
+# thirteen tensor types): a pass per model's types, what a user gets, would compile dozens of
+# times. tests/test_kernel_types.py checks the per-model passes themselves.
+os.environ.setdefault("SPECNB_KERNEL_TYPES", "all")
 
 from specnb.forge import requantize  # noqa: E402
 from specnb.testing import tiny_model as _tiny_model  # noqa: E402

@@ -195,7 +195,7 @@ for name in sys.argv[1].split(","):
         matmul_q8._quantize_q8_32(x, qx, d16, s16)
         getattr(matmul_q8, "_rows_" + name.lower())(qx, d16, s16, w, r, 0, 17, 16, buf)
     f = np.empty((n, 17), np.float32)
-    matmul._matmul_rows(x, w, qt, f, 0, 17, np.empty(512, np.float32))
+    matmul._matmul_rows(x, w, qt, f, 0, 17, np.empty(512, np.float32), qtypes.type_sel([qt]))
     out[name] = [r.view(np.uint32).tolist(), f.view(np.uint32).tolist()]
 print(json.dumps(out))
 """

@@ -39,7 +39,8 @@ class LiveView:
     without draft-simple no draft context is built), `ngram_size_n` / `ngram_size_m` are
     --spec-ngram-size-n / -m. `n_ctx=None` sizes the contexts to
     the prompt, n_predict and draft-max. `backend` ("cpu", "cuda", "auto") and `activations`
-    ("f32", "q8": CPU only) choose how both contexts compute. `reeval`, `n_threads`,
+    ("q8", the CPU default; "f32", the exact reference path; None: the backend's default) choose
+    how both contexts compute. `reeval`, `n_threads`,
     `sampler_extra` (more SamplerParams fields, e.g. min_p) and `synth_rates` / `synth_len`
     (synthetic acceptance: the output is not valid text) are passed through to the loop.
     `speed` is the play speed in rounds per second; `history` how many earlier rounds are
@@ -52,11 +53,11 @@ class LiveView:
                  checkpoints: bool = False, draft_checkpoints: bool = False, reeval: bool = True,
                  spec_type: str = "draft-simple", ngram_size_n: int = 12, ngram_size_m: int = 48,
                  n_ctx: int | None = None, n_threads: int | None = None, backend: str = "cpu",
-                 activations: str = "f32", speed: float = 2.0, history: int = 8,
+                 activations: str | None = None, speed: float = 2.0, history: int = 8,
                  sampler_extra: dict | None = None, synth_rates=None, synth_len=None):
         check_param(backend in BACKENDS, "backend", backend, "one of " + ", ".join(BACKENDS))
-        check_param(activations in ACTIVATIONS, "activations", activations,
-                    "one of " + ", ".join(ACTIVATIONS))
+        check_param(activations is None or activations in ACTIVATIONS, "activations", activations,
+                    "one of " + ", ".join(ACTIVATIONS) + " or None (the backend's default)")
         self.target, self.draft = target, draft
         self.vocab = target.vocab
         self.n_ctx_opt, self.n_threads, self.reeval = n_ctx, n_threads, bool(reeval)

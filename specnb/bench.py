@@ -42,9 +42,10 @@ def llama_cpp_batch_cost(k: int) -> float:
     return _llama_batch_cost(RECORDED_SMOLLM2, k)
 
 
-def default_activations() -> str:
+def default_activations(backend: str = "cpu") -> str:
     """The activation mode a Context gets when none is given."""
-    return inspect.signature(Context.__init__).parameters["activations"].default
+    from .context import resolve_activations
+    return resolve_activations(inspect.signature(Context.__init__).parameters["activations"].default, backend)
 
 
 def decode_bytes(model) -> int:
@@ -262,7 +263,7 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
     if memory and model_path is None:
         out["memory"] = pair_memory(n_threads=n_threads)
     if compile_time:
-        out["compile"] = compile_times(n_threads=n_threads)
+        out["compile"] = compile_times(n_threads=n_threads, model_path=path)
     return out
 
 
@@ -359,28 +360,34 @@ def _probe_memory(n_ctx: int, n_predict: int, n_threads=None) -> dict:
             "weights_mib": (tgt.weight_bytes() + dft.weight_bytes()) / 2**20}
 
 
-def compile_times(n_threads=None) -> dict:
-    """Seconds from a fresh process's start to the first logits of the default target, with both
-    activation modes: once with an empty Numba cache (everything compiles) and once more with
-    the cache that run filled (what a notebook's second run sees)."""
+def compile_times(n_threads=None, model_path=None, activations=None) -> dict:
+    """Seconds from a fresh process's start to the first logits of a model (default: the default
+    target) in each activation mode asked for (default: the default mode, then the other one):
+    once with an empty Numba cache (what the mode's kernels cost to compile) and once more with
+    the cache that run filled (what a notebook's second run sees). Only the kernels of the
+    model's tensor types and the mode at hand compile (kernels/qtypes.py), so the first mode's
+    figure is a learner's cold start."""
+    from .registry import default_target_path
+    path = model_path or default_target_path()
+    modes = activations or (default_activations(), *(a for a in ("q8", "f32") if a != default_activations()))
     with tempfile.TemporaryDirectory(prefix="specnb-numba-") as d:
         env = {"NUMBA_CACHE_DIR": d}
-        args = ["--probe-first-call"] + ([str(n_threads)] if n_threads else [])
+        args = ["--probe-first-call", path, ",".join(modes)] + ([str(n_threads)] if n_threads else [])
         cold, wall_cold = _run_probe(args, env)
         warm, wall_warm = _run_probe(args, env)
         cold["total_s"], warm["total_s"] = wall_cold, wall_warm
         size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
-    return {"cold": cold, "warm": warm, "cache_mib": size / 2**20}
+    return {"cold": cold, "warm": warm, "cache_mib": size / 2**20, "model": os.path.basename(path),
+            "modes": list(modes)}
 
 
-def _probe_first_call(n_threads=None) -> dict:
+def _probe_first_call(path, modes, n_threads=None) -> dict:
     # (the parent times the whole process, interpreter start and imports included)
     from .model import load_model
-    from .registry import default_target_path
     t0 = time.perf_counter()
-    model = load_model(default_target_path())
+    model = load_model(path)
     out = {"load_s": time.perf_counter() - t0}
-    for a in ("f32", "q8"):
+    for a in modes:
         t = time.perf_counter()
         ctx = Context(model, n_ctx=64, n_threads=n_threads, activations=a)
         ctx.decode(Batch.from_tokens([1, 2, 3], 0, 0, "last"))
@@ -400,13 +407,14 @@ def cuda_bandwidth(peak_gbs: float = 4800.0, reps: int = 100) -> list:
 
 def check_against_reference(model, ctx: Context, ids: list) -> dict:
     """Top-1 agreement and max |logit difference| of this context against the NumPy reference
-    (or, for a GPU context, against the CPU backend)."""
+    in the context's own activation mode (or, for a GPU context, against the CPU backend's exact
+    float32 path)."""
     if ctx.backend_name == "cpu":
         from .reference import Reference
-        ref = Reference(model).forward(ids)
-        name = "numpy-reference"
+        ref = Reference(model, activations=ctx.activations).forward(ids)
+        name = f"numpy-reference ({ctx.activations} activations)"
     else:
-        cpu = Context(model, n_ctx=ctx.n_ctx, backend="cpu")
+        cpu = Context(model, n_ctx=ctx.n_ctx, backend="cpu", activations="f32")
         ref = cpu.decode(Batch.from_tokens(ids, 0, 0, "all"))
         name = "cpu"
     ctx.clear()
@@ -423,6 +431,7 @@ if __name__ == "__main__":
         nt = int(sys.argv[4]) if len(sys.argv) > 4 else None
         print(json.dumps(_probe_memory(int(sys.argv[2]), int(sys.argv[3]), nt)))
     elif sys.argv[1] == "--probe-first-call":
-        print(json.dumps(_probe_first_call(int(sys.argv[2]) if len(sys.argv) > 2 else None)))
+        print(json.dumps(_probe_first_call(sys.argv[2], sys.argv[3].split(","),
+                                           int(sys.argv[4]) if len(sys.argv) > 4 else None)))
     else:
         sys.exit(f"unknown probe {sys.argv[1:]}")

@@ -150,15 +150,20 @@ def _open(target, draft, n_ctx, **kw):
 
 
 def demo(n_predict: int = 64, draft_max: int = DEMO_DRAFT_MAX, n_threads=None,
-         backend: str = "cpu", json_out: bool = False, activations: str = "f32",
+         backend: str = "cpu", json_out: bool = False, activations: str | None = None,
          real_pair=(REAL_TARGET, REAL_DRAFT), teaching_pair=(DEFAULT_TARGET, DEFAULT_DRAFT),
          code_prompts=CODE_PROMPTS, low_prompt=LOW_ACCEPTANCE_PROMPT, repeats: int = 2,
-         quiet: float | None = QUIET) -> int:
+         quiet: float | None = QUIET, llama_bench: str | None = None) -> int:
     """Run the three parts; returns 0 when every speculative output equals plain decoding.
+    With a llama.cpp build (`llama_bench`, the path of its llama-bench, or $SPECNB_LLAMA_BENCH),
+    part 1 also prints llama.cpp's plain decoding speed of the same target, measured right after
+    specnb's, beside specnb's plain and speculative figures.
     Each comparison runs plain and speculative decoding `repeats` times, taking turns, and
     keeps the faster run of each (a shared machine's noise slows single runs); runs during
     which other processes took the CPU are marked (see compare)."""
+    from .bench_llamacpp import find_llama_bench
     from .registry import REGISTRY, check_parts
+    exe = find_llama_bench(llama_bench)          # a bad path fails now, not after the first part
     say = (lambda *a: None) if json_out else (lambda *a: print(*a, flush=True))
     kw = dict(backend=backend, n_threads=n_threads, activations=activations)
     # a busy machine gets one more try per comparison and a few seconds to calm down
@@ -174,6 +179,8 @@ def demo(n_predict: int = 64, draft_max: int = DEMO_DRAFT_MAX, n_threads=None,
     if all(n not in REGISTRY or check_parts(REGISTRY[n]).ok for n in real_pair):
         pair = _open(*real_pair, 1024, **kw)
         runs += _winning(say, pair, code_prompts, n_predict, draft_max, timing)
+        if exe:
+            lc = _beside_llama_cpp(say, exe, pair, runs, n_predict)
         runs += _losing(say, pair, low_prompt, n_predict, draft_max, timing, kw)
         del pair
     else:
@@ -183,7 +190,7 @@ def demo(n_predict: int = 64, draft_max: int = DEMO_DRAFT_MAX, n_threads=None,
     same = all(r["identical"] for r in runs)
     if json_out:
         print(json.dumps({"draft_max": draft_max, "n_predict": n_predict, "identical": same,
-                          "runs": runs}))
+                          "runs": runs} | ({"llama_cpp": lc} if exe and "lc" in locals() else {})))
     else:
         say(f"\nall speculative outputs identical to plain decoding: {'yes' if same else 'NO'}")
     return 0 if same else 1
@@ -203,6 +210,22 @@ def _winning(say, pair, code_prompts, n_predict, draft_max, timing) -> list:
                 _show_text(say, row["text"])
     say(f"  median speedup on code: {statistics.median(r['speedup'] for r in runs):.2f}x")
     return runs
+
+
+def _beside_llama_cpp(say, exe, pair, runs, n_predict) -> dict:
+    # llama-bench's tg (plain decoding, no prompt) on the same target file and thread count, run
+    # after specnb's comparisons so the two never share the CPU
+    from .bench_llamacpp import run_llama_bench
+    n_threads = pair.ctx_tgt.n_threads
+    r = run_llama_bench(exe, pair.target.path, n_threads, (), n_gen=n_predict, reps=3)
+    plain = statistics.median(x["plain_tok_s"] for x in runs)
+    spec = statistics.median(x["spec_tok_s"] for x in runs)
+    say(f"  llama.cpp's plain decoding of this target: {r['tg']:.1f} tok/s (llama-bench -n "
+        f"{n_predict} -t {n_threads}, build {r['build']}); specnb's medians: plain {plain:.1f} "
+        f"tok/s = {plain / r['tg']:.2f}x llama.cpp, speculative {spec:.1f} tok/s = "
+        f"{spec / r['tg']:.2f}x llama.cpp")
+    return {"tg_tok_s": r["tg"], "build": r["build"], "cmd": " ".join(r["cmd"]),
+            "plain_vs_llama_cpp": plain / r["tg"], "spec_vs_llama_cpp": spec / r["tg"]}
 
 
 def _losing(say, pair, low_prompt, n_predict, draft_max, timing, kw) -> list:
@@ -232,7 +255,7 @@ def _teaching(say, pair, draft_max, timing) -> list:
 
 
 def sweep(draft_max_values=SWEEP_DRAFT_MAX, n_predict: int = 64, n_threads=None,
-          backend: str = "cpu", json_out: bool = False, activations: str = "f32",
+          backend: str = "cpu", json_out: bool = False, activations: str | None = None,
           pair_names=(REAL_TARGET, REAL_DRAFT), code_prompts=CODE_PROMPTS,
           wait_s: float = 120.0) -> int:
     """`specnb demo --sweep`: plain and speculative tok/s for every code prompt, sampling and

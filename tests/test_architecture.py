@@ -31,7 +31,7 @@ LAYERS = [
      "speculative_simple"},
     # 5: measuring and drawing it
     {"cost", "stats", "experiments", "plots", "figures_sampling", "bench", "bench_llamacpp", "bench_report",
-     "spec_bench"},
+     "profile", "spec_bench"},
     # 6: what people use
     {"view", "demo", "cli", "__main__", "__init__"},
 ]

@@ -357,6 +357,15 @@ def cmd_demo(a):
     from .demo import demo, sweep
     kw = dict(n_predict=a.n_predict, n_threads=a.threads, backend=a.backend, json_out=a.json,
               activations=a.activations)
+    if a.policies is not None:
+        from .demo import policies
+        from .draft_len import parse_draft_max
+        names = [x.strip() for x in a.policies.split(",") if x.strip()]
+        for n in names:
+            if n != "plain":
+                parse_draft_max(n)                    # a bad name is refused before any run
+        labels = [x.strip() for x in a.prompts.split(",")] if a.prompts else None
+        return policies(names, prompt_labels=labels, **kw)
     if a.sweep:
         from .errors import ParamError
         try:
@@ -572,6 +581,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", nargs="?", const=",".join(map(str, SWEEP_DRAFT_MAX)), default=None,
                    metavar="N,N,...", help="instead: plain vs speculative speed on the code "
                    "prompts for each draft-max (default 1,2,3,4,6,8)")
+    p.add_argument("--policies", nargs="?", const="plain,1,2,4,8,heuristic,auto", default=None,
+                   metavar="P,P,...", help="instead: one table prompt x draft-length policy "
+                   "(plain, N, heuristic[:CAP], auto[:CAP]; default plain,1,2,4,8,heuristic,auto), "
+                   "tok/s and speed-up, code prompts greedy and the poem sampled")
+    p.add_argument("--prompts", default=None, metavar="LABEL,...",
+                   help="--policies: only these prompts (write a function, edit a function, "
+                        "complete code, a poem)")
     _add_common(p)
     p.set_defaults(func=cmd_demo)
 

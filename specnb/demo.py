@@ -242,6 +242,28 @@ def _teaching(say, pair, draft_max, timing) -> list:
     return [{"part": 3, "prompt": label, "sampling": "greedy", **row}]
 
 
+def policies(policy_names=None, n_predict: int = 64, n_threads=None, backend: str = "cpu",
+             json_out: bool = False, activations: str = "f32", prompt_labels=None,
+             pair_names=(REAL_TARGET, REAL_DRAFT), repeats: int = 1) -> int:
+    """`specnb demo --policies`: one table, prompt x draft-length policy (plain, fixed 1/2/4/8,
+    transformers' heuristic, auto), tok/s and speed-up, on the code prompts (greedy) and the poem
+    (sampled), every run on the same pair and prompts."""
+    from .spec_bench import POLICIES, compare_policies, format_policies
+    say = (lambda *a: None) if json_out else (lambda *a: print(*a, flush=True))
+    smp = dict(samplings())
+    prompts = [(lb, tx, ch, "greedy", smp["greedy"]) for lb, tx, ch in CODE_PROMPTS] + \
+        [(*LOW_ACCEPTANCE_PROMPT, "sampled", smp["sampled"])]
+    if prompt_labels:
+        prompts = [p for p in prompts if p[0] in prompt_labels]
+    r = compare_policies(*pair_names, prompts, tuple(policy_names or POLICIES), n_predict,
+                         n_threads, activations, backend, repeats, say)
+    if json_out:
+        print(json.dumps(r))
+    else:
+        say(format_policies(r))
+    return 0 if r["identical"] else 1
+
+
 def sweep(draft_max_values=SWEEP_DRAFT_MAX, n_predict: int = 64, n_threads=None,
           backend: str = "cpu", json_out: bool = False, activations: str = "f32",
           pair_names=(REAL_TARGET, REAL_DRAFT), code_prompts=CODE_PROMPTS,

@@ -355,6 +355,7 @@ def cmd_speculative_simple(a):
             "t_gen_s": r.t_gen_s, "tok_s": len(r.tokens) / r.t_gen_s if r.t_gen_s else 0.0,
             "n_eval_draft": n_eval, "stop_reason": r.stop_reason, "stats": st, "impls": impls,
             "summary": {"n_drafted": loop.n_drafted_simple, "n_accept": loop.n_accept_simple},
+            "draft_len": loop.policy.stats(),
             "parallel": [x.tokens for x in results[1:]]}))
     else:
         print("\n")
@@ -382,6 +383,15 @@ def cmd_demo(a):
     from .demo import demo, sweep
     kw = dict(n_predict=a.n_predict, n_threads=a.threads, backend=a.backend, json_out=a.json,
               activations=a.activations)
+    if a.policies is not None:
+        from .demo import policies
+        from .draft_len import parse_draft_max
+        names = [x.strip() for x in a.policies.split(",") if x.strip()]
+        for n in names:
+            if n != "plain":
+                parse_draft_max(n)                    # a bad name is refused before any run
+        labels = [x.strip() for x in a.prompts.split(",")] if a.prompts else None
+        return policies(names, prompt_labels=labels, **kw)
     if a.sweep:
         from .errors import ParamError
         try:
@@ -392,7 +402,9 @@ def cmd_demo(a):
         if not values or min(values) < 1:
             raise ParamError(f"invalid --sweep={a.sweep!r}: draft-max values must be >= 1")
         return sweep(values, **kw)
-    return demo(draft_max=a.draft_max, llama_bench=a.llama_bench, **kw)
+    from .draft_len import parse_draft_max
+    schedule, n = parse_draft_max(a.draft_max)
+    return demo(draft_max=n if schedule == "fixed" else a.draft_max, llama_bench=a.llama_bench, **kw)
 
 
 def cmd_models(a):
@@ -546,7 +558,12 @@ def build_parser() -> argparse.ArgumentParser:
         _add_common(p)
         p.add_argument("-n", "--n-predict", type=int, default=64)
         p.add_argument("-c", "--ctx-size", type=int, default=2048)
-        p.add_argument("--draft-max", "--draft", type=int, default=3)
+        p.add_argument("--draft-max", "--draft", default="3", metavar="N|auto[:CAP]|heuristic[:CAP]",
+                       help="draft tokens per round: N (llama.cpp: every draft cut to N, default 3); "
+                            "auto: each round's length 0..CAP (default 16) chosen from the costs "
+                            "this run measures (specnb.draft_len); heuristic: transformers' "
+                            "schedule (start 20, +2 after a fully accepted draft, else -1; cap "
+                            "default 64)")
         p.add_argument("--draft-min", type=int, default=0)
         p.add_argument("--draft-p-min", type=float, default=0.0)
         p.add_argument("--verify", choices=["exact", "rejection"], default="exact")
@@ -587,13 +604,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the real pair winning on code and losing on prose, then the "
                                     "teaching pair: speculative == plain, and speed")
     p.add_argument("-n", "--n-predict", type=int, default=64)
-    p.add_argument("--draft-max", type=int, default=DEMO_DRAFT_MAX)
+    p.add_argument("--draft-max", default=str(DEMO_DRAFT_MAX), metavar="N|auto[:CAP]|heuristic[:CAP]",
+                   help=f"draft-max of the speculative runs (default {DEMO_DRAFT_MAX}; auto: chosen "
+                        f"each round from measured costs)")
     p.add_argument("--sweep", nargs="?", const=",".join(map(str, SWEEP_DRAFT_MAX)), default=None,
                    metavar="N,N,...", help="instead: plain vs speculative speed on the code "
                    "prompts for each draft-max (default 1,2,3,4,6,8)")
     p.add_argument("--llama-bench", default=None, metavar="PATH",
                    help="llama.cpp's llama-bench: part 1 also prints llama.cpp's plain decoding "
                         "speed of the same target beside specnb's (default: $SPECNB_LLAMA_BENCH)")
+    p.add_argument("--policies", nargs="?", const="plain,1,2,4,8,heuristic,auto", default=None,
+                   metavar="P,P,...", help="instead: one table prompt x draft-length policy "
+                   "(plain, N, heuristic[:CAP], auto[:CAP]; default plain,1,2,4,8,heuristic,auto), "
+                   "tok/s and speed-up, code prompts greedy and the poem sampled")
+    p.add_argument("--prompts", default=None, metavar="LABEL,...",
+                   help="--policies: only these prompts (write a function, edit a function, "
+                        "complete code, a poem)")
     _add_common(p)
     p.set_defaults(func=cmd_demo)
 

@@ -103,6 +103,8 @@ def compare(pair, ids, sp, n_predict: int, draft_max: int, repeats: int = 1,
             "t_verify_ms": 1e3 * sum(ev.t_verify for ev in events) / n,
             "t_draft_ms": 1e3 * sum(ev.t_draft + ev.t_process for ev in events) / n,
             "t_round_ms": 1e3 * sum(ev.t_round for ev in events) / n,
+            "rows_per_round": sum(1 + len(ev.slot.draft) for ev in events) / n,
+            "draft_len": loop.policy.stats(),
             "busy": max(busy) if busy else None, "text": spec.text}
 
 
@@ -114,7 +116,7 @@ def why_line(row: dict, c: float, draft_max: int) -> str:
     cost, got = verify + draft + other, row["tokens_per_round"]
     return (f"why: acceptance is {100 * row['accept_rate']:.0f}%, so a round commits {got:.2f} "
             f"tokens, but it costs {cost:.2f} target-token times: {verify:.2f} to verify "
-            f"{1 + draft_max} rows, {draft:.2f} of draft work (c = {c:.2f} per draft token) and "
+            f"{row['rows_per_round']:.3g} rows, {draft:.2f} of draft work (c = {c:.2f} per draft token) and "
             f"{other:.2f} of sampling and bookkeeping; {got:.2f} / {cost:.2f} = {got / cost:.2f}x")
 
 
@@ -124,7 +126,16 @@ def _result_line(label: str, sampling: str, row: dict) -> str:
             f"{row['spec_tok_s']:.1f} tok/s, speedup {row['speedup']:.2f}x | acceptance "
             f"{100 * row['accept_rate']:.0f}% per position [{rates}], mean accepted length "
             f"{row['mean_acc_len']:.2f} | identical to plain decoding: "
-            f"{'yes' if row['identical'] else 'NO'}{_busy_note(row)}")
+            f"{'yes' if row['identical'] else 'NO'}{_busy_note(row)}" + _chosen_note(row))
+
+
+def _chosen_note(row: dict) -> str:
+    """Under --draft-max auto / heuristic: how often each draft length was chosen."""
+    st = row.get("draft_len")
+    if not st or st["schedule"] == "fixed":
+        return ""
+    from .draft_len import format_chosen
+    return "\n      " + format_chosen(st)
 
 
 def _busy_note(row: dict) -> str:
@@ -252,6 +263,28 @@ def _teaching(say, pair, draft_max, timing) -> list:
                   draft_max, **timing)
     say(_result_line(label, "greedy", row))
     return [{"part": 3, "prompt": label, "sampling": "greedy", **row}]
+
+
+def policies(policy_names=None, n_predict: int = 64, n_threads=None, backend: str = "cpu",
+             json_out: bool = False, activations: str = "f32", prompt_labels=None,
+             pair_names=(REAL_TARGET, REAL_DRAFT), repeats: int = 1) -> int:
+    """`specnb demo --policies`: one table, prompt x draft-length policy (plain, fixed 1/2/4/8,
+    transformers' heuristic, auto), tok/s and speed-up, on the code prompts (greedy) and the poem
+    (sampled), every run on the same pair and prompts."""
+    from .spec_bench import POLICIES, compare_policies, format_policies
+    say = (lambda *a: None) if json_out else (lambda *a: print(*a, flush=True))
+    smp = dict(samplings())
+    prompts = [(lb, tx, ch, "greedy", smp["greedy"]) for lb, tx, ch in CODE_PROMPTS] + \
+        [(*LOW_ACCEPTANCE_PROMPT, "sampled", smp["sampled"])]
+    if prompt_labels:
+        prompts = [p for p in prompts if p[0] in prompt_labels]
+    r = compare_policies(*pair_names, prompts, tuple(policy_names or POLICIES), n_predict,
+                         n_threads, activations, backend, repeats, say)
+    if json_out:
+        print(json.dumps(r))
+    else:
+        say(format_policies(r))
+    return 0 if r["identical"] else 1
 
 
 def sweep(draft_max_values=SWEEP_DRAFT_MAX, n_predict: int = 64, n_threads=None,

@@ -17,6 +17,7 @@ removing, and decodes again the rows it must keep.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,6 +102,13 @@ class DraftSimple(SpeculativeImpl):
         self._ckpt: list = [None] * n_seq
         self._since: list[list] = [[] for _ in range(n_seq)]
         self._drafted: set = set()            # sequences draft() decoded for since before_verify
+        # specnb's deferred process (set by the loop for `--draft-max auto`, a memory that can
+        # drop part of a sequence only): process() only notes the target's rows, and the next
+        # draft() decodes them in its seed batch, so rounds that draft nothing cost the draft
+        # model nothing and catching up costs one batched decode
+        self.defer = False
+        self._pending: list[list] = [[] for _ in range(n_seq)]
+        self.decodes: list = []               # (rows, seconds) of every decode of draft()
 
     @property
     def n_eval(self) -> int:
@@ -144,6 +152,7 @@ class DraftSimple(SpeculativeImpl):
 
     def seq_rm(self, seq: int, p0: int) -> None:
         """Drop positions >= p0 of seq (llama_memory_seq_rm(ctx_dft, seq, p0, -1))."""
+        self._pending[seq] = [(t, p) for t, p in self._pending[seq] if p < p0 and p0 > 0]
         if self.ctx.seq_pos_max(seq) < p0:
             return
         if p0 <= 0:                            # the whole sequence: every memory can do that
@@ -158,6 +167,10 @@ class DraftSimple(SpeculativeImpl):
     # ---- the interface --------------------------------------------------------------------
     def process(self, batch: Batch) -> bool:
         """Keep the draft KV in sync with a target batch, no logits."""
+        if self.defer and self.partial:
+            for t, p, s in zip(batch.tokens, batch.pos, batch.seq_id):
+                self._pending[s].append((int(t), int(p)))
+            return True
         if not self.partial:
             for s in sorted(set(batch.seq_id)):
                 self._save(s)
@@ -208,12 +221,13 @@ class DraftSimple(SpeculativeImpl):
                                    Sampler(SamplerParams(temp=self.draft_temp, top_k=0, top_p=1.0,
                                                          min_p=0.0)))
             dp.result.clear()
+            self._catch_up(s, batch)
             i_batch[s] = len(batch)
             batch.add(dp.id_last, dp.n_past, s, True)            # the seed row
             active.append(s)
         if not active:
             return
-        ctx.decode(batch)
+        self._decode(batch)
         self._decoded(batch)
         self.n_eval_draft += len(batch)
         i = 0
@@ -248,7 +262,7 @@ class DraftSimple(SpeculativeImpl):
             active = still
             if not len(batch):
                 break
-            ctx.decode(batch)
+            self._decode(batch)
             self._decoded(batch)
             self.n_eval_draft += len(batch)
             i += 1
@@ -256,6 +270,29 @@ class DraftSimple(SpeculativeImpl):
             if dp.drafting and len(dp.result) < self.n_min:        # too short: no speculation
                 dp.result.clear()
                 self.q[s] = []
+
+    def _decode(self, batch: Batch) -> None:
+        t0 = time.perf_counter()
+        self.ctx.decode(batch)
+        self.decodes.append((len(batch), time.perf_counter() - t0))
+
+    def _catch_up(self, s: int, batch: Batch) -> None:
+        """Deferred process(): the target's rows the draft KV misses go into the seed batch."""
+        rows = dict(sorted((p, t) for t, p in self._pending[s]))      # the last row per position
+        self._pending[s] = []
+        if not rows:
+            return
+        ctx, first = self.ctx, None
+        for p, t in sorted(rows.items()):
+            if first is None and not self.reeval and p <= ctx.seq_pos_max(s) and ctx.valid[s, p] \
+                    and ctx.cell_tokens[s, p] == t:
+                continue                                   # the draft already holds this row
+            if first is None:
+                first = p
+                ctx.seq_rm(s, p, -1)
+            batch.add(t, p, s, False)
+            self.n_eval_process += 1
+            self.n_eval_draft -= 1                         # counted as process() work
 
     def _sample_q(self, s: int, row: int) -> tuple[int, DraftTokenInfo]:
         """Rejection mode: draw one draft token from q, the draft chain's distribution at row."""

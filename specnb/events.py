@@ -30,6 +30,8 @@ class SlotRound:
     replay: bool = False              # this round re-verifies approved tokens (checkpoint path)
     checkpoint: str = ""              # "", "saved", "restored"
     stop: str = ""                    # "", "eog", "n_predict", "context_full"
+    draft_len: object = None          # draft_len.Decision: the round's chosen length and why
+                                      # (None: no schedule chose it, e.g. a replay)
 
 
 @dataclass
@@ -43,6 +45,7 @@ class RoundEvent:
     t_rollback: float = 0.0
     t_round: float = 0.0
     n_dft_eval: int = 0               # draft-model token evaluations this round
+    dft_decodes: list = field(default_factory=list)   # the draft model's decodes: (rows, seconds)
 
     @property
     def slot(self) -> SlotRound:

@@ -37,12 +37,14 @@ and llama-server do; plain `generate` does the same); speculative-simple does no
 """
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .context import Batch, Context
+from .draft_len import DraftLenPolicy, format_chosen, make_policy
 from .errors import ContextFullError, ParamError, check_param
 from .events import RoundEvent, SlotRound, timed  # noqa: F401  (re-exported)
 from .generate import GenerationResult, check_n_predict, check_prompt, generate  # noqa: F401
@@ -98,7 +100,8 @@ class SpeculativeLoop:
     def __init__(self, ctx_tgt: Context, ctx_dft: Context | None, prompts, n_predict: int,
                  sampler_params: SamplerParams | list | None = None,
                  spec: SpecParams | None = None, draft_seed: int = 0,
-                 chain: Speculative | None = None, penalize_prompt: bool = True):
+                 chain: Speculative | None = None, penalize_prompt: bool = True,
+                 policy: DraftLenPolicy | None = None):
         self.p = (spec or SpecParams()).validate()
         self.n_predict = check_n_predict(n_predict)
         if prompts and isinstance(prompts[0], (int, np.integer)):
@@ -119,6 +122,8 @@ class SpeculativeLoop:
                                       sample_draft=self.p.verify == "rejection", draft_temp=temp,
                                       seed=draft_seed)
         self.spec = chain
+        # each round's draft length (--draft-max N | auto | heuristic): specnb.draft_len
+        self.policy = policy or make_policy(self.p.schedule, self.p.n_max)
         synth = self.p.synth_probs()
         if synth is not None:
             warnings.warn("synthetic acceptance: drafts are accepted at random, so the output is "
@@ -179,10 +184,15 @@ class SpeculativeLoop:
                 for i, t in enumerate(sl.prompt):
                     b.add(t, i, sl.seq, False)
             if len(b):
+                t0 = time.perf_counter()
                 self.ctx_tgt.decode(b)
+                self.policy.observe_prefill(len(b), time.perf_counter() - t0)
                 self.spec.process(b)
             for sl in self.slots:
                 self.spec.begin(sl.seq, sl.prompt)
+        ds = self.spec.impl_of("draft-simple")
+        if ds is not None and self.p.schedule == "auto":
+            ds.defer = True        # rounds that draft nothing leave the draft model idle
         self._started = True
 
     def rounds(self):
@@ -208,20 +218,28 @@ class SpeculativeLoop:
                 ev.slots.append(recs[sl.seq])
         self.n_rounds += 1
         ev.n_dft_eval = self.spec.n_eval - n_eval0
+        ds = self.spec.impl_of("draft-simple")
+        if ds is not None:
+            ev.dft_decodes, ds.decodes = ds.decodes, []
+        self.policy.observe(ev)
         self.t_gen += ev.t_round
         return ev
 
     def _draft(self, active: list, ev: RoundEvent) -> dict:
         """Phase 1: one draft call for every slot with no replay pending (:170-213)."""
         dps = [DraftParams() for _ in range(self.spec.n_seq)]
+        decs = self._choose_lengths(active)
         for sl in active:
             if sl.draft:                       # a replay is pending: reuse it (:214-219)
                 continue
             n_draft_max = min(self.ctx_tgt.n_ctx - sl.n_past - 2,        # id_last + context shift
                               sl.n_predict - len(sl.generated) - 1)
-            dps[sl.seq] = DraftParams(drafting=n_draft_max > 0, n_max=n_draft_max, n_past=sl.n_past,
+            caps = None if decs is None else {t: d.d for t, d in decs.items()}
+            dps[sl.seq] = DraftParams(drafting=n_draft_max > 0 and (caps is None or any(caps.values())),
+                                      n_max=n_draft_max, n_past=sl.n_past,
                                       id_last=sl.id_last, prompt=sl.prompt, result=[],
-                                      smpl=sl.sampler if self.p.verify == "rejection" else None)
+                                      smpl=sl.sampler if self.p.verify == "rejection" else None,
+                                      n_max_type=caps)
         with timed(ev, "t_draft"):
             self.spec.draft(dps)
         recs = {}
@@ -232,6 +250,9 @@ class SpeculativeLoop:
             if not rec.replay:
                 sl.draft = list(dps[sl.seq].result)
                 rec.impl, rec.draft_info = self.spec.drafted_by(sl.seq), self.spec.draft_info(sl.seq)
+                if decs:                           # the decision that applied: the drafter's
+                    rec.draft_len = decs.get(rec.impl) or decs[self.spec.types[-1]]
+                    self.policy.record(rec.draft_len)
                 with timed(ev, "t_draft"):
                     self.spec.before_verify(sl.seq, sl.n_past)     # undo draft()'s decodes
                 if sl.draft and not self.can_rm_tgt:                # ckpt.update_tgt (:200-204)
@@ -240,6 +261,17 @@ class SpeculativeLoop:
             rec.draft = list(sl.draft)
             recs[sl.seq] = rec
         return recs
+
+    def _choose_lengths(self, active: list) -> dict | None:
+        """{impl type: Decision} for this round (one decision for every slot), or None when the
+        draft length is fixed (llama.cpp: every draft cut to n_max) or nothing drafts."""
+        if not self.spec.impls or all(sl.draft for sl in active):
+            return None
+        if self.p.schedule == "fixed":
+            self.policy.record(self.policy.choose())
+            return None
+        decs = {t: self.policy.choose(t) for t in self.spec.types}
+        return decs
 
     def _verify_batch(self, active: list, recs: dict, ev: RoundEvent) -> dict:
         """Phase 2: [id_last, draft...] of every slot in one target batch, then process (:221-243)."""
@@ -329,7 +361,8 @@ class SpeculativeLoop:
         """The speculative-simple summary (speculative-simple.cpp:357-361), with its counters."""
         n_pred = sum(len(sl.generated) for sl in self.slots)
         rate = 100.0 * self.n_accept_simple / self.n_drafted_simple if self.n_drafted_simple else 0.0
-        return (f"n_draft   = {self.p.n_max}\nn_predict = {n_pred}\nn_drafted = {self.n_drafted_simple}\n"
+        return (f"n_draft   = {self.p.draft_max}\nn_predict = {n_pred}\nn_drafted = {self.n_drafted_simple}\n"
                 f"n_accept  = {self.n_accept_simple}\naccept    = {rate:.3f}%\n"
                 f"(specnb stops at exactly n_predict tokens, so speculative output compares token for "
-                f"token with plain decoding; speculative-simple emits at least n_predict + 1)")
+                f"token with plain decoding; speculative-simple emits at least n_predict + 1)"
+                + ("" if self.p.schedule == "fixed" else "\n" + format_chosen(self.policy.stats())))

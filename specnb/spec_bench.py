@@ -263,6 +263,82 @@ def format_ngram_edit_bench(r: dict) -> str:
     return "\n".join(L)
 
 
+
+# ---- draft-length policies side by side: plain, fixed 1/2/4/8, heuristic, auto -----------------
+POLICIES = ("plain", "1", "2", "4", "8", "heuristic", "auto")
+
+
+def compare_policies(target, draft, prompts, policies=POLICIES, n_predict: int = 64,
+                     n_threads=None, activations: str = "f32", backend: str = "cpu",
+                     repeats: int = 1, say=None) -> dict:
+    """Per prompt (label, text, chat, sampling name, SamplerParams) and policy: tok/s, speed-up over plain decoding,
+    the lengths chosen, and whether the output equals plain decoding's. Every run of a prompt
+    uses the same pair, contexts and prompt; each policy's run is taken `repeats` times (the
+    fastest kept), plain decoding rerun before every policy so each ratio compares runs made
+    seconds apart (`specnb demo --policies` runs it on the demo's prompts)."""
+    from .pair import open_pair, warm_up
+    say = say or (lambda *a: None)
+    pair = open_pair(target, draft, n_ctx=1024, backend=backend, n_threads=n_threads,
+                     activations=activations)
+    warm_up(pair.ctx_tgt, pair.ctx_dft)
+    rows = []
+    for label, text, chat, sname, sp in prompts:
+        if chat:
+            text = pair.target.vocab.apply_chat_template([{"role": "user", "content": text}])
+        ids = pair.target.vocab.tokenize(text)
+        row = {"prompt": label, "sampling": sname, "policies": {}}
+        plain_tok = None
+        for pol in policies:
+            best_plain = best = None
+            for _ in range(max(repeats, 1)):
+                g = generate(pair.ctx_tgt, Sampler(sp, pair.target.n_vocab), ids, n_predict)
+                best_plain = g.tok_per_s if best_plain is None else max(best_plain, g.tok_per_s)
+                plain_tok = g.tokens
+                if pol == "plain":
+                    best = {"tok_s": g.tok_per_s, "identical": True}
+                    continue
+                loop = SpeculativeLoop(pair.ctx_tgt, pair.ctx_dft, ids, n_predict, sp,
+                                       SpecParams(n_max=pol))
+                r = loop.run()[0]
+                tok_s = len(r.tokens) / r.t_gen_s if r.t_gen_s else 0.0
+                if best is None or tok_s > best["tok_s"]:
+                    st = loop.policy.stats()
+                    best = {"tok_s": tok_s, "identical": r.tokens == plain_tok,
+                            "accept_rate": r.accept_rate, "n_rounds": r.n_rounds,
+                            "chosen": st["chosen"], "n_probes": st.get("n_probes", 0)}
+            best["plain_tok_s"] = best_plain
+            best["speedup"] = best["tok_s"] / best_plain if best_plain else 0.0
+            row["policies"][pol] = best
+            say(f"  {label} [{sname}] {pol}: {best['tok_s']:.2f} tok/s, {best['speedup']:.2f}x plain"
+                + ("" if best["identical"] else "  OUTPUT DIFFERS"))
+        fixed = [row["policies"][p]["speedup"] for p in policies if p.isdigit()]
+        row["best_fixed"] = max(fixed) if fixed else None
+        rows.append(row)
+    return {"target": str(target), "draft": str(draft), "n_predict": n_predict,
+            "activations": activations, "policies": list(policies), "rows": rows,
+            "identical": all(p["identical"] for r in rows for p in r["policies"].values())}
+
+
+def format_policies(r: dict) -> str:
+    pols = r["policies"]
+    L = [f"draft-length policies, {r['draft']} drafting for {r['target']}, {r['n_predict']} tokens, "
+         f"activations {r['activations']}: tok/s (speed-up over plain decoding run beside it)",
+         f"{'prompt':<26} | " + " | ".join(f"{p:>13}" for p in pols) + " | auto / best fixed"]
+    for row in r["rows"]:
+        cells = [f"{row['policies'][p]['tok_s']:5.1f} ({row['policies'][p]['speedup']:4.2f}x)"
+                 + ("" if row["policies"][p]["identical"] else "!") for p in pols]
+        ratio = ""
+        if "auto" in row["policies"] and row["best_fixed"]:
+            ratio = f"{row['policies']['auto']['speedup'] / row['best_fixed']:.2f}"
+        L.append(f"{(row['prompt'] + ' [' + row['sampling'] + ']')[:26]:<26} | " + " | ".join(
+            f"{c:>13}" for c in cells) + f" | {ratio}")
+    for row in r["rows"]:
+        if "auto" in row["policies"]:
+            a = row["policies"]["auto"]
+            L.append(f"  auto on {row['prompt']}: lengths chosen {a['chosen']}, probes {a['n_probes']}")
+    L.append(f"every output identical to plain decoding: {'yes' if r['identical'] else 'NO (! marks)'}")
+    return "\n".join(L)
+
 if __name__ == "__main__":
     import argparse
     import json

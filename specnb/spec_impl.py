@@ -40,6 +40,8 @@ class DraftParams:
     prompt: list = field(default_factory=list)    # committed tokens [0, n_past)
     result: list = field(default_factory=list)    # output: the draft
     smpl: object = None       # specnb: the target's sampler of seq (rejection-sampling mode)
+    n_max_type: dict | None = None   # specnb: {impl type: its cap this round} (--draft-max auto);
+                                     # 0 skips that impl for this sequence
 
 
 class SpeculativeImpl:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from .draft_len import SCHEDULES, format_draft_max, parse_draft_max
 from .draft_simple import DraftSimple, DraftTokenInfo  # noqa: F401  (re-exported)
 from .errors import ParamError, UnsupportedError, check_param
 from .ngram import NgramMapK, NgramSimple, NgramTokenInfo  # noqa: F401  (re-exported)
@@ -73,7 +74,7 @@ def parse_spec_types(value) -> tuple | None:
 class SpecParams:
     """The knobs of speculative-simple (common_params_speculative), with llama.cpp's defaults."""
     types: object = None      # --spec-type; None: draft-simple with a draft model, else none
-    n_max: int = 3            # --draft-max (every draft is cut to it)
+    n_max: int = 3            # --draft-max (every draft is cut to it; auto/heuristic: the cap)
     n_min: int = 0            # --draft-min
     p_min: float = 0.0        # --draft-p-min
     reeval: bool = True       # llama.cpp's draft re-evaluation; False: keep the draft's KV rows
@@ -87,8 +88,25 @@ class SpecParams:
     ngram_min_hits: int = 1   # --spec-ngram-min-hits (read by llama.cpp's ngram-map-k4v only)
     lookup_cache_static: str | None = None    # -lcs: ngram-cache's static cache file
     lookup_cache_dynamic: str | None = None   # -lcd: ngram-cache's dynamic cache file
+    schedule: str = "fixed"   # specnb: each round's draft length, "fixed" (llama.cpp),
+                              # "heuristic" (transformers') or "auto" (specnb.draft_len);
+                              # n_max="auto", "auto:16", "heuristic" set it too
+
+    def __post_init__(self):
+        if isinstance(self.n_max, str):
+            schedule, self.n_max = parse_draft_max(self.n_max)
+            if self.schedule not in ("fixed", schedule):
+                raise ParamError(f"draft_max={schedule!r} contradicts schedule={self.schedule!r}")
+            self.schedule = schedule
+
+    @property
+    def draft_max(self) -> str:
+        """--draft-max as typed: N, auto:CAP or heuristic:CAP."""
+        return format_draft_max(self.schedule, self.n_max)
 
     def validate(self) -> "SpecParams":
+        check_param(self.schedule in SCHEDULES, "draft_schedule", self.schedule,
+                    " or ".join(SCHEDULES))
         check_param(isinstance(self.n_max, (int, np.integer)) and 0 <= self.n_max <= 256,
                     "draft_max", self.n_max, "an integer in [0, 256]")
         check_param(isinstance(self.n_min, (int, np.integer)) and 0 <= self.n_min <= max(self.n_max, 0),
@@ -198,21 +216,26 @@ class Speculative:
         if not any(dp.drafting for dp in dps):
             return
         for impl in self.impls:
-            t0 = time.perf_counter()
-            impl.draft(dps)
-            impl.t_draft_us += (time.perf_counter() - t0) * 1e6
-            impl.n_call_draft += 1
+            saved = self._impl_caps(impl, dps)
+            if any(dp.drafting for dp in dps):
+                t0 = time.perf_counter()
+                impl.draft(dps)
+                impl.t_draft_us += (time.perf_counter() - t0) * 1e6
+                impl.n_call_draft += 1
+            for s, (n_max, _) in saved.items():
+                dps[s].n_max, dps[s].drafting = n_max, True
             for s, dp in enumerate(dps):
-                if not dp.drafting:
+                if not dp.drafting or (s in saved and saved[s][1] <= 0):
                     continue
                 info = impl.draft_info(s)
                 if not dp.result:
                     self._info[s] += info        # e.g. the draft model's p_min stop
                     continue
                 dp.drafting = False
-                if 0 < dp.n_max < len(dp.result):          # "truncating draft to %d tokens"
-                    del dp.result[dp.n_max:]
-                    info = info[:dp.n_max]
+                n_max = saved[s][1] if s in saved else dp.n_max
+                if 0 < n_max < len(dp.result):             # "truncating draft to %d tokens"
+                    del dp.result[n_max:]
+                    info = info[:n_max]
                 self.impl_last[s] = self.impl_round[s] = impl
                 impl.n_gen_drafts += 1
                 impl.n_gen_tokens += len(dp.result)
@@ -221,6 +244,22 @@ class Speculative:
                 break
         for dp in dps:                                      # these failed to draft
             dp.drafting = False
+
+    @staticmethod
+    def _impl_caps(impl, dps) -> dict:
+        """specnb's per-impl caps (DraftParams.n_max_type): apply impl's to each sequence that has
+        one, a cap of 0 taking the sequence out of this impl's call; {seq: (n_max as it was, the
+        impl's cap)}."""
+        saved = {}
+        for s, dp in enumerate(dps):
+            if dp.drafting and dp.n_max_type and impl.type in dp.n_max_type:
+                cap = int(dp.n_max_type[impl.type])
+                cap = min(dp.n_max, cap) if dp.n_max >= 0 else cap
+                saved[s] = (dp.n_max, cap)
+                dp.n_max = cap
+                if cap <= 0:
+                    dp.drafting = False
+        return saved
 
     def accept(self, seq: int, n_accepted: int) -> None:
         """common_speculative_accept: credit the impl that drafted this sequence last."""

@@ -90,6 +90,11 @@ def event_stats(events, n_max: int | None = None) -> dict:
     n_committed = sum(per_round)
     acc, exa = examined_counts(events)
     t_round = [ev.t_round for ev in events]
+    chosen = {}                                        # --draft-max auto / heuristic
+    for ev in events:
+        for r in ev.slots:
+            if getattr(r, "draft_len", None) is not None:
+                chosen[r.draft_len.d] = chosen.get(r.draft_len.d, 0) + 1
     return {
         "n_rounds": n_rounds, "n_max": n_max,
         "n_gen_drafts": n_drafts, "n_gen_tokens": n_tokens, "n_acc_tokens": n_acc,
@@ -108,6 +113,7 @@ def event_stats(events, n_max: int | None = None) -> dict:
         "t_round": t_round,
         "t_round_mean": sum(t_round) / n_rounds if n_rounds else 0.0,
         "n_dft_eval": sum(ev.n_dft_eval for ev in events),
+        "draft_len_chosen": dict(sorted(chosen.items())),
     }
 
 

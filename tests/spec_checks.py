@@ -37,6 +37,14 @@ def check_invariants(loop, events):
     n_past, n_past + 1, ...; >= 1 committed token per committed round; both memories end at the
     last committed position."""
     has_draft_model = loop.ctx_dft is not None
+    ds = loop.spec.impl_of("draft-simple")
+    if ds is not None and ds.defer and ds.partial:
+        has_draft_model = False     # --draft-max auto: the draft catches up when it next drafts
+        for sl in loop.slots:       # its KV and the rows it will catch up: the committed history
+            ahead = sorted({p for _, p in ds._pending[sl.seq]})
+            held = loop.ctx_dft.seq_pos_max(sl.seq)
+            assert not ahead or (ahead[0] <= held + 1 and ahead == list(range(ahead[0], ahead[-1] + 1)))
+            assert max([held] + ahead) == loop.ctx_tgt.seq_pos_max(sl.seq)
     for ev in events:
         for r in ev.slots:
             assert r.kv_tgt[0] == r.n_past - 1, "target KV must hold exactly [0, n_past)"

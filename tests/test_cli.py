@@ -115,3 +115,30 @@ def test_generate_default_model_subprocess():
     assert code == 0, err
     r = json.loads(out)
     assert r["text"].startswith(" Paris")
+
+
+def test_speculative_simple_draft_max_auto(tiny_path, tmp_path, capsys):
+    """--draft-max auto[:CAP] / heuristic[:CAP]: same tokens as plain (greedy and sampled), the
+    chosen lengths in --json and in the printed statistics; a bad value names itself."""
+    t = tiny_path("Q8_0", seed=11)
+    d = forge.requantize(t, tmp_path / "d.gguf", "Q4_0")
+    prompt = "the cat sat on the mat, the cat sat on the mat, the cat sat on"
+    for extra in ([], ["--temp", "0.8", "--seed", "5"]):
+        assert main(["generate", "-m", t, "-p", prompt, "-n", "16", "--json", *extra]) == 0
+        plain = json.loads(capsys.readouterr().out)["tokens"]
+        for dm in ("auto", "auto:4", "heuristic:6"):
+            assert main(["speculative-simple", "-m", t, "-md", d, "-p", prompt, "-n", "16", "--json",
+                         "--draft-max", dm, "--spec-type", "ngram-simple,draft-simple",
+                         "--spec-ngram-size-n", "1", *extra]) == 0
+            out = json.loads(capsys.readouterr().out)
+            assert out["tokens"] == plain, (dm, extra)
+            assert out["draft_len"]["schedule"] == dm.split(":")[0]
+            assert sum(out["draft_len"]["chosen"].values()) >= 1
+    assert main(["speculative-simple", "-m", t, "-md", d, "-p", prompt, "-n", "16",
+                 "--draft-max", "auto:4"]) == 0
+    out = capsys.readouterr().out
+    assert "n_draft   = auto:4" in out and "draft length (auto:4) chosen per round: 0: " in out
+    for bad in ("fast", "auto:0", "heuristic:x"):
+        assert main(["speculative-simple", "-m", t, "-md", d, "-p", "x", "--draft-max", bad]) == 2
+        err = capsys.readouterr().err
+        assert f"--draft-max={bad!r}" in err and "Traceback" not in err

@@ -35,3 +35,20 @@ def test_ngram_edit_bench_pairs_plain_and_speculative(default_path):
     for x in r["draft_max"].values():
         assert len(x["wall"]) == len(x["cpu"]) == 1 and x["speedup"] > 0
     assert "draft-max" in format_ngram_edit_bench(r)
+
+
+def test_compare_policies_table(pair_paths):
+    """One table, prompt x policy (plain, fixed, heuristic, auto): every output equals plain."""
+    from specnb.sampling import SamplerParams
+    from specnb.spec_bench import compare_policies, format_policies
+    t, d = pair_paths
+    prompts = [("a", "the cat sat on the mat, the cat sat on", False, "greedy", SamplerParams(temp=0.0)),
+               ("b", "once upon a time", False, "sampled", SamplerParams(temp=0.8, seed=7))]
+    r = compare_policies(t, d, prompts, ("plain", "2", "heuristic:6", "auto:6"), n_predict=16)
+    assert r["identical"]
+    assert [row["prompt"] for row in r["rows"]] == ["a", "b"]
+    for row in r["rows"]:
+        assert set(row["policies"]) == {"plain", "2", "heuristic:6", "auto:6"}
+        assert sum(row["policies"]["auto:6"]["chosen"].values()) >= 1
+    out = format_policies(r)
+    assert "auto:6" in out and "identical to plain decoding: yes" in out

@@ -12,6 +12,7 @@ import ipywidgets as W
 
 from ..context import ACTIVATIONS, BACKENDS
 from ..errors import ParamError, SpecnbError, check_param
+from ..draft_len import SCHEDULES
 from ..loop import VERIFY_MODES, SpeculativeLoop
 from ..pair import open_pair
 from . import settings as S
@@ -54,7 +55,8 @@ class LiveView:
                  spec_type: str = "draft-simple", ngram_size_n: int = 12, ngram_size_m: int = 48,
                  n_ctx: int | None = None, n_threads: int | None = None, backend: str = "cpu",
                  activations: str | None = None, speed: float = 2.0, history: int = 8,
-                 sampler_extra: dict | None = None, synth_rates=None, synth_len=None):
+                 sampler_extra: dict | None = None, synth_rates=None, synth_len=None,
+                 draft_schedule: str = "fixed"):
         check_param(backend in BACKENDS, "backend", backend, "one of " + ", ".join(BACKENDS))
         check_param(activations is None or activations in ACTIVATIONS, "activations", activations,
                     "one of " + ", ".join(ACTIVATIONS) + " or None (the backend's default)")
@@ -74,7 +76,7 @@ class LiveView:
         self.selected: Chip | None = None
         self._build_widgets(prompt, n_predict, draft_max, draft_min, p_min, temp, top_k, top_p,
                             seed, verify, checkpoints, draft_checkpoints, speed,
-                            spec_type, ngram_size_n, ngram_size_m)
+                            spec_type, ngram_size_n, ngram_size_m, draft_schedule)
         self._player = Player(self._lock, lambda: self._advance() is not None, self._render,
                               self._set_error, self._show_playing)
         self.restart()
@@ -82,7 +84,7 @@ class LiveView:
     # ---- widgets ------------------------------------------------------------------------
     def _build_widgets(self, prompt, n_predict, draft_max, draft_min, p_min, temp, top_k, top_p,
                        seed, verify, checkpoints, draft_checkpoints, speed,
-                       spec_type, ngram_size_n, ngram_size_m) -> None:
+                       spec_type, ngram_size_n, ngram_size_m, draft_schedule="fixed") -> None:
         lay = lambda w: W.Layout(width=w)  # noqa: E731
         style = {"description_width": "initial"}
         self.w_prompt = W.Textarea(value=S.prompt_text(prompt), description="prompt",
@@ -90,6 +92,11 @@ class LiveView:
                                    placeholder="one sequence per line")
         self.w_n_predict = W.IntText(value=n_predict, description="n_predict", style=style, layout=lay("150px"))
         self.w_draft_max = W.IntText(value=draft_max, description="draft-max", style=style, layout=lay("140px"))
+        self.w_draft_schedule = W.Dropdown(options=list(SCHEDULES), value=draft_schedule,
+                                           description="schedule", style=style, layout=lay("170px"),
+                                           tooltip="fixed: every draft cut to draft-max (llama.cpp); "
+                                                   "auto: each round's length 0..draft-max from measured "
+                                                   "costs; heuristic: transformers' +2/-1 schedule")
         self.w_draft_min = W.IntText(value=draft_min, description="draft-min", style=style, layout=lay("140px"))
         self.w_p_min = W.FloatText(value=p_min, step=0.05, description="p-min", style=style, layout=lay("140px"))
         self.w_temp = W.FloatText(value=temp, step=0.1, description="temperature", style=style, layout=lay("170px"))
@@ -113,7 +120,8 @@ class LiveView:
                                    layout=lay("160px"))
         # setting name -> control (set(), settings and the restart on change read this)
         self._controls = {"prompt": self.w_prompt, "n_predict": self.w_n_predict,
-                          "draft_max": self.w_draft_max, "draft_min": self.w_draft_min,
+                          "draft_max": self.w_draft_max, "draft_schedule": self.w_draft_schedule,
+                          "draft_min": self.w_draft_min,
                           "p_min": self.w_p_min, "temp": self.w_temp, "top_k": self.w_top_k,
                           "top_p": self.w_top_p, "seed": self.w_seed, "verify": self.w_verify,
                           "checkpoints": self.w_checkpoints,
@@ -154,7 +162,8 @@ class LiveView:
         settings = W.VBox([
             self.w_prompt,
             row(self.w_spec_type, self.w_ngram_n, self.w_ngram_m),
-            row(self.w_draft_max, self.w_draft_min, self.w_p_min, self.w_n_predict),
+            row(self.w_draft_max, self.w_draft_schedule, self.w_draft_min, self.w_p_min,
+                self.w_n_predict),
             row(self.w_temp, self.w_top_k, self.w_top_p, self.w_seed),
             row(self.w_verify, self.w_checkpoints, self.w_draft_checkpoints)])
         buttons = row(self.b_step, self.b_play, self.w_speed, self.b_run, self.b_reset)

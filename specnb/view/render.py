@@ -213,6 +213,9 @@ def counters_html(c: dict) -> str:
             row("committed", "tokens committed", c["committed"]),
             row("t_round_ms", "time per round", f'{c["t_round_ms"]:.1f} ms'),
             row("t_round_mean_ms", "mean time per round", f'{c["t_round_mean_ms"]:.1f} ms')]
+    if c.get("draft_len_chosen"):                   # --draft-max auto / heuristic
+        rows.append(row("draft_len_chosen", "draft length chosen (d: rounds)",
+                        ", ".join(f"{d}: {n}" for d, n in c["draft_len_chosen"].items())))
     for t, v in c.get("by_impl", {}).items():        # per impl of the chain
         rows.append(row(f"impl-{t}", f"{impl_mark(t)} {t}: drafted / accepted",
                         f'{v["drafted"]} / {v["accepted"]}'))
@@ -306,7 +309,25 @@ def slot_header_html(sv: SlotView, vocab) -> str:
             f'<b class="specnb-n-past">{sv.n_past}</b> · drafted {n_draft_chips}'
             + (f' by <span class="specnb-round-impl" data-impl="{_e(sv.impl)}">'
                f'{_e(impl_mark(sv.impl))} {_e(sv.impl)}</span>' if sv.impl else "")
-            + f' · accepted {sv.n_accepted if not sv.replay else 0} · committed {len(sv.committed)}{b}</div>')
+            + f' · accepted {sv.n_accepted if not sv.replay else 0} · committed {len(sv.committed)}'
+            + draft_len_html(sv.draft_len) + f'{b}</div>')
+
+
+def draft_len_html(dl: dict | None) -> str:
+    """--draft-max auto / heuristic: the length chosen for this round and the expected gain behind
+    it (expected tokens, and tokens per second over plain decoding's)."""
+    if not dl:
+        return ""
+    why = {"best": "best expected rate", "probe": "probe (d = 0 wins; re-measuring)",
+           "start-up": "start-up measurement", "schedule": "schedule"}.get(dl["reason"], dl["reason"])
+    gain = (f", expected {dl['expected_tokens']:.2f} tokens, {dl['gain']:.2f}x plain"
+            if dl.get("gain") else "")
+    title = ""
+    if dl.get("rates") and dl.get("plain_rate"):
+        title = "expected speed over plain per length: " + ", ".join(
+            f"{d}: {r / dl['plain_rate']:.2f}x" for d, r in enumerate(dl["rates"]))
+    return (f' · <span class="specnb-draft-len" data-d="{dl["d"]}" title="{_e(title)}">chose '
+            f'd = <b>{dl["d"]}</b> ({_e(why)}{gain})</span>')
 
 
 def error_html(msg: str) -> str:

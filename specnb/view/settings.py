@@ -69,7 +69,8 @@ def spec_params(s: dict, reeval: bool, synth_rates=None, synth_len=None) -> Spec
     return SpecParams(types=s["spec_type"].strip(), n_max=s["draft_max"], n_min=s["draft_min"],
                       p_min=float(s["p_min"]), reeval=reeval, verify=s["verify"],
                       synth_rates=synth_rates, synth_len=synth_len,
-                      ngram_size_n=s["ngram_size_n"], ngram_size_m=s["ngram_size_m"]).validate()
+                      ngram_size_n=s["ngram_size_n"], ngram_size_m=s["ngram_size_m"],
+                      schedule=s.get("draft_schedule", "fixed")).validate()
 
 
 def context_size(prompts: list, n_predict, draft_max, n_ctx: int | None = None) -> int:

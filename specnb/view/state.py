@@ -75,6 +75,8 @@ class SlotView:
     stop: str = ""
     verify: str = "exact"
     impl: str = ""                    # type of the impl that drafted this round ("" for none)
+    draft_len: dict | None = None     # --draft-max auto / heuristic: the round's chosen length and
+                                      # why (draft_len.Decision.as_dict()); None for a fixed one
 
     @property
     def chip_states(self) -> list:
@@ -199,7 +201,8 @@ def slot_view(rec, round_: int, vocab, verify: str = "exact", has_draft: bool = 
                     {"target": kv_states(rec.n_past, rec.kv_tgt, n_tgt),
                      "draft": kv_states(rec.n_past, rec.kv_dft, n_dft) if has_draft else []},
                     0 if rec.replay else d, rec.n_accepted, committed_flags(rec),
-                    rec.checkpoint, rec.replay, rec.stop, verify, "" if rec.replay else rec.impl)
+                    rec.checkpoint, rec.replay, rec.stop, verify, "" if rec.replay else rec.impl,
+                    rec.draft_len.as_dict() if getattr(rec, "draft_len", None) is not None else None)
 
 
 # ---- a whole run ---------------------------------------------------------------------------------
@@ -275,7 +278,7 @@ class RunState:
                 "committed": st["n_committed"], "tokens_per_call": st["tokens_per_call"],
                 "t_round_ms": MS_PER_S * t[-1] if t else 0.0,
                 "t_round_mean_ms": MS_PER_S * st["t_round_mean"], "n_dft_eval": st["n_dft_eval"],
-                "by_impl": self.by_impl}
+                "by_impl": self.by_impl, "draft_len_chosen": st["draft_len_chosen"]}
 
     @property
     def by_impl(self) -> dict:

@@ -1,0 +1,257 @@
+"""The per-round draft length (specnb.draft_len): the decision against Leviathan's closed form,
+d = 0 when drafting cannot pay, probes, transformers' heuristic schedule, parsing, and `auto`
+lossless against plain decoding on the tiny pair (greedy and sampled, every memory, the chain)."""
+import math
+import warnings
+
+import pytest
+
+from specnb import ParamError
+from specnb.context import Context
+from specnb.cost import speedup
+from specnb.draft_len import (AUTO_CAP, HEURISTIC_CAP, HEURISTIC_START, Acceptance, AutoDraftLen,
+                              BatchCost, Decision, HeuristicDraftLen, best_length,
+                              best_length_leviathan, expected_tokens, format_chosen,
+                              parse_draft_max)
+from specnb.events import RoundEvent, SlotRound
+from specnb.loop import SpecParams, SpeculativeLoop
+from spec_checks import SAMPLERS, check_invariants, plain, prompts, repetitive_prompt
+
+NGRAM = dict(ngram_size_n=1, ngram_size_m=8)
+
+
+# ---- the decision --------------------------------------------------------------------------------
+@pytest.mark.parametrize("alpha", [0.0, 0.2, 0.5, 0.7, 0.9, 0.99])
+@pytest.mark.parametrize("c", [0.0, 0.05, 0.2, 0.5, 1.0])
+def test_choice_is_the_argmax_of_leviathans_speedup(alpha, c):
+    n_max = 12
+    want = max(range(n_max + 1), key=lambda g: (round(speedup(alpha, g, c), 12), -g))
+    assert best_length_leviathan(alpha, c, n_max) == want
+    for g in range(n_max + 1):    # E(d) is Leviathan's Eq. 1
+        assert expected_tokens(alpha, g) == pytest.approx((1 - alpha ** (g + 1)) / (1 - alpha))
+
+
+def test_choice_with_linear_verification_cost():
+    """t_target(k) = 1 + b (k - 1), t_draft(d) = c d: the brute-force argmax of E / T."""
+    for alpha in (0.3, 0.6, 0.8, 0.95):
+        for b in (0.0, 0.1, 0.3, 1.0):
+            for c in (0.0, 0.1, 0.4):
+                rate = [expected_tokens(alpha, d) / (1 + b * d + c * d) for d in range(17)]
+                want = max(range(17), key=lambda d, rate=rate: (round(rate[d], 12), -d))
+                got, rates = best_length(alpha, lambda k, b=b: 1 + b * (k - 1),
+                                         lambda d, c=c: c * d, 16)
+                assert got == want and rates[got] == pytest.approx(rate[want])
+
+
+def test_expensive_draft_and_low_acceptance_choose_no_draft():
+    assert best_length_leviathan(0.35, 1.0, 16) == 0
+    assert best_length_leviathan(0.95, 1.0, 16) == 0      # the teaching pair: draft = target
+    assert best_length_leviathan(0.9, 0.05, 16) > 3
+
+
+def test_per_position_rates():
+    assert expected_tokens([1.0, 0.5, 0.0], 3) == 2.5
+    # position 2 never accepted: a 1-token draft wins over 2 when the second row costs something
+    assert best_length([1.0, 0.0, 0.0], lambda k: 1 + 0.1 * (k - 1), lambda d: 0.0, 3)[0] == 1
+
+
+def test_batch_cost_interpolates_and_extrapolates():
+    bc = BatchCost()
+    assert math.isnan(bc(1))
+    bc.add(1, 1.0)
+    assert bc(5) == 1.0
+    bc.add(3, 2.0)
+    assert bc(2) == 1.5 and bc(5) == 3.0 and bc(1) == 1.0
+    for t in (5.0, 2.0, 2.0):             # a running median: one slow spell does not count
+        bc.add(3, t)
+    assert bc(3) == 2.0
+
+
+def test_acceptance_counts_only_examined_positions():
+    a = Acceptance(decay=1.0, prior=0.0)
+    a.observe(4, 1)                       # positions 1, 2 examined (2 rejected), 3, 4 not
+    assert a.exa == [1.0, 1.0] and a.acc == [1.0, 0.0]
+    a.observe(2, 2)
+    assert a.exa == [2.0, 2.0] and a.acc == [2.0, 1.0]
+    r = Acceptance().rates(3)             # the prior alone: 1/2 everywhere
+    assert r == [0.5, 0.5, 0.5]
+
+
+def _event(d, n_acc, t_verify, impl="draft-simple", dec=None, dft=()):
+    draft = list(range(d))
+    rec = SlotRound(0, 10, 1, draft, impl=impl if d else "", n_accepted=n_acc, draft_len=dec)
+    return RoundEvent(0, [rec], t_verify=t_verify, t_round=t_verify, dft_decodes=list(dft))
+
+
+def test_auto_drafts_nothing_when_it_cannot_pay_and_probes_with_back_off():
+    pol = AutoDraftLen(8)
+    assert pol.choose().reason == "start-up" and pol.choose().d == 0
+    pol.observe(_event(0, 0, 1.0))
+    dec = pol.choose()
+    assert dec.reason == "start-up" and dec.d == 2          # measure the draft model once
+    pol.observe(_event(2, 0, 1.1, dec=dec, dft=[(3, 1.0), (1, 1.0)]))   # as costly as the target
+    ds = []
+    for _ in range(200):
+        dec = pol.choose()
+        pol.record(dec)
+        ds.append(dec)
+        pol.observe(_event(dec.d, 0, 1.0 + 0.1 * dec.d, dec=dec, dft=[(2, 1.0)] if dec.d else []))
+    probes = [i for i, x in enumerate(ds) if x.d]
+    assert all(ds[i].reason == "probe" for i in probes)
+    assert 3 <= len(probes) <= 6, probes                    # 8, 16, 32, 64, 128 rounds apart
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps == sorted(gaps)
+    assert pol.stats()["n_probes"] >= len(probes)
+    assert pol.chosen[0] > 180
+    assert "0: " in format_chosen(pol.stats())
+
+
+def test_auto_drafts_long_when_acceptance_is_high_and_the_draft_cheap():
+    pol = AutoDraftLen(8)
+    pol.observe(_event(0, 0, 1.0))
+    for _ in range(40):
+        dec = pol.choose()
+        pol.observe(_event(dec.d, dec.d, 1.0 + 0.05 * dec.d, dec=dec,
+                           dft=[(1 + dec.d, 0.05), (1, 0.02)] if dec.d else []))
+    dec = pol.choose()
+    assert dec.d >= 6 and dec.gain > 2 and dec.reason == "best"
+    assert isinstance(dec, Decision) and dec.as_dict()["d"] == dec.d
+
+
+def test_auto_for_a_free_ngram_draft_weighs_only_the_verification():
+    pol = AutoDraftLen(8)
+    for k, t in ((1, 1.0), (2, 1.5), (3, 2.0), (9, 5.0)):   # each row costs half a decode
+        pol.observe(_event(k - 1, 0 if k > 1 else 0, t, impl="ngram-simple"))
+    for _ in range(30):
+        pol.observe(_event(2, 1, 2.0, impl="ngram-simple"))   # position 1 accepted, 2 not
+    assert pol.draft_cost(3, "ngram-simple") == 0.0
+    assert pol.choose("ngram-simple").d == 1
+
+
+def test_heuristic_schedule_is_transformers():
+    pol = HeuristicDraftLen(64)
+    assert pol.choose().d == HEURISTIC_START == 20
+    pol.observe(_event(20, 20, 1.0))
+    assert pol.choose().d == 22
+    pol.observe(_event(22, 3, 1.0))
+    assert pol.choose().d == 21
+    for _ in range(40):
+        pol.observe(_event(5, 0, 1.0))
+    assert pol.choose().d == 1                              # never under 1
+    capped = HeuristicDraftLen(8)
+    assert capped.choose().d == 8
+    capped.observe(_event(8, 8, 1.0))
+    assert capped.choose().d == 8
+
+
+# ---- parameters ----------------------------------------------------------------------------------
+def test_parse_draft_max():
+    assert parse_draft_max(3) == ("fixed", 3)
+    assert parse_draft_max("5") == ("fixed", 5)
+    assert parse_draft_max("auto") == ("auto", AUTO_CAP)
+    assert parse_draft_max("auto:8") == ("auto", 8)
+    assert parse_draft_max("heuristic") == ("heuristic", HEURISTIC_CAP)
+    for bad in ("fast", "auto:0", "auto:x", "-1", "300", "3:4", "", True):
+        with pytest.raises(ParamError, match="draft.max"):
+            parse_draft_max(bad)
+
+
+def test_spec_params_take_auto():
+    sp = SpecParams(n_max="auto:8").validate()
+    assert (sp.schedule, sp.n_max, sp.draft_max) == ("auto", 8, "auto:8")
+    assert SpecParams(schedule="heuristic", n_max=10).validate().draft_max == "heuristic:10"
+    assert sp.replace(p_min=0.5).schedule == "auto"
+    with pytest.raises(ParamError, match="draft_schedule"):
+        SpecParams(schedule="greedy").validate()
+    with pytest.raises(ParamError, match="contradicts"):
+        SpecParams(n_max="auto", schedule="heuristic")
+
+
+# ---- lossless in the loop ------------------------------------------------------------------------
+def _loop(tgt, dft, prompt, n, sp, spec, tgt_rm=True, dft_rm=True, n_ctx=128, n_seq=1):
+    needs_draft = "draft-simple" in spec.resolved_types(True)
+    ct = Context(tgt, n_ctx=n_ctx, n_seq_max=n_seq, partial_seq_rm=tgt_rm)
+    cd = Context(dft, n_ctx=n_ctx, n_seq_max=n_seq, partial_seq_rm=dft_rm) if needs_draft else None
+    return SpeculativeLoop(ct, cd, prompt, n, sp, spec)
+
+
+@pytest.mark.parametrize("name", ["greedy", "temp0.8-topk40", "repeat1.1"])
+@pytest.mark.parametrize("draft_max", ["auto:6", "heuristic:6"])
+@pytest.mark.parametrize("types,tgt_rm,dft_rm", [("draft-simple", True, True),
+                                                  ("draft-simple", False, True),
+                                                  ("draft-simple", True, False),
+                                                  ("ngram-simple,draft-simple", True, True),
+                                                  ("ngram-simple", True, True)])
+def test_auto_and_heuristic_lossless(pair, name, draft_max, types, tgt_rm, dft_rm):
+    tgt, dft = pair
+    lengths = set()
+    for seed, reeval in ((1, True), (2, False)):
+        sp = SAMPLERS[name].replace(seed=seed)
+        prompt = repetitive_prompt(tgt, seed)
+        expect = plain(tgt, prompt, sp, 40)
+        loop = _loop(tgt, dft, prompt, 40, sp, SpecParams(types=types, n_max=draft_max,
+                                                          reeval=reeval, **NGRAM),
+                     tgt_rm=tgt_rm, dft_rm=dft_rm)
+        events = list(loop.rounds())
+        assert loop.results()[0].tokens == expect, (types, name, seed, draft_max)
+        check_invariants(loop, events)
+        for ev in events:
+            for r in ev.slots:
+                if not r.replay:
+                    assert r.draft_len is not None and len(r.draft) <= r.draft_len.d
+                    lengths.add(r.draft_len.d)
+        st = loop.policy.stats()
+        assert sum(st["chosen"].values()) == sum(not ev.slot.replay for ev in events)
+        assert "chosen per round" in loop.summary()
+    if draft_max.startswith("auto"):
+        assert 0 in lengths, "auto starts with a plain round"
+
+
+def test_auto_lossless_several_sequences(pair):
+    tgt, dft = pair
+    ps = [repetitive_prompt(tgt, 5), prompts(tgt, 1, 6)[0]]
+    sps = [SAMPLERS["greedy"], SAMPLERS["temp0.8-topk40"].replace(seed=3)]
+    expect = [plain(tgt, p, sp, 24) for p, sp in zip(ps, sps)]
+    loop = _loop(tgt, dft, ps, 24, sps, SpecParams(n_max="auto:4"), n_seq=2)
+    events = list(loop.rounds())
+    assert [r.tokens for r in loop.results()] == expect
+    check_invariants(loop, events)
+
+
+def test_auto_skips_the_draft_model_on_rounds_without_a_draft(pair):
+    """A round that drafts nothing costs the draft model nothing: the rows it missed are decoded
+    in the next draft's seed batch (as process() work), and its KV then holds the history."""
+    tgt, dft = pair
+    prompt = repetitive_prompt(tgt, 3)
+    loop = _loop(tgt, dft, prompt, 30, SAMPLERS["greedy"], SpecParams(n_max="auto:4"))
+    ds = loop.spec.impl_of("draft-simple")
+    events = []
+    for ev in loop.rounds():
+        events.append(ev)
+        if not ev.slot.draft:
+            assert ev.n_dft_eval == 0
+    assert events[0].slot.draft == [] and events[0].slot.draft_len.reason == "start-up"
+    assert events[1].slot.draft_len.reason == "start-up" and events[1].slot.draft
+    assert events[1].dft_decodes[0][0] == 2            # the missed row and the seed row
+    assert ds.defer and ds.n_eval_process > 0
+
+
+def test_fixed_keeps_llama_cpp_behaviour(pair):
+    """--draft-max N: no per-type caps, no deferred process, the draft model catches up every round."""
+    tgt, dft = pair
+    prompt = prompts(tgt, 1, 4)[0]
+    loop = _loop(tgt, dft, prompt, 16, SAMPLERS["greedy"], SpecParams(n_max=3))
+    events = list(loop.rounds())
+    assert not loop.spec.impl_of("draft-simple").defer
+    assert all(r.draft_len is None for ev in events for r in ev.slots)
+    assert loop.policy.stats()["chosen"] == {3: len(events)}
+
+
+def test_rejection_mode_with_auto(pair):
+    tgt, dft = pair
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loop = _loop(tgt, dft, prompts(tgt, 1, 2)[0], 20, SAMPLERS["temp0.8-topk40"].replace(seed=5),
+                     SpecParams(n_max="auto:4", verify="rejection"))
+        events = list(loop.rounds())
+    assert sum(len(ev.slot.committed) for ev in events) == 20

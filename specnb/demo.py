@@ -182,8 +182,9 @@ def demo(n_predict: int = 64, draft_max: int = DEMO_DRAFT_MAX, n_threads=None,
     say("specnb demo: speculative decoding as llama.cpp's speculative-simple does it.")
     say(f"  1. the real pair ({real_pair[1]} drafting for {real_pair[0]}) on code prompts, greedy "
         f"and sampled, draft-max {draft_max}: plain vs speculative speed, acceptance, identical output")
-    say("  2. a prose prompt where acceptance is low and speculation loses, and why")
-    say("  3. the SmolLM2 teaching pair, briefly")
+    say("  2. a prose prompt where acceptance is low and speculation loses, why, and --draft-max "
+        "auto, which measures that and stops drafting")
+    say("  3. the SmolLM2 teaching pair, briefly (fixed and auto)")
     say("About 4 minutes on a 2-core CPU; the first run also assembles the real pair (1.6 GB, "
         "under a minute) and compiles the kernels (a few minutes).")
     runs = []
@@ -250,7 +251,16 @@ def _losing(say, pair, low_prompt, n_predict, draft_max, timing, kw) -> list:
     say(_result_line(label, "sampled", row))
     _show_text(say, row["text"], 4)
     say("  " + why_line(row, c, draft_max))
-    return [{"part": 2, "prompt": label, "sampling": "sampled", "c": c, **row}]
+    out = [{"part": 2, "prompt": label, "sampling": "sampled", "c": c, **row}]
+    if str(draft_max).startswith("auto"):
+        return out
+    # the same prompt with each round's length chosen from the measured costs: it stops drafting
+    # where drafting does not pay (specnb/draft_len.py)
+    auto = compare(pair, ids, samplings()[1][1], n_predict, "auto", **timing)
+    say("  with --draft-max auto (each round's length chosen from this run's measured costs and "
+        "acceptance):")
+    say(_result_line(label, "sampled", auto))
+    return out + [{"part": 2, "prompt": label, "sampling": "sampled", "draft_max": "auto", **auto}]
 
 
 def _teaching(say, pair, draft_max, timing) -> list:
@@ -262,15 +272,24 @@ def _teaching(say, pair, draft_max, timing) -> list:
     row = compare(pair, prompt_ids(pair.target.vocab, text, chat), samplings()[0][1], 32,
                   draft_max, **timing)
     say(_result_line(label, "greedy", row))
-    return [{"part": 3, "prompt": label, "sampling": "greedy", **row}]
+    out = [{"part": 3, "prompt": label, "sampling": "greedy", **row}]
+    if not str(draft_max).startswith("auto"):
+        auto = compare(pair, prompt_ids(pair.target.vocab, text, chat), samplings()[0][1], 32,
+                       "auto", **timing)
+        say("  with --draft-max auto it learns that the draft costs as much as the target:")
+        say(_result_line(label, "greedy", auto))
+        out.append({"part": 3, "prompt": label, "sampling": "greedy", "draft_max": "auto", **auto})
+    return out
 
 
 def policies(policy_names=None, n_predict: int = 64, n_threads=None, backend: str = "cpu",
-             json_out: bool = False, activations: str = "f32", prompt_labels=None,
-             pair_names=(REAL_TARGET, REAL_DRAFT), repeats: int = 1) -> int:
+             json_out: bool = False, activations: str | None = None, prompt_labels=None,
+             pair_names=(REAL_TARGET, REAL_DRAFT), repeats: int = 1,
+             teaching_pair=(DEFAULT_TARGET, DEFAULT_DRAFT)) -> int:
     """`specnb demo --policies`: one table, prompt x draft-length policy (plain, fixed 1/2/4/8,
     transformers' heuristic, auto), tok/s and speed-up, on the code prompts (greedy) and the poem
-    (sampled), every run on the same pair and prompts."""
+    (sampled), every run on the same pair and prompts; then the same for the teaching pair on its
+    prompt (teaching_pair=None leaves it out; a --prompts selection without its label too)."""
     from .spec_bench import POLICIES, compare_policies, format_policies
     say = (lambda *a: None) if json_out else (lambda *a: print(*a, flush=True))
     smp = dict(samplings())
@@ -278,13 +297,21 @@ def policies(policy_names=None, n_predict: int = 64, n_threads=None, backend: st
         [(*LOW_ACCEPTANCE_PROMPT, "sampled", smp["sampled"])]
     if prompt_labels:
         prompts = [p for p in prompts if p[0] in prompt_labels]
-    r = compare_policies(*pair_names, prompts, tuple(policy_names or POLICIES), n_predict,
-                         n_threads, activations, backend, repeats, say)
+    pols = tuple(policy_names or POLICIES)
+    results = []
+    if prompts:
+        results.append(compare_policies(*pair_names, prompts, pols, n_predict, n_threads,
+                                        activations, backend, repeats, say))
+    label, text, chat = TEACHING_PROMPT
+    if teaching_pair and (not prompt_labels or label in prompt_labels):
+        results.append(compare_policies(*teaching_pair, [(label, text, chat, "greedy", smp["greedy"])],
+                                        pols, n_predict, n_threads, activations, backend, repeats, say))
     if json_out:
-        print(json.dumps(r))
+        print(json.dumps({"tables": results}))
     else:
-        say(format_policies(r))
-    return 0 if r["identical"] else 1
+        for r in results:
+            say(format_policies(r))
+    return 0 if all(r["identical"] for r in results) else 1
 
 
 def sweep(draft_max_values=SWEEP_DRAFT_MAX, n_predict: int = 64, n_threads=None,

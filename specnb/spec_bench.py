@@ -269,7 +269,7 @@ POLICIES = ("plain", "1", "2", "4", "8", "heuristic", "auto")
 
 
 def compare_policies(target, draft, prompts, policies=POLICIES, n_predict: int = 64,
-                     n_threads=None, activations: str = "f32", backend: str = "cpu",
+                     n_threads=None, activations: str | None = None, backend: str = "cpu",
                      repeats: int = 1, say=None) -> dict:
     """Per prompt (label, text, chat, sampling name, SamplerParams) and policy: tok/s, speed-up over plain decoding,
     the lengths chosen, and whether the output equals plain decoding's. Every run of a prompt
@@ -315,7 +315,7 @@ def compare_policies(target, draft, prompts, policies=POLICIES, n_predict: int =
         row["best_fixed"] = max(fixed) if fixed else None
         rows.append(row)
     return {"target": str(target), "draft": str(draft), "n_predict": n_predict,
-            "activations": activations, "policies": list(policies), "rows": rows,
+            "activations": pair.ctx_tgt.activations, "policies": list(policies), "rows": rows,
             "identical": all(p["identical"] for r in rows for p in r["policies"].values())}
 
 

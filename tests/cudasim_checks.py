@@ -245,7 +245,7 @@ def group_decode():
         for qtype, arch, tied in (("Q8_0", "llama", True), ("Q4_0", "qwen2", False)):
             _, m = _tiny(tmp, qtype, arch, tied, small=arch == "qwen2")
             ids = _ids(m, 8, 1)
-            cpu = Context(m, n_ctx=32).decode(Batch.from_tokens(ids, 0, 0, "all"))
+            cpu = Context(m, n_ctx=32, activations="f32").decode(Batch.from_tokens(ids, 0, 0, "all"))
             ctx = Context(m, n_ctx=32, backend="cuda")
             got = ctx.decode(Batch.from_tokens(ids, 0, 0, "all"))
             scale = np.abs(cpu).max()
@@ -259,7 +259,7 @@ def group_decode():
                 part = inc.decode(Batch.from_tokens(ids[3:], 3, 0, "all"))
                 check(np.array_equal(np.concatenate([np.stack(rows), part]), got),
                       "token by token, then a 5-token batch == one 8-token batch, bit for bit")
-                check(ctx.backend.nbytes() == Context(m, n_ctx=32).backend.nbytes(),
+                check(ctx.backend.nbytes() == Context(m, n_ctx=32, activations="f32").backend.nbytes(),
                       "KV cache of the same size as the CPU backend's")
                 from specnb.bench import check_against_reference
                 c = check_against_reference(m, ctx, ids[:4])

@@ -27,8 +27,8 @@ def repetitive_prompt(model, seed=0, length=24):
     return base + base[:length // 2]
 
 
-def plain(model, prompt, sp, n_predict, n_ctx=128, penalize_prompt=True):
-    return generate(Context(model, n_ctx=n_ctx), Sampler(sp), prompt, n_predict,
+def plain(model, prompt, sp, n_predict, n_ctx=128, penalize_prompt=True, activations=None):
+    return generate(Context(model, n_ctx=n_ctx, activations=activations), Sampler(sp), prompt, n_predict,
                     penalize_prompt=penalize_prompt).tokens
 
 

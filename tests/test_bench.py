@@ -128,7 +128,7 @@ def test_goals_of_a_real_pair():
                             "q8": {"spec_tok_s": 45.0, "best": "8+keep", "identical": True}}}}
     g = {name: met for name, _, met in goals(r)}
     assert g["decode of the target >= llama.cpp's"] == {"f32": False, "q8": True}
-    assert g["decode of the target reads >= 80% of the streaming bandwidth"] == {"f32": False, "q8": True}
+    assert g["decode of the target reads >= 70% of the streaming bandwidth"] == {"f32": False, "q8": True}
     assert g["decode of the draft >= llama.cpp's"] == {"f32": False, "q8": False}     # 55 < 60
     assert g["3 rows <= 1.2x one row"] == {"f32": False, "q8": False}                 # 1.30
     assert g["9 rows <= 2.5x one row"] == {"f32": False, "q8": True}                  # 2.2
@@ -193,3 +193,16 @@ def test_pair_memory_probe_in_a_fresh_process():
     assert m["kv_cache_mib"] == pytest.approx(2 * 2 * 30 * 256 * 192 * 4 / 2**20)
 
 
+
+
+def test_cold_start_goal_reads_the_default_mode_first():
+    # bench --compile-time: the first mode timed is the default one, the learner's cold start
+    c = {"cold": {"total_s": 140.0, "load_s": 2.0, "first_decode_q8_s": 70.0, "first_decode_f32_s": 60.0},
+         "warm": {"total_s": 9.0, "load_s": 2.0, "first_decode_q8_s": 2.0, "first_decode_f32_s": 2.0},
+         "cache_mib": 30.0, "model": "m.gguf", "modes": ["q8", "f32"]}
+    r = {"default_activations": "q8", "modes": {"q8": _mode(90.0, None, {1: 1.0, 5: 1.5})}, "compile": c}
+    met = {g: m for g, _, m in goals(r)}
+    key = "cold start: first logits of m.gguf (q8) within 90 s of an empty kernel cache"
+    assert met[key] is True                                    # 2 + 70 s
+    c["cold"]["first_decode_q8_s"] = 95.0
+    assert {g: m for g, _, m in goals(r)}[key] is False

@@ -23,7 +23,7 @@ def test_reference_agreement_every_type(tiny_path, qtype):
     m = load_model(tiny_path(qtype))
     ids = _ids(m, 12, seed=1)
     ref = Reference(m).forward(ids)
-    ctx = Context(m, n_ctx=64)
+    ctx = Context(m, n_ctx=64, activations="f32")             # the exact path
     got = ctx.decode(Batch.from_tokens(ids, 0, 0, "all"))
     scale = np.abs(ref).max()
     assert np.abs(got - ref).max() <= RTOL * scale + 1e-5, qtype
@@ -36,7 +36,7 @@ def test_reference_agreement_arch(tiny_path, arch, tied):
     assert m.hparams.tied_output == tied
     ids = _ids(m, 10, seed=2)
     ref = Reference(m).forward(ids)
-    got = Context(m, n_ctx=32).decode(Batch.from_tokens(ids, 0, 0, "all"))
+    got = Context(m, n_ctx=32, activations="f32").decode(Batch.from_tokens(ids, 0, 0, "all"))
     assert np.abs(got - ref).max() <= RTOL * np.abs(ref).max() + 1e-5
 
 
@@ -154,7 +154,7 @@ def test_default_model_against_reference(default_model):
     text = open(__file__.replace("test_context.py", "data/ppl_text.txt")).read()
     ids = m.vocab.tokenize(text)[:300]
     ref = Reference(m).forward(ids)
-    got = Context(m, n_ctx=512).decode(Batch.from_tokens(ids, 0, 0, "all"))
+    got = Context(m, n_ctx=512, activations="f32").decode(Batch.from_tokens(ids, 0, 0, "all"))
     assert (got.argmax(-1) == ref.argmax(-1)).mean() == 1.0
     # float32 accumulation over 30 layers: logits of order 10-20 agree to about 1e-2
     assert np.abs(got - ref).max() < 5e-2

@@ -1,6 +1,7 @@
 """`specnb demo` and `specnb demo --sweep`, run on the small SmolLM2 pair in place of the real
 one (the real pair's figures are measured by hand: README, "Where speculation wins and loses")."""
 import json
+import re
 
 import pytest
 
@@ -24,12 +25,15 @@ def test_demo_shows_the_three_parts(capsys):
     assert "About 4 minutes" in out.split("\n==")[0]                  # says how long, up front
     assert "== 1. smollm2-135m-q4_0 (92 MB) drafting for smollm2-135m (98 MB) ==" in out
     results = [ln for ln in lines if ln.startswith("  ") and "identical to plain decoding:" in ln]
-    assert len(results) == 2 * len(SHORT) + 1 + 1                    # parts 1, 2 and 3
+    # parts 1, 2 (fixed, then auto) and 3 (fixed, then auto)
+    assert len(results) == 2 * len(SHORT) + 2 + 2
+    assert out.count("with --draft-max auto") == 2 and "chosen per round" in out
     assert all("identical to plain decoding: yes" in ln for ln in results)
     assert all("speedup" in ln and "acceptance" in ln and "mean accepted length" in ln
                for ln in results)
     why = next(ln for ln in lines if ln.strip().startswith("why:"))
-    assert "c = " in why and "to verify 4 rows" in why
+    rows = re.search(r"to verify ([\d.]+) rows", why)
+    assert "c = " in why and rows and 1 < float(rows.group(1)) <= 4      # 1 + draft-max 3 at most
     assert "median speedup on code" in out
     assert out.rstrip().endswith("all speculative outputs identical to plain decoding: yes")
     assert "SmolLM2" not in out.split("== 3.")[0].split("\n", 5)[-1]    # registry names, not general.name
@@ -41,7 +45,8 @@ def test_demo_json_and_the_why_arithmetic(capsys):
                        repeats=1, quiet=None)
     d = json.loads(capsys.readouterr().out)
     assert rc == 0 and d["identical"] and d["draft_max"] == demo_mod.DEMO_DRAFT_MAX
-    assert [r["part"] for r in d["runs"]] == [1, 1, 2, 3]
+    assert [r["part"] for r in d["runs"]] == [1, 1, 2, 2, 3, 3]
+    assert [r.get("draft_max") for r in d["runs"]] == [None, None, None, "auto", None, "auto"]
     for r in d["runs"]:
         assert r["identical"] and r["n_tokens"] >= 1
         assert r["speedup"] == pytest.approx(r["spec_tok_s"] / r["plain_tok_s"])

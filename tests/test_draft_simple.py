@@ -9,7 +9,7 @@ from specnb.spec_impl import DraftParams
 
 
 def _prefilled(tgt, dft, prompt, partial=True, **kw):
-    impl = DraftSimple(tgt, Context(dft, n_ctx=64, partial_seq_rm=partial), **kw)
+    impl = DraftSimple(tgt, Context(dft, n_ctx=64, partial_seq_rm=partial, activations="f32"), **kw)
     impl.process(Batch.from_tokens(prompt[:-1], 0, 0, "none"))
     return impl
 

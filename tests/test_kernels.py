@@ -141,7 +141,7 @@ def _logits(impl, path, ids, tmp_path):
                            env=env, capture_output=True, text=True, timeout=900)
         assert r.returncode == 0, r.stderr[-3000:]
         return np.load(out)
-    ctx = Context(m, n_ctx=32)
+    ctx = Context(m, n_ctx=32, activations="f32")        # the exact path, as the simulator's
     if impl == "njit":
         ctx.backend.forward = ctx.backend.forward_steps
     return ctx.decode(Batch.from_tokens(ids, 0, 0, "all"))

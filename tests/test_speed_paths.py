@@ -70,7 +70,7 @@ def test_fused_forward_with_head_dim_64(tmp_path):
         assert np.array_equal(fused.view(np.uint32), steps.view(np.uint32))
     ids = _ids(m, 16, 3)
     ref = Reference(m).forward(ids)
-    got = Context(m, n_ctx=32).decode(Batch.from_tokens(ids, 0, 0, "all"))
+    got = Context(m, n_ctx=32, activations="f32").decode(Batch.from_tokens(ids, 0, 0, "all"))
     assert np.abs(got - ref).max() <= 2e-4 * np.abs(ref).max() + 1e-5
 
 
@@ -91,7 +91,7 @@ def test_q8_activations_close_to_reference_and_batch_invariant(tiny_path, qtype)
     rows = [ctx.decode(Batch().add(t, i, 0, True))[0] for i, t in enumerate(ids)]
     assert np.array_equal(np.stack(rows).view(np.uint32), full.view(np.uint32))
     # and it really is another path: not bit-equal to the float32 activations
-    f32 = Context(m, n_ctx=64).decode(Batch.from_tokens(ids, 0, 0, "all"))
+    f32 = Context(m, n_ctx=64, activations="f32").decode(Batch.from_tokens(ids, 0, 0, "all"))
     assert not np.array_equal(f32, full)
 
 
@@ -149,3 +149,14 @@ def test_the_fused_forward_is_cached_on_disk(tiny_path):
     assert all(r.returncode == 0 for r in runs), runs[-1].stderr[-3000:]
     hits, misses = map(int, runs[1].stdout.split())
     assert hits >= 1 and misses == 0
+
+
+def test_the_cpu_default_is_int8_activations(tiny_model):
+    # the fast path by default on the CPU; the CUDA backend has float32 activations only
+    from specnb.context import resolve_activations
+    assert Context(tiny_model, n_ctx=16).activations == "q8"
+    assert Context(tiny_model, n_ctx=16, activations="f32").activations == "f32"
+    assert resolve_activations(None, "cpu") == "q8" and resolve_activations(None, "cuda") == "f32"
+    from specnb.cli import build_parser
+    a = build_parser().parse_args(["generate", "-p", "x"])
+    assert a.activations is None                    # None: the backend's default

@@ -25,3 +25,29 @@ and a small benchmark); data flows top to bottom:
 benchmark of every type; `python -m specnb.kernels.stream` the bandwidth probe's. The CUDA twins
 are checked under the simulator by tests/cudasim_checks.py against the same references.
 """
+
+
+def _distinct_compile_ids() -> None:
+    # Numba names a compiled function by its qualified name, its argument types and a counter of
+    # the process (the `v<uid>` in the symbol). Functions made by a factory share a qualified name
+    # (every `_b_rows(...)` returns a `rows`), so two processes can compile different functions
+    # under one symbol: one the Q4_0 rows kernel as `rows v23`, another the Q4_1 one as `rows v23`,
+    # each caching a forward pass that calls its own. A third process that loads both cached
+    # passes links both calls to whichever `rows v23` it loaded first, and one pass computes with
+    # the wrong type's kernel. Starting each process's counter at a random 48-bit offset keeps the
+    # ids of different processes apart (tests/test_kernel_cache.py reproduces the collision).
+    import itertools
+    import os
+
+    from numba.core.bytecode import FunctionIdentity
+    if not isinstance(getattr(FunctionIdentity, "_unique_ids", None), itertools.count):
+        import warnings
+        warnings.warn("specnb.kernels: this Numba version has no numba.core.bytecode.FunctionIdentity."
+                      "_unique_ids counter; kernels cached by different processes may collide (run "
+                      "tests/test_kernel_cache.py, or set NUMBA_CACHE_DIR to a fresh folder)",
+                      RuntimeWarning, stacklevel=2)
+        return
+    FunctionIdentity._unique_ids = itertools.count(1 + int.from_bytes(os.urandom(6), "little"))
+
+
+_distinct_compile_ids()

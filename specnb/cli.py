@@ -323,8 +323,10 @@ def cmd_speculative_simple(a):
         tgt, dft, ctx_t, ctx_d, sp = _spec_setup(a)
         text = _read_prompt(a, tgt.vocab)
         ids = tgt.vocab.tokenize(text)
+        # the example feeds its sampler no prompt token (speculative-simple.cpp); --penalize-prompt
+        # does, as llama-cli and llama-server do
         loop = SpeculativeLoop(ctx_t, ctx_d, [ids] * max(1, a.parallel), a.n_predict,
-                               sampler_params(a), sp)
+                               sampler_params(a), sp, penalize_prompt=a.penalize_prompt)
     if not a.json:
         sys.stdout.write(as_text(text, "replace"))
         sys.stdout.flush()
@@ -598,6 +600,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--spec-synth-rates", default=None)
         p.add_argument("--spec-synth-len", type=float, default=None)
         p.add_argument("--color", action="store_true", help="colour accepted draft tokens")
+        p.add_argument("--penalize-prompt", action="store_true",
+                       help="put the prompt into the sampler's penalty window (repeat, frequency, "
+                            "presence, DRY), as llama-cli and llama-server do; "
+                            "llama-speculative-simple does not (the default here)")
         p.set_defaults(func=cmd_speculative_simple)
 
     from .demo import DEMO_DRAFT_MAX, SWEEP_DRAFT_MAX

@@ -3,8 +3,8 @@
 Each step cites examples/speculative-simple/speculative-simple.cpp at master 34af94cd. `SpeculativeLoop`
 (loop.py) is the same loop for several sequences, with timings, events and the other
 verification modes; both give the same tokens and counters. As the example, this does not
-put the prompt into the sampler's penalty window (llama-cli and llama-server, and specnb's
-`generate` and `SpeculativeLoop` by default, do).
+put the prompt into the sampler's penalty window unless asked (llama-cli and llama-server, and
+specnb's `generate` and `SpeculativeLoop` by default, do).
 """
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ from .sampling import sample_and_accept_n
 from .spec_impl import DraftParams
 
 
-def speculative_simple(ctx_tgt, spec, smpl, inp: list, n_predict: int) -> dict:
+def speculative_simple(ctx_tgt, spec, smpl, inp: list, n_predict: int,
+                       penalize_prompt: bool = False) -> dict:
     """Decode n_predict tokens after the prompt `inp` with the chain `spec` (a `Speculative`)."""
     seq = 0                                               # :105 one sequence
+    for t in inp if penalize_prompt else ():              # (llama-cli's common_sampler_accept of
+        smpl.accept(t)                                    # the prompt; the example has none)
     use_ckpt_tgt = not ctx_tgt.partial_seq_rm             # :69 no partial seq_rm: checkpoints
     batch = Batch.from_tokens(inp[:-1], 0, seq, "none")   # :126-138 the prompt but its last token,
     if len(batch):

@@ -80,6 +80,29 @@ def test_speculative_simple_json(tiny_path, tmp_path, capsys):
     assert "draft_min" in capsys.readouterr().err
 
 
+def test_speculative_simple_keeps_the_prompt_out_of_the_penalty_window(tiny_path, tmp_path, capsys):
+    """As llama-speculative-simple: no prompt token in the penalty window, unless --penalize-prompt
+    (then the text is `generate`'s, which penalizes the prompt as llama-cli does)."""
+    from specnb.context import Context
+    from specnb.generate import generate
+    from specnb.model import load_model
+    from specnb.sampling import Sampler, SamplerParams
+    t = tiny_path("Q8_0", seed=11)
+    d = forge.requantize(t, tmp_path / "d.gguf", "Q4_0")
+    prompt = "the cat sat on the mat, the cat sat on the mat, the cat sat on"
+    pen = ["--repeat-penalty", "1.5", "--temp", "0"]
+    assert main(["generate", "-m", t, "-p", prompt, "-n", "12", "--json"] + pen) == 0
+    with_prompt = json.loads(capsys.readouterr().out)["tokens"]
+    m = load_model(t)
+    without = generate(Context(m, n_ctx=128), Sampler(SamplerParams(temp=0.0, penalty_repeat=1.5)),
+                       m.vocab.tokenize(prompt), 12, penalize_prompt=False).tokens
+    assert with_prompt != without
+    for flag, want in (([], without), (["--penalize-prompt"], with_prompt)):
+        assert main(["speculative-simple", "-m", t, "-md", d, "-p", prompt, "-n", "12", "--json"]
+                    + pen + flag) == 0
+        assert json.loads(capsys.readouterr().out)["tokens"] == want, flag
+
+
 def test_speculative_simple_spec_types(tiny_path, tmp_path, capsys):
     """--spec-type: the chain in llama.cpp's order, one statistics block per impl, in --json as
     `impls`; the n-gram types load no draft model; a draft memory without partial removal."""

@@ -46,6 +46,30 @@ def test_teaching_loop_equals_speculative_loop(tied_pair, types, n_max, name, tg
     assert out["n_accept"] > 0
 
 
+@pytest.mark.parametrize("types", ["draft-simple", "ngram-simple"])
+def test_prompt_in_the_penalty_window_only_when_asked(tied_pair, types):
+    """llama-speculative-simple feeds its sampler no prompt token; llama-cli's common_sampler_accept
+    of the prompt is the opt-in. Both loops give plain decoding's tokens in each setting, and the
+    setting matters here (a strong repeat penalty over a repetitive prompt)."""
+    from specnb.sampling import SamplerParams
+    tgt, dft = tied_pair
+    sp = SamplerParams(temp=0.0, penalty_repeat=1.5, penalty_last_n=64)
+    spec = SpecParams(types=types, n_max=3, ngram_size_n=1, ngram_size_m=8)
+    prompt = repetitive_prompt(tgt, 4)
+    got = {}
+    for penalize in (False, True):
+        cd = Context(dft, n_ctx=128) if types == "draft-simple" else None
+        loop = SpeculativeLoop(Context(tgt, n_ctx=128), cd, prompt, 24, sp, spec, penalize_prompt=penalize)
+        loop.run()
+        cd = Context(dft, n_ctx=128) if types == "draft-simple" else None
+        out = speculative_simple(Context(tgt, n_ctx=128), build_speculative(spec, tgt, cd, n_seq=1),
+                                 Sampler(sp), prompt, 24, penalize_prompt=penalize)
+        want = plain(tgt, prompt, sp, 24, penalize_prompt=penalize)
+        assert out["tokens"] == loop.results()[0].tokens == want, penalize
+        got[penalize] = want
+    assert got[False] != got[True]
+
+
 def test_teaching_loop_is_about_fifty_lines():
     import inspect
     src = inspect.getsource(speculative_simple).splitlines()

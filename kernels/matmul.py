@@ -327,7 +327,9 @@ def matmul_sel(x, w, qtype, out, s):
     xc = np.ascontiguousarray(x)
     wc = np.ascontiguousarray(w)
     if n_out * n_in <= SERIAL_MAX_ELEMENTS:
-        _matmul_rows(xc, wc, qtype, out, 0, n_out, np.empty(n_in, np.float32), s)
+        # lo as an int64 (0 * n_out), not the literal 0: a literal argument would compile a second
+        # copy of the rows kernels beside the one the prange loop calls
+        _matmul_rows(xc, wc, qtype, out, 0 * n_out, n_out, np.empty(n_in, np.float32), s)
         return
     n_chunks = min(n_out, _N_CHUNKS)  # row ranges; prange hands them out to the threads
     bufs = np.empty((n_chunks, n_in), np.float32)

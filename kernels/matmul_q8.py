@@ -431,8 +431,10 @@ def _matmul_q8_k(x, w, qtype, out, s):
     nbuf = nb * B.K_BUF_BYTES if n_rows > K_R_MAX else 1
     nacc = O_BLOCK * n_rows * 16 if n_rows > 1 else 1
     if n_out * n_in <= SERIAL_MAX_ELEMENTS:
-        _q8_k_rows(qx, dx, bs, w, qtype, out, 0, n_out, nb, np.empty(nbuf, np.uint8), np.empty(nacc, np.float32),
-                   s.q2_k, s.q3_k, s.q4_k, s.q5_k, s.q6_k)
+        # lo as an int64 (0 * n_out), not the literal 0: a literal argument would compile a second
+        # copy of every rows kernel beside the one the prange loop calls (the largest code here)
+        _q8_k_rows(qx, dx, bs, w, qtype, out, 0 * n_out, n_out, nb, np.empty(nbuf, np.uint8),
+                   np.empty(nacc, np.float32), s.q2_k, s.q3_k, s.q4_k, s.q5_k, s.q6_k)
         return
     n_chunks = min(n_out, _N_CHUNKS)
     bufs = np.empty((n_chunks, nbuf), np.uint8)
@@ -451,8 +453,8 @@ def _matmul_q8_32(x, w, qtype, out, s):
     nb = n_in // 32
     nbuf = (nb + 1) // 2 * B.B_BUF_BYTES if n_rows > R_MAX else 1
     if n_out * n_in <= SERIAL_MAX_ELEMENTS:
-        _q8_32_rows(qx, dx16, sx16, w, qtype, out, 0, n_out, nb, np.empty(nbuf, np.uint8),
-                    s.q8_0, s.q4_0, s.q4_1, s.q5_0, s.q5_1)
+        _q8_32_rows(qx, dx16, sx16, w, qtype, out, 0 * n_out, n_out, nb, np.empty(nbuf, np.uint8),
+                    s.q8_0, s.q4_0, s.q4_1, s.q5_0, s.q5_1)          # (lo: an int64, as above)
         return
     n_chunks = min(n_out, _N_CHUNKS)
     bufs = np.empty((n_chunks, nbuf), np.uint8)

@@ -197,9 +197,18 @@ def _vector(g: GGUFFile, name: str, n: int) -> np.ndarray:
         raise GGUFError(f"{g.path}: missing tensor {name}")
     if t.shape != (n,):
         raise GGUFError(f"{g.path}: tensor {name} has shape {list(t.shape)}, expected [{n}]")
-    from .kernels.matmul import dequantize
     _check_type(g, name)
-    return dequantize(g.tensor_bytes(name), t.qtype, n).reshape(n).astype(np.float32)
+    raw = np.asarray(g.tensor_bytes(name)).reshape(-1)
+    # the float types read directly (every real model stores its norms and biases as F32): the
+    # kernels' decoder would compile, for every type, at the first load of a fresh install
+    if t.qtype == GGMLQuantizationType.F32:
+        return raw.view(np.float32).astype(np.float32)
+    if t.qtype == GGMLQuantizationType.F16:
+        return raw.view(np.float16).astype(np.float32)
+    if t.qtype == GGMLQuantizationType.BF16:
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    from .kernels.matmul import dequantize
+    return dequantize(raw, t.qtype, n).reshape(n).astype(np.float32)
 
 
 def _check_type(g: GGUFFile, name: str) -> None:

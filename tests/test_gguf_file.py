@@ -40,6 +40,27 @@ def test_default_model_loads_fast_without_dequantizing(default_path):
     assert dt < 5.0, f"loading the default model took {dt:.2f} s of CPU"
 
 
+@pytest.mark.parametrize("qtype", [QT.F32, QT.F16, QT.BF16, QT.Q8_0])
+def test_vectors_decode_as_the_kernels_do(qtype):
+    """Norms and biases of the float types are read without the kernels' decoder (which would
+    compile for every type at a fresh install's first load); every type gives its values."""
+    from specnb.kernels.matmul import dequantize
+    from specnb.kernels.qtypes import random_blocks
+    from specnb.model import _vector
+
+    class File:            # the two things _vector reads of a GGUFFile
+        path = "vectors.gguf"
+        tensors = {"v": type("T", (), {"shape": (64,), "qtype": int(qtype), "type_name": qtype.name})()}
+
+        @staticmethod
+        def tensor_bytes(name):
+            return raw
+    raw = random_blocks(int(qtype), 1, 64, np.random.default_rng(int(qtype)))
+    got = _vector(File(), "v", 64)
+    assert got.dtype == np.float32 and got.shape == (64,)
+    assert np.array_equal(got, dequantize(raw, int(qtype), 64).reshape(-1))
+
+
 def _write(tmp_path, name, data: bytes):
     p = tmp_path / name
     p.write_bytes(data)

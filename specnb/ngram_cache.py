@@ -17,8 +17,10 @@ std::unordered_map, whose order is not specified.
 from __future__ import annotations
 
 import os
-import struct
 
+import numpy as np
+
+from .cache import atomic_path
 from .errors import ParamError
 from .spec_impl import DraftParams, SpeculativeImpl
 
@@ -115,39 +117,150 @@ def cache_draft(inp: list, draft: list, n_draft: int, nc_context: dict, nc_dynam
             used.append(([t for t in gram if t != LLAMA_TOKEN_NULL], where))
 
 
+# ---- the files (common_ngram_cache_save / common_ngram_cache_load) ---------------------------
+# Per entry: the n-gram (LLAMA_NGRAM_MAX x int32, unused slots LLAMA_TOKEN_NULL), ntokens
+# (int32), then ntokens (token, count) int32 pairs; little-endian, no header. A file is input
+# like a model: every id is checked against the target's vocab, and every count of pairs
+# against the vocab size and what is left of the file before the pairs are read.
+# a loaded cache is Python dicts: ~15x its file size in memory, ~30x while loading
+MAX_FILE_BYTES = 64 << 20
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+_ENTRY_HEAD = LLAMA_NGRAM_MAX + 1            # int32s before the pairs: the n-gram and ntokens
+
+
 def cache_save(cache: dict, path) -> None:
-    """common_ngram_cache_save (:199-220): ngram (4 x int32), ntokens, then (token, count) pairs."""
-    with open(path, "wb") as f:
-        for ngram, part in cache.items():
-            f.write(struct.pack("<4ii", *ngram, len(part)))
+    """common_ngram_cache_save (:199-220): ngram (4 x int32), ntokens, then (token, count) pairs.
+
+    Written to a temporary file that replaces path in one rename: an interrupted save leaves
+    the previous file whole. An n-gram with no counts is skipped (llama.cpp asserts there)."""
+    flat = []
+    for ngram, part in cache.items():
+        if part:
+            flat.extend(ngram)
+            flat.append(len(part))
             for t, c in part.items():
-                f.write(struct.pack("<ii", t, c))
-
-
-def cache_load(path) -> dict:
-    """common_ngram_cache_load (:222-258)."""
+                flat.append(t)
+                flat.append(c)
     try:
-        data = open(path, "rb").read()
+        a = np.array(flat, dtype=np.int64)
+        fits = a.size == 0 or (a.min() >= INT32_MIN and a.max() <= INT32_MAX)
+    except OverflowError:
+        fits = False
+    if not fits:
+        v = next(v for v in flat if not INT32_MIN <= v <= INT32_MAX)
+        raise ParamError(f"cannot save the n-gram cache {os.fspath(path)!r}: {v} does not fit "
+                         f"the file's int32 token and count fields")
+    try:
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            f.write(a.astype("<i4").tobytes())
     except OSError as e:
-        raise ParamError(f"cannot read the n-gram cache {os.fspath(path)!r}: {e.strerror}") from None
-    cache, off = {}, 0
+        raise ParamError(f"cannot write the n-gram cache {os.fspath(path)!r}: "
+                         f"{e.strerror or e}") from None
+
+
+def _refuse(path, off: int, what: str):
+    raise ParamError(f"n-gram cache {os.fspath(path)}: entry at byte {off}: {what}")
+
+
+def cache_load(path, n_vocab: int) -> dict:
+    """common_ngram_cache_load (:222-258), refusing with a ParamError (file, entry offset,
+    value) what llama.cpp would assert on or draft from: a cut entry, ntokens <= 0, a count
+    <= 0, an id outside [0, n_vocab) (LLAMA_TOKEN_NULL only as the n-gram's trailing padding,
+    as common_ngram writes it), a duplicate n-gram or a duplicate token within an entry
+    (llama.cpp's emplace keeps the first and silently drops the rest; save never writes them).
+    Files over MAX_FILE_BYTES are refused before they are read."""
+    name = os.fspath(path)
+    n_vocab = int(n_vocab)
     try:
-        while off < len(data):
-            *ngram, k = struct.unpack_from("<4ii", data, off)
-            off += 20
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size <= MAX_FILE_BYTES:
+                data = f.read(MAX_FILE_BYTES + 1)
+                size = len(data)
+    except OSError as e:
+        raise ParamError(f"cannot read the n-gram cache {name!r}: {e.strerror or e}") from None
+    if size > MAX_FILE_BYTES:
+        raise ParamError(f"n-gram cache {name}: {size} bytes; specnb reads n-gram caches of at "
+                         f"most {MAX_FILE_BYTES} bytes (MAX_FILE_BYTES)")
+    a = np.frombuffer(data, dtype="<i4", count=len(data) // 4)
+    n = a.size
+    ints = memoryview(a.astype(np.int32, copy=False)).cast("B").cast("i")   # for the walk
+    # the walk: each entry's start (in int32s) and ntokens, checked before the next is read
+    starts, ks = [], []
+    i = 0
+    while i < n:
+        if i + _ENTRY_HEAD > n:
+            break
+        k = ints[i + LLAMA_NGRAM_MAX]
+        if not 0 < k <= n_vocab or i + _ENTRY_HEAD + 2 * k > n:
+            left = len(data) - 4 * (i + _ENTRY_HEAD)
             if k <= 0:
-                raise ValueError
-            part = {}
-            for _ in range(k):
-                t, c = struct.unpack_from("<ii", data, off)
-                off += 8
-                if c <= 0:
-                    raise ValueError
-                part[t] = c
-            cache[tuple(ngram)] = part
-    except (struct.error, ValueError):
-        raise ParamError(f"{os.fspath(path)!r} is not an n-gram cache file (common_ngram_cache_save "
-                         f"layout), or it is truncated") from None
+                _refuse(path, 4 * i, f"ntokens={k}; every entry has at least one (token, count) pair")
+            if k > n_vocab:
+                _refuse(path, 4 * i, f"ntokens={k}, more than the vocab's {n_vocab} tokens")
+            _refuse(path, 4 * i, f"ntokens={k} needs {8 * k} bytes, {left} left (truncated, or "
+                                 f"not an n-gram cache file)")
+        starts.append(i)
+        ks.append(k)
+        i += _ENTRY_HEAD + 2 * k
+    if 4 * i < len(data):
+        _refuse(path, 4 * i, f"cut short: {len(data) - 4 * i} bytes left, an n-gram and its "
+                             f"ntokens take {4 * _ENTRY_HEAD} (truncated, or not an n-gram "
+                             f"cache file)")
+    if not starts:
+        return {}
+    starts = np.array(starts, dtype=np.int64)
+    ks = np.array(ks, dtype=np.int64)
+    # the n-grams: ids in [0, n_vocab), LLAMA_TOKEN_NULL only after the last token
+    keys = a[starts[:, None] + np.arange(LLAMA_NGRAM_MAX)].astype(np.int64)
+    null = keys == LLAMA_TOKEN_NULL
+    bad = ((keys < 0) & ~null) | (keys >= n_vocab)
+    if bad.any():
+        e, j = np.argwhere(bad)[0]
+        _refuse(path, 4 * int(starts[e]), f"n-gram token id {int(keys[e, j])} is outside the "
+                                          f"vocab [0, {n_vocab}) (-1 pads unused slots)")
+    bad = null[:, 0] | (null[:, :-1] & ~null[:, 1:]).any(axis=1)
+    if bad.any():
+        e = int(np.argmax(bad))
+        _refuse(path, 4 * int(starts[e]), f"n-gram {tuple(int(x) for x in keys[e])}: common_ngram "
+                                          f"holds 1 to {LLAMA_NGRAM_MAX} tokens, then -1 padding")
+    # the pairs: drafted tokens in [0, n_vocab), counts > 0
+    entry = np.repeat(np.arange(starts.size), ks)
+    first = np.cumsum(ks) - ks
+    pos = starts[entry] + _ENTRY_HEAD + 2 * (np.arange(entry.size) - first[entry])
+    toks, counts = a[pos].astype(np.int64), a[pos + 1].astype(np.int64)
+    bad = (toks < 0) | (toks >= n_vocab)
+    if bad.any():
+        p = int(np.argmax(bad))
+        _refuse(path, 4 * int(starts[entry[p]]), f"drafted token id {int(toks[p])} is outside the "
+                                                 f"vocab [0, {n_vocab})")
+    bad = counts <= 0
+    if bad.any():
+        p = int(np.argmax(bad))
+        _refuse(path, 4 * int(starts[entry[p]]), f"token {int(toks[p])} has count {int(counts[p])}; "
+                                                 f"counts are positive")
+    # the dicts; a duplicate shows as a dict shorter than what was put in
+    cache = {}
+    ngrams = list(zip(*(keys[:, j].tolist() for j in range(LLAMA_NGRAM_MAX))))
+    pairs = list(zip(toks.tolist(), counts.tolist()))
+    for e, (lo, k) in enumerate(zip(first.tolist(), ks.tolist())):
+        part = dict(pairs[lo:lo + k])
+        if len(part) != k:
+            seen = set()
+            for t, _ in pairs[lo:lo + k]:
+                if t in seen:
+                    _refuse(path, 4 * int(starts[e]), f"token {t} appears twice among the n-gram's "
+                                                      f"continuations (llama.cpp would keep the first)")
+                seen.add(t)
+        cache[ngrams[e]] = part
+    if len(cache) != len(ngrams):
+        seen = {}
+        for e, ngram in enumerate(ngrams):
+            if ngram in seen:
+                _refuse(path, 4 * int(starts[e]), f"n-gram {ngram} appears a second time, first at "
+                                                  f"byte {4 * int(starts[seen[ngram]])} (llama.cpp "
+                                                  f"would keep the first; its save writes each once)")
+            seen[ngram] = e
     return cache
 
 
@@ -164,14 +277,20 @@ class NgramCache(SpeculativeImpl):
 
     The context cache is updated with every newly committed token over the whole history, as
     examples/lookup does (lookup.cpp:54, 157, 183). A draft has at most n_max tokens
-    (lookup.cpp:25: n_draft = --draft-max).
+    (lookup.cpp:25: n_draft = --draft-max). The cache files' token ids are checked against
+    n_vocab, the target's vocab size, which is needed when a file is given.
     """
     type = "ngram-cache"
 
-    def __init__(self, n_seq: int = 1, n_max: int = 8, static_path=None, dynamic_path=None):
+    def __init__(self, n_seq: int = 1, n_max: int = 8, static_path=None, dynamic_path=None,
+                 n_vocab: int | None = None):
         super().__init__(n_seq, n_max)
-        self.nc_static = cache_load(static_path) if static_path else {}
-        self.nc_dynamic = cache_load(dynamic_path) if dynamic_path and os.path.exists(dynamic_path) else {}
+        if (static_path or dynamic_path) and n_vocab is None:
+            raise ParamError("ngram-cache: n_vocab (the target's vocab size) is needed to check "
+                             "the lookup cache files")
+        self.nc_static = cache_load(static_path, n_vocab) if static_path else {}
+        self.nc_dynamic = (cache_load(dynamic_path, n_vocab)
+                           if dynamic_path and os.path.exists(dynamic_path) else {})
         self.dynamic_path = dynamic_path
         self.context = [{} for _ in range(n_seq)]
         self.n_seen = [0] * n_seq          # history tokens already counted in the context cache

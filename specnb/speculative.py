@@ -168,7 +168,7 @@ def build_speculative(p: SpecParams, target, ctx_dft, n_seq: int = 1, sample_dra
             impls.append(NgramMapK(**ngram))
         elif t == "ngram-cache":
             impls.append(NgramCache(n_seq, n_max=int(p.n_max), static_path=p.lookup_cache_static,
-                                    dynamic_path=p.lookup_cache_dynamic))
+                                    dynamic_path=p.lookup_cache_dynamic, n_vocab=target.n_vocab))
     return Speculative(impls, n_seq=n_seq)
 
 

@@ -120,26 +120,26 @@ def test_cache_files_in_llama_cpp_layout(tmp_path):
     cache_save(c, p)
     raw = p.read_bytes()
     assert raw == struct.pack("<4ii", 7, 8, -1, -1, 2) + struct.pack("<iiii", 9, 3, 4, 1)
-    assert cache_load(p) == c
+    assert cache_load(p, n_vocab=10) == c
     cache_merge(c, {_key([7, 8]): {9: 1, 5: 2}, _key([1]): {2: 1}})
     assert c == {_key([7, 8]): {9: 4, 4: 1, 5: 2}, _key([1]): {2: 1}}
     p.write_bytes(raw[:-4])
     with pytest.raises(ParamError, match="not an n-gram cache"):
-        cache_load(p)
+        cache_load(p, n_vocab=10)
     with pytest.raises(ParamError, match="cannot read"):
-        cache_load(tmp_path / "missing.bin")
+        cache_load(tmp_path / "missing.bin", n_vocab=10)
 
 
 def test_ngram_cache_dynamic_file_carries_over(tmp_path):
     """examples/lookup: the context cache is merged into the dynamic one and saved; a later
     generation drafts from it before its own context knows anything."""
     dyn = tmp_path / "dyn.bin"
-    a = NgramCache(n_seq=1, n_max=4, dynamic_path=dyn)
+    a = NgramCache(n_seq=1, n_max=4, dynamic_path=dyn, n_vocab=100)
     a.begin(0, [])
     text = [11, 12, 13, 14, 15, 16] * 4
     assert _draft(a, text[:-1], text[-1]) != []
     a.save_dynamic()
-    b = NgramCache(n_seq=1, n_max=4, dynamic_path=dyn)
+    b = NgramCache(n_seq=1, n_max=4, dynamic_path=dyn, n_vocab=100)
     b.begin(0, [])
     got = _draft(b, [40, 41, 12, 13], 14)
     assert got == [15, 16, 11, 12] and b.info[0][0].cache == "dynamic"

@@ -20,8 +20,8 @@ from numba import njit
 from .activations import swiglu
 from .attention import attention
 from .norm import rmsnorm
-from .matmul import dequant_row_sel, matmul_sel
-from .matmul_q8 import Q8_QTYPES, has_q8_kernel, matmul_q8_sel
+from .matmul import _deq_t, matmul_sel
+from .matmul_q8 import Q8_QTYPES, _matmul_q8_by, has_q8_kernel
 from .qtypes import type_sel
 from .rope import rope
 
@@ -50,12 +50,16 @@ def fused_types(emb_qtypes, mat_qtypes, q8: bool) -> FusedTypes:
     return FusedTypes(type_sel(emb_qtypes), type_sel(mats - i), type_sel(i))
 
 
+# Compile time: Numba optimizes each compiled function together with everything it calls, so
+# every layer between the pass and the rows kernels costs another optimization of all of them.
+# The pass therefore calls the int8 driver directly (the weights' shapes were checked when the
+# model loaded, and every operand here is C-contiguous), and _mm is inlined into the pass.
 @njit(cache=True)
-def _mm_by(x, w, qtype, out, sf, si, f_any, i_any):
+def _mm_by(x, w, qtype, out, sf, si, f_any, i_any, i_k, i_b):
     # y = x @ W^T with int8 activations for the types of si, float32 ones for those of sf; a
     # path whose selection is empty (None) is not compiled
     if i_any is not None and has_q8_kernel(qtype):
-        matmul_q8_sel(x, w, qtype, out, si)
+        _matmul_q8_by(x, w, qtype, out, si, i_k, i_b)
     elif f_any is not None:
         matmul_sel(x, w, qtype, out, sf)
     else:
@@ -63,9 +67,49 @@ def _mm_by(x, w, qtype, out, sf, si, f_any, i_any):
     return out
 
 
-@njit(cache=True)
+@njit(inline="always")
 def _mm(x, w, qtype, ts, out):
-    return _mm_by(x, w, qtype, out, ts.f, ts.i, ts.f.any, ts.i.any)
+    return _mm_by(x, w, qtype, out, ts.f, ts.i, ts.f.any, ts.i.any, ts.i.k, ts.i.b)
+
+
+# the thin wrappers the pass calls, inlined into it for the same reason (the same code as
+# attention.attention, activations.swiglu and matmul.dequant_row_sel)
+_attention = njit(inline="always")(attention.py_func)
+_swiglu = njit(inline="always")(swiglu.py_func)
+
+
+@njit(inline="always")
+def _embed_row(w_row, qtype, out, s):
+    # one embedding row to float32 (matmul.dequant_row_sel without its shape check: the table's
+    # shape was checked when the model loaded)
+    _deq_t(w_row, qtype, out, out.shape[0], s.fl, s.f32, s.f16, s.bf16, s.q8_0, s.q4_0, s.q4_1,
+           s.q5_0, s.q5_1, s.q2_k, s.q3_k, s.q4_k, s.q5_k, s.q6_k)
+
+
+# Element loops instead of NumPy's broadcasting array statements (x += y, row = row): the
+# statements compile Numba's shape checks and their error messages, 4 s of a cold start; every
+# shape here is fixed by the pass itself. Each element is computed as the statement would.
+@njit(inline="always")
+def _add_to(x, y):
+    # x [n, d] += y [n, d]
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            x[i, j] += y[i, j]
+    return x
+
+
+@njit(inline="always")
+def _add_row(x, b):
+    # x [n, d] += b [d] in every row (the q, k, v biases)
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            x[i, j] += b[j]
+
+
+@njit(inline="always")
+def _copy_row(dst, src):
+    for j in range(dst.shape[0]):
+        dst[j] = src[j]
 
 
 @njit(cache=True)
@@ -83,7 +127,7 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, h
     kv_dim = n_head_kv * head_dim
     x = np.empty((n, n_embd), dtype=np.float32)
     for i in range(n):                                       # token embedding lookup
-        dequant_row_sel(wt.tok_embd[tokens[i]], wt.tok_qtype, x[i], ts.emb)
+        _embed_row(wt.tok_embd[tokens[i]], wt.tok_qtype, x[i], ts.emb)
     a = np.empty_like(x)
     q = np.empty((n, n_head * head_dim), dtype=np.float32)
     k = np.empty((n, kv_dim), dtype=np.float32)
@@ -100,25 +144,25 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, h
         _mm(a, mats[m0 + WK], qt[WK], ts, k)
         _mm(a, mats[m0 + WV], qt[WV], ts, v)
         if wt.has_bias:
-            q += wt.bias_q[il]
-            k += wt.bias_k[il]
-            v += wt.bias_v[il]
+            _add_row(q, wt.bias_q[il])
+            _add_row(k, wt.bias_k[il])
+            _add_row(v, wt.bias_v[il])
         q3 = q.reshape(n, n_head, head_dim)
         k3 = k.reshape(n, n_head_kv, head_dim)
         rope(q3, cos, sin, rope_mode)
         rope(k3, cos, sin, rope_mode)
         for t in range(n):                                   # store this batch's K/V rows
-            k_cache[il, seq[t], pos[t]] = k[t]
-            v_cache[il, seq[t], pos[t]] = v[t]
-        attention(q3, k_cache[il], v_cache[il], valid, seq, pos, n_head_kv, attn)
-        x += _mm(attn.reshape(n, n_head * head_dim), mats[m0 + WO], qt[WO], ts, t_out)
+            _copy_row(k_cache[il, seq[t], pos[t]], k[t])
+            _copy_row(v_cache[il, seq[t], pos[t]], v[t])
+        _attention(q3, k_cache[il], v_cache[il], valid, seq, pos, n_head_kv, attn)
+        _add_to(x, _mm(attn.reshape(n, n_head * head_dim), mats[m0 + WO], qt[WO], ts, t_out))
         rmsnorm(x, ffn_norm[il], norm_eps, a)
         _mm(a, mats[m0 + W_GATE], qt[W_GATE], ts, g)
         _mm(a, mats[m0 + W_UP], qt[W_UP], ts, u)
-        x += _mm(swiglu(g, u, g), mats[m0 + W_DOWN], qt[W_DOWN], ts, t_out)
+        _add_to(x, _mm(_swiglu(g, u, g), mats[m0 + W_DOWN], qt[W_DOWN], ts, t_out))
     xo = np.empty((out_rows.shape[0], n_embd), dtype=np.float32)
     for i in range(out_rows.shape[0]):
-        xo[i] = x[out_rows[i]]
+        _copy_row(xo[i], x[out_rows[i]])
     rmsnorm(xo, wt.output_norm, norm_eps, xo)
     logits = np.empty((out_rows.shape[0], wt.output.shape[0]), dtype=np.float32)
     return _mm(xo, wt.output, wt.output_qtype, ts, logits)

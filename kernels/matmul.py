@@ -133,7 +133,7 @@ def _specialize(gfn):
         return run
 
     tiles = tile_rows(make_pass, R_MAX)
-    one = make_pass(1)
+    one = tiles.passes[0]                    # the tiles' own one-row pass, not another copy
     first = make_pass(R_MAX, store=True)
 
     @njit(fastmath=False, _nrt=False)
@@ -143,9 +143,10 @@ def _specialize(gfn):
         n_rows, n_in = x2.shape
         n_out = out2.shape[1]
         x, out = x2.reshape(-1), out2.reshape(-1)
-        if n_rows == 1:                          # the decode loop, compiled on its own
+        if n_rows == 1:                          # the decode loop, on its own
+            z = lo - lo                          # (an int64 r, as the tiles pass it: one compile)
             for o in range(lo, hi):
-                one(0, 0, w[o], x, n_in, out, o, n_out, buf)
+                one(z, 0, w[o], x, n_in, out, o, n_out, buf)
         elif n_rows <= R_MAX:
             for o in range(lo, hi):
                 tiles(n_rows, 0, w[o], x, n_in, out, o, n_out, buf)

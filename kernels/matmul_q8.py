@@ -34,6 +34,7 @@ row; and the piece of weights the next pass reads is prefetched by hand (the har
 prefetchers lose a stream that jumps from row to row), as it is for long rows in one range. The
 order of every row's operations is unchanged, so the bits are too.
 """
+import functools
 import time
 
 import gguf
@@ -172,7 +173,10 @@ def quantize_q8_32(x):
 # All arrays are flat; weight row o starts at byte p = o * row_bytes; chunk j of activation row r
 # at byte 64 (j n_rows + r) of qx (the layout of the quantizers above).
 
-def _k_pass(setup, chunk, bsize, R, store=False):
+@functools.lru_cache(maxsize=None)
+def _k_unit(chunk, store):
+    # one per (type, store), shared by the passes of every R: each of its four chunks compiles
+    # once, not once per pass (a closure made inside _k_pass would be a new function per pass)
     @_inline
     def u(w, pb, c, buf, q):
         # chunk c of the super-block at pb (and into buf at q when this pass stores)
@@ -180,6 +184,11 @@ def _k_pass(setup, chunk, bsize, R, store=False):
         if store:
             vstore_at(buf, q + 64 * c, v)
         return v
+    return u
+
+
+def _k_pass(setup, chunk, bsize, R, store=False):
+    u = _k_unit(chunk, store)
 
     @_inline
     def run(r, base, w, p, nb, qx, dx, bs, out, o, n_out, n_rows, buf, b0, b1, accs, ao, pnext):
@@ -263,7 +272,7 @@ def _rows(make_pass, buf_tiles):
     up to R_MAX rows decode each weight row in registers; beyond that the first tile also keeps
     the decoded row in buf (uint8 scratch) and the other tiles read it back (buf_tiles)."""
     run = tile_rows(make_pass, R_MAX)
-    one = make_pass(1)
+    one = run.passes[0]                         # run's own one-row pass, not another copy
     first = make_pass(R_MAX, True)
 
     @njit(fastmath=False, _nrt=False)
@@ -272,9 +281,10 @@ def _rows(make_pass, buf_tiles):
         n_out = out2.shape[1]
         rb = w2.shape[1]
         qx, dx, sx, w, out = qx2.reshape(-1), dx2.reshape(-1), sx2.reshape(-1), w2.reshape(-1), out2.reshape(-1)
-        if n_rows == 1:                             # the decode loop, compiled on its own
+        if n_rows == 1:                             # the decode loop, on its own
+            z = lo - lo                             # (an int64 r, as run passes it: one compile)
             for o in range(lo, hi):
-                one(0, 0, w, o * rb, nb, qx, dx, sx, out, o, n_out, n_rows, buf)
+                one(z, 0, w, o * rb, nb, qx, dx, sx, out, o, n_out, n_rows, buf)
         elif n_rows <= R_MAX:
             for o in range(lo, hi):
                 run(n_rows, 0, w, o * rb, nb, qx, dx, sx, out, o, n_out, n_rows, buf)
@@ -323,7 +333,7 @@ def _k_rows(setup, chunk, bsize, l1_act_bytes=L1_ACT_BYTES, prefetch_row_bytes=P
     (l1_act_bytes, prefetch_row_bytes, r_max: the tuning constants, as arguments for experiments.)"""
     make_pass = lambda R, store=False: _k_pass(setup, chunk, bsize, R, store)   # noqa: E731
     run = tile_rows(make_pass, r_max)
-    one = make_pass(1)
+    one = run.passes[0]                         # run's own one-row pass, not another copy
     first = make_pass(r_max, True)
     buf_tiles = _k_buf_tiles(r_max)
 
@@ -335,9 +345,10 @@ def _k_rows(setup, chunk, bsize, l1_act_bytes=L1_ACT_BYTES, prefetch_row_bytes=P
         qx, dx, bs, w, out = qx2.reshape(-1), dx2.reshape(-1), bs2.reshape(-1), w2.reshape(-1), out2.reshape(-1)
         if n_rows == 0:                             # (a batch whose rows all skip the logits)
             return
-        if n_rows == 1:                             # the decode loop, compiled on its own
+        if n_rows == 1:                             # the decode loop, on its own
+            z = lo - lo                             # (int64s where run passes int64s: one compile)
             for o in range(lo, hi):
-                one(0, 0, w, o * rb, nb, qx, dx, bs, out, o, n_out, n_rows, buf, 0, nb, accs, 0, -1)
+                one(z, 0, w, o * rb, nb, qx, dx, bs, out, o, n_out, n_rows, buf, z, nb, accs, z, z - 1)
             return
         kb = k_block(nb, n_rows, l1_act_bytes)
         # prefetch the piece of weights after each one: the DRAM prefetchers lose the stream when

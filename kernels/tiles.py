@@ -283,7 +283,9 @@ def tstore_f32(typingctx, a, i, stride, t):
 def tile_rows(make_pass, r_max: int):
     """run(n_rows, *args): the batch in tiles, passes[R](r0, *args) for tiles of R rows from row
     r0: r_max rows at a time, then one tile of the rest. make_pass(R) builds the pass for R rows
-    (R = 1 .. 12; r_max <= 12), each compiled with its R a constant."""
+    (R = 1 .. 12; r_max <= 12), each compiled with its R a constant. run.passes[R - 1] is the
+    R-row pass itself: called as run calls it (r an int64, then run's arguments), it shares
+    run's compiled code instead of compiling another copy."""
     if not 1 <= r_max <= 12:
         raise ValueError(f"tile_rows: r_max must be 1 .. 12, not {r_max}")
     P = [make_pass(R) for R in range(1, r_max + 1)]
@@ -320,6 +322,7 @@ def tile_rows(make_pass, r_max: int):
             P10(r, *args)
         elif k == 11:
             P11(r, *args)
+    run.passes = tuple(P[:r_max])       # passes[R - 1]: the R-row pass (one compiled function)
     return run
 
 

@@ -143,14 +143,18 @@ def streaming_bandwidth(gib: float = 1.0, n_threads: int | None = None, reps: in
 class ModelBench:
     """Decode, prompt and batch timings of one model in each activation mode (plus llama.cpp's)."""
 
-    def __init__(self, path, backend, n_threads, activations, llama_exe, is_default_model, n_ctx=512):
+    def __init__(self, path, backend, n_threads, activations, llama_exe, is_default_model, n_ctx=512,
+                 share_kernels_with=()):
+        # share_kernels_with: the other model of a pair, so that this model, the other and the
+        # pair (pair_speculative) run one compiled pass instead of three
         from .model import load_model
         t0 = time.perf_counter()
         self.model = load_model(path)
         self.t_load = time.perf_counter() - t0
         self.path = path
         self.ctxs = {a: Context(self.model, n_ctx=n_ctx, backend=backend, n_threads=n_threads,
-                                activations=a) for a in activations}
+                                activations=a, share_kernels_with=share_kernels_with)
+                     for a in activations}
         self.prompt = self.model.vocab.tokenize("The quick brown fox jumps over the lazy dog. " * 12)[:128]
         self.t_prompt = {a: [] for a in self.ctxs}
         self.t_tok = {a: [] for a in self.ctxs}
@@ -222,9 +226,13 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
         activations = ("f32", "q8") if resolve_backend(backend) == "cpu" else ("f32",)
     exe = find_llama_bench(llama_bench)
     is_default = os.path.abspath(path) == os.path.abspath(default_target_path())
-    runs = {"target": ModelBench(path, backend, n_threads, activations, exe, is_default)}
+    from .model import load_model
+    draft_model = load_model(draft_path) if draft_path else None
+    runs = {"target": ModelBench(path, backend, n_threads, activations, exe, is_default,
+                                 share_kernels_with=(draft_model,) if draft_model else ())}
     if draft_path:
-        runs["draft"] = ModelBench(draft_path, backend, n_threads, activations, exe, False)
+        runs["draft"] = ModelBench(draft_path, backend, n_threads, activations, exe, False,
+                                   share_kernels_with=(runs["target"].model,))
     nt = next(iter(runs["target"].ctxs.values())).n_threads
     if sweep is None:
         sweep = draft_path is not None and not quick
@@ -369,7 +377,8 @@ def compile_times(n_threads=None, model_path=None, activations=None) -> dict:
     figure is a learner's cold start."""
     from .registry import default_target_path
     path = model_path or default_target_path()
-    modes = activations or (default_activations(), *(a for a in ("q8", "f32") if a != default_activations()))
+    first = default_activations()
+    modes = activations or (first, *(a for a in ("q8", "f32") if a != first))
     with tempfile.TemporaryDirectory(prefix="specnb-numba-") as d:
         env = {"NUMBA_CACHE_DIR": d}
         args = ["--probe-first-call", path, ",".join(modes)] + ([str(n_threads)] if n_threads else [])

@@ -187,7 +187,7 @@ def demo(n_predict: int = 64, draft_max: int = DEMO_DRAFT_MAX, n_threads=None,
     say("  3. the SmolLM2 teaching pair, briefly (fixed and auto)")
     say("About 4 minutes on a 2-core CPU; the first run also assembles the real pair (1.6 GB, "
         "under a minute) and compiles the kernels (a few minutes).")
-    runs = []
+    runs, lc = [], None             # lc: llama.cpp's plain figure, when it was measured
     if all(n not in REGISTRY or check_parts(REGISTRY[n]).ok for n in real_pair):
         pair = _open(*real_pair, 1024, **kw)
         runs += _winning(say, pair, code_prompts, n_predict, draft_max, timing)
@@ -202,7 +202,7 @@ def demo(n_predict: int = 64, draft_max: int = DEMO_DRAFT_MAX, n_threads=None,
     same = all(r["identical"] for r in runs)
     if json_out:
         print(json.dumps({"draft_max": draft_max, "n_predict": n_predict, "identical": same,
-                          "runs": runs} | ({"llama_cpp": lc} if exe and "lc" in locals() else {})))
+                          "runs": runs} | ({"llama_cpp": lc} if lc is not None else {})))
     else:
         say(f"\nall speculative outputs identical to plain decoding: {'yes' if same else 'NO'}")
     return 0 if same else 1

@@ -561,7 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-n", "--n-predict", type=int, default=64)
         p.add_argument("-c", "--ctx-size", type=int, default=2048)
         p.add_argument("--draft-max", "--draft", default="3", metavar="N|auto[:CAP]|heuristic[:CAP]",
-                       help="draft tokens per round: N (llama.cpp: every draft cut to N, default 3); "
+                       help="the draft model's tokens per round: N (llama.cpp: its drafts cut to N, default 3); "
                             "auto: each round's length 0..CAP (default 16) chosen from the costs "
                             "this run measures (specnb.draft_len); heuristic: transformers' "
                             "schedule (start 20, +2 after a fully accepted draft, else -1; cap "
@@ -586,8 +586,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--spec-ngram-size-n", type=int, default=12,
                        help="n-gram types: length of the lookup n-gram (default 12)")
         p.add_argument("--spec-ngram-size-m", type=int, default=48,
-                       help="ngram-simple/ngram-map-k: length of the drafted m-gram (default 48; "
-                            "every draft is also cut to --draft-max)")
+                       help="ngram-simple/ngram-map-k: length of the drafted m-gram (default 48), "
+                            "the longest such draft: --draft-max caps the draft model's drafts "
+                            "only, as in master (ngram-cache drafts 8)")
         p.add_argument("--spec-ngram-check-rate", type=int, default=1,
                        help="n-gram types: look up every R tokens (default 1)")
         p.add_argument("--spec-ngram-min-hits", type=int, default=1,

@@ -74,7 +74,8 @@ class _NgramImpl(SpeculativeImpl):
                             ("spec_ngram_min_hits", min_hits, 1)):
             check_param(isinstance(v, int) and not isinstance(v, bool) and lo <= v <= 1024,
                         name, v, f"an integer in [{lo}, 1024]")
-        # n_max: the longest draft the chain will take from this impl (size_m, or --draft-max)
+        # n_max: the longest draft this impl makes (size_m, as master; or a smaller cap, as
+        # c392e50's llama-server cut every draft to --draft-max)
         super().__init__(n_seq, size_m if n_max is None else min(size_m, n_max))
         self.size_n, self.size_m = size_n, size_m
         self.check_rate, self.min_hits = check_rate, min_hits
@@ -94,7 +95,7 @@ class _NgramImpl(SpeculativeImpl):
                 continue
             self.info[s] = []
             draft, match_pos = self._draft_one(s, list(dp.prompt), int(dp.id_last))
-            draft = draft[:self.n_max]                   # --draft-max caps every draft
+            draft = draft[:self.n_max]                   # size_m (or a cap given as n_max)
             if draft:
                 key = list(dp.prompt[len(dp.prompt) - self.size_n + 1:]) + [int(dp.id_last)]
                 self.info[s] = [NgramTokenInfo(int(t), key, match_pos, self.type) for t in draft]

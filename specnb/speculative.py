@@ -17,9 +17,11 @@ types need neither. speculative-simple (and specnb) use draft-simple when a draf
 given and --spec-type is not. llama-server does not: there the types default to `none`, so a
 draft model passed without `--spec-type draft-simple` silently turns speculation off.
 
-specnb caps every draft at --draft-max (SpecParams.n_max), as llama-server's get_n_draft_max
-did (examples/server/server.cpp:3231-3238 @c392e50); newer master lets an n-gram draft run to
-its m-gram size (--spec-ngram-size-m, default 48).
+Draft lengths as master (34af94cd) has them: --draft-max (SpecParams.n_max) caps the draft
+model's drafts; ngram-simple and ngram-map-k draft up to their m-gram size (--spec-ngram-size-m,
+default 48) and ngram-cache a fixed NGRAM_CACHE_N_DRAFT (8), each cut only by the round's context
+and n_predict budget (dp.n_max). c392e50's llama-server cut every draft to --draft-max
+(get_n_draft_max, examples/server/server.cpp:3231-3238); `NgramSimple(n_max=...)` still can.
 """
 from __future__ import annotations
 
@@ -35,6 +37,10 @@ from .ngram import NgramMapK, NgramSimple, NgramTokenInfo  # noqa: F401  (re-exp
 from .ngram_cache import NgramCache
 from .spec_impl import DraftParams, SpeculativeImpl, format_impl_stats, impl_stats  # noqa: F401
 from .verify import VERIFY_MODES, synth_len_to_p, synth_rates_resolve
+
+# ngram-cache's draft length in master (common_speculative_impl_ngram_cache: n_draft = 8,
+# examples/lookup's default --draft)
+NGRAM_CACHE_N_DRAFT = 8
 
 # common_speculative_init's priority list (the highest first)
 PRIORITY = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
@@ -152,9 +158,9 @@ def build_speculative(p: SpecParams, target, ctx_dft, n_seq: int = 1, sample_dra
     """common_speculative_init: one impl per requested type, in priority order."""
     impls = []
     for t in p.resolved_types(ctx_dft is not None):
+        # the n-gram drafts are not cut to --draft-max (master: the m-gram size, or 8)
         ngram = dict(n_seq=n_seq, size_n=int(p.ngram_size_n), size_m=int(p.ngram_size_m),
-                     check_rate=int(p.ngram_check_rate), min_hits=int(p.ngram_min_hits),
-                     n_max=int(p.n_max))
+                     check_rate=int(p.ngram_check_rate), min_hits=int(p.ngram_min_hits))
         if t == "draft-simple":
             if ctx_dft is None:
                 raise ParamError("speculative type 'draft-simple' needs a draft model (-md) and a "
@@ -167,7 +173,7 @@ def build_speculative(p: SpecParams, target, ctx_dft, n_seq: int = 1, sample_dra
         elif t == "ngram-map-k":
             impls.append(NgramMapK(**ngram))
         elif t == "ngram-cache":
-            impls.append(NgramCache(n_seq, n_max=int(p.n_max), static_path=p.lookup_cache_static,
+            impls.append(NgramCache(n_seq, n_max=NGRAM_CACHE_N_DRAFT, static_path=p.lookup_cache_static,
                                     dynamic_path=p.lookup_cache_dynamic, n_vocab=target.n_vocab))
     return Speculative(impls, n_seq=n_seq)
 

@@ -144,3 +144,23 @@ def test_ngram_cache_dynamic_file_carries_over(tmp_path):
     got = _draft(b, [40, 41, 12, 13], 14)
     assert got == [15, 16, 11, 12] and b.info[0][0].cache == "dynamic"
     assert _draft(NgramCache(n_seq=1, n_max=4), [40, 41, 12, 13], 14) == []
+
+
+def test_ngram_drafts_are_not_cut_to_draft_max_as_in_master():
+    """Master: --draft-max caps the draft model only; ngram-simple and ngram-map-k draft up to
+    their m-gram size, ngram-cache 8; the round's budget (dp.n_max) still cuts every draft."""
+    from specnb.speculative import NGRAM_CACHE_N_DRAFT, SpecParams, build_speculative
+    sp = SpecParams(types="ngram-simple,ngram-map-k,ngram-cache", n_max=3, ngram_size_n=2,
+                    ngram_size_m=8)
+    spec = build_speculative(sp, type("M", (), {"n_vocab": 100})(), None)
+    assert {i.type: i.n_max for i in spec.impls} == {"ngram-simple": 8, "ngram-map-k": 8,
+                                                      "ngram-cache": NGRAM_CACHE_N_DRAFT}
+    # a copying history: ngram-simple drafts the whole m-gram with draft-max 3 ...
+    hist = [5] + [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] * 3 + [1]
+    dps = [DraftParams(True, -1, len(hist), 2, list(hist), [])]
+    spec.draft(dps)
+    assert dps[0].result == [3, 4, 5, 6, 7, 8, 9, 10]
+    # ... and the round's budget cuts it (speculative-simple.cpp's n_draft_max)
+    dps = [DraftParams(True, 5, len(hist), 2, list(hist), [])]
+    spec.draft(dps)
+    assert dps[0].result == [3, 4, 5, 6, 7]

@@ -53,7 +53,7 @@ def test_build_speculative_makes_each_impl(pair):
                     ngram_size_n=3, ngram_size_m=4).validate()
     chain = build_speculative(sp, tgt, Context(dft, n_ctx=32), n_seq=1)
     assert [type(i) for i in chain.impls] == [NgramSimple, NgramMapK, NgramCache, DraftSimple]
-    assert [i.n_max for i in chain.impls] == [4, 4, 5, 5]     # size_m or draft-max, the smaller
+    assert [i.n_max for i in chain.impls] == [4, 4, 8, 5]     # size_m; ngram-cache 8; draft-max
     assert chain.impls[0].size_n == 3
     with pytest.raises(ParamError, match="draft model"):
         build_speculative(SpecParams(types="draft-simple"), tgt, None)

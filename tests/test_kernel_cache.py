@@ -24,6 +24,16 @@ N_STEPS = 120      # statements in the closure: enough that LLVM keeps it a sepa
 def _module_source() -> str:
     body = "\n".join(f"            v = v * {0.5 + i / 1000} + k * {i % 7 + 1} if v > {i} else v - k * {i % 5}"
                      for i in range(N_STEPS))
+    # use_a calls fa, use_b calls fb: two cached parallel callers, written by one template
+    users = "".join(f'''
+
+@njit(cache=True, parallel=True)
+def use_{w}(x):
+    out = np.empty_like(x)
+    for c in prange(2):
+        f{w}(x, out, 4 * c, 4 * c + 4)
+    return out
+''' for w in "ab")
     return f'''import numpy as np
 from numba import njit, prange
 
@@ -40,23 +50,7 @@ def make(k):
 
 fa = make(1.0)
 fb = make(100.0)
-
-
-@njit(cache=True, parallel=True)
-def use_a(x):
-    out = np.empty_like(x)
-    for c in prange(2):
-        fa(x, out, 4 * c, 4 * c + 4)
-    return out
-
-
-@njit(cache=True, parallel=True)
-def use_b(x):
-    out = np.empty_like(x)
-    for c in prange(2):
-        fb(x, out, 4 * c, 4 * c + 4)
-    return out
-
+{users}
 
 def expected(k):
     v = 0.0

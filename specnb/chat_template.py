@@ -6,7 +6,8 @@ budgets that a real template never comes near (it renders in milliseconds and a 
 kilobytes). Each budget but `source` and `numbers` grows with the size of the messages, so
 long messages stay welcome (specnb/template_budget.py has the numbers and the accounting):
 
-- source:  128 Ki characters of template, checked before compiling;
+- source:  128 Ki characters and 32 Ki jinja2 tokens of template, checked before parsing (a
+           long flat expression such as `1 + 1 + ...` costs its parse, before any budget runs);
 - time:    2 s of CPU (+1 s per MiB of messages), checked at every loop iteration, call
            and operator;
 - steps:   100,000 loop iterations and calls, counted at each one;
@@ -37,7 +38,7 @@ import warnings
 from datetime import datetime
 
 from .errors import ParamError, VocabError
-from .template_budget import (FILTER_SIZE, MATERIALIZE, MAX_SOURCE_CHARS, Budget,
+from .template_budget import (FILTER_SIZE, MATERIALIZE, MAX_SOURCE_CHARS, MAX_SOURCE_TOKENS, Budget,
                               BudgetExceeded, filter_work, format_size, method_size, printf_size,
                               size_of)
 
@@ -109,6 +110,10 @@ def _make_environment():
             return self._local.budget
 
         def compile_instrumented(self, source: str):
+            # the lexer stops at the budget, so a huge flat template costs only its first tokens
+            for n, _ in enumerate(self.lex(source), 1):
+                if n > MAX_SOURCE_TOKENS:
+                    raise BudgetExceeded("source", f"more than {MAX_SOURCE_TOKENS:,} tokens")
             tree = Instrument().visit(self.parse(source))
             tree.set_environment(self)
             with warnings.catch_warnings():     # Python's own, about the template's code

@@ -17,6 +17,7 @@ import string
 import time
 
 MAX_SOURCE_CHARS = 128 * 1024
+MAX_SOURCE_TOKENS = 32 * 1024    # jinja2 tokens; a real template has about one per 5 characters
 TIME_S, TIME_S_PER_MIB = 2.0, 1.0
 MAX_STEPS = 100_000
 MAX_VALUE_BYTES = 4 << 20

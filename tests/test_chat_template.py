@@ -6,7 +6,9 @@ import tracemalloc
 
 import pytest
 
+from specnb import chat_template
 from specnb.errors import ParamError, VocabError
+from specnb.template_budget import MAX_SOURCE_TOKENS
 from specnb.vocab import Vocab
 from vocab_cases import smollm_meta, smollm_vocab, spm_meta
 
@@ -59,19 +61,28 @@ HOSTILE = {
 
 
 def _render_measured(v: Vocab, messages=None):
-    """(outcome, CPU seconds of this thread, peak Python allocations in bytes)."""
+    """(outcome, CPU seconds of this thread, peak Python allocations in bytes). The time is
+    taken on a render without the memory tracer (which slows Python down ~6x), the peak on a
+    second one; both compile the template."""
     messages = messages or [{"role": "user", "content": "hi"}]
-    tracemalloc.start()
-    t = time.thread_time()
-    try:
-        out = v.apply_chat_template(messages)
-    except VocabError as e:
-        out = e
-    finally:
-        cpu = time.thread_time() - t
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    return out, cpu, peak
+    outs = []
+    for traced in (False, True):
+        chat_template._COMPILED.pop(v.chat_template, None)
+        if traced:
+            tracemalloc.start()
+        t = time.thread_time()
+        try:
+            outs.append(v.apply_chat_template(messages))
+        except VocabError as e:
+            outs.append(e)
+        finally:
+            if traced:
+                peak = tracemalloc.get_traced_memory()[1]
+                tracemalloc.stop()
+            else:
+                cpu = time.thread_time() - t
+    assert str(outs[0]) == str(outs[1])
+    return outs[0], cpu, peak
 
 
 @pytest.mark.parametrize("budget", sorted(HOSTILE))
@@ -94,6 +105,7 @@ def test_hostile_templates_are_refused_quickly(budget):
 
 @pytest.mark.parametrize("budget,template", [
     ("source", "x" * (200 * 1024)),
+    ("source", "{{ " + "1+" * 20000 + "1 }}"),      # 40 KB, but 40,000 tokens to parse
     ("time", "{% set a = 'x' * 1000000 %}{% set b = 'x' * 999999 ~ 'y' %}"
              "{% for i in range(90000) %}{% if a == b or 'z' in a %}{% endif %}{% endfor %}"),
     ("value", "{{ 'x'|center(10**9) }}"),
@@ -139,6 +151,14 @@ def test_budgets_leave_real_templates_alone():
     want = env.from_string(tmpl).render(messages=msgs, tools=tools, add_generation_prompt=True)
     v = Vocab.from_metadata(spm_meta(**{"tokenizer.chat_template": tmpl}))
     assert v.apply_chat_template(msgs, tools=tools) == want
+    # a template of about 3/4 of the token budget (a real one has a few thousand) still renders
+    block = "{% if tools is none %}{{ messages[0].content|upper ~ 'x' ~ ns.n }}{% endif %}"
+    n_block = sum(1 for _ in env.lex(block))
+    big = tmpl + block * (MAX_SOURCE_TOKENS * 3 // 4 // n_block)
+    assert MAX_SOURCE_TOKENS // 2 < sum(1 for _ in env.lex(big)) <= MAX_SOURCE_TOKENS
+    v.chat_template = big
+    assert v.apply_chat_template(msgs, tools=tools) == env.from_string(big).render(
+        messages=msgs, tools=tools, add_generation_prompt=True)
 
 
 @pytest.mark.slow

@@ -22,6 +22,23 @@ def _add_model(p, flag="-m", dest="model",
     p.add_argument(flag, f"--{dest.replace('_', '-')}", dest=dest, default=None, help=help_)
 
 
+def _add_alias(p, *flags, dest, of, type=str):
+    """An old name of a flag, listed as such (c392e50's; master 34af94cd refuses it)."""
+    p.add_argument(*flags, dest=dest, type=type, default=argparse.SUPPRESS, metavar="N",
+                   help=f"c392e50's name for {of} (removed at master 34af94cd)")
+
+
+class _Removed(argparse.Action):
+    """A flag master 34af94cd no longer has: refused with its hint, as common/arg.cpp does."""
+
+    def __init__(self, option_strings, dest, hint="", **kw):
+        self.hint = hint
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} was removed at llama.cpp master 34af94cd: use {self.hint}")
+
+
 def _add_common(p, activations=True):
     p.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="cpu",
@@ -290,6 +307,9 @@ def _spec_setup(a):
     from .errors import ParamError
     from .loop import SpecParams
     from .pair import open_pair
+    from .errors import check_param
+    check_param(a.ngram_simple_min_hits >= 1, "spec_ngram_simple_min_hits", a.ngram_simple_min_hits,
+                "an integer >= 1")
     rates = None
     if a.spec_synth_rates:
         try:
@@ -299,9 +319,11 @@ def _spec_setup(a):
                              f"comma-separated numbers") from None
     sp = SpecParams(types=a.spec_type, n_max=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
                     reeval=not a.no_reeval, verify=a.verify, synth_rates=rates,
-                    synth_len=a.spec_synth_len, ngram_size_n=a.spec_ngram_size_n,
-                    ngram_size_m=a.spec_ngram_size_m, ngram_check_rate=a.spec_ngram_check_rate,
-                    ngram_min_hits=a.spec_ngram_min_hits, lookup_cache_static=a.lookup_cache_static,
+                    synth_len=a.spec_synth_len, ngram_simple_size_n=a.ngram_simple_size_n,
+                    ngram_simple_size_m=a.ngram_simple_size_m, ngram_map_k_size_n=a.ngram_map_k_size_n,
+                    ngram_map_k_size_m=a.ngram_map_k_size_m,
+                    ngram_min_hits=a.ngram_map_k_min_hits,
+                    lookup_cache_static=a.lookup_cache_static,
                     lookup_cache_dynamic=a.lookup_cache_dynamic).validate()
     need_draft = "draft-simple" in sp.resolved_types(has_draft_model=True)
     if a.model_draft is not None and not need_draft:
@@ -551,23 +573,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_gate)
 
     for name in ("speculative-simple", "speculative"):
-        p = sub.add_parser(name, help="speculative decoding (a draft model, n-gram lookups)")
+        p = sub.add_parser(name, help="speculative decoding (a draft model, n-gram lookups)",
+                           description="llama-speculative-simple as llama.cpp master 34af94cd has "
+                           "it: its flags, defaults and statistics. c392e50's older names are "
+                           "accepted where labelled so; c392e50 is the build specnb compares "
+                           "speeds and printed counts with (docs/llama_cpp.md)")
         _add_model(p)
-        _add_model(p, "-md", "model_draft", "draft: a model name or a GGUF path (default: "
-                   "smollm2-135m-q4_0, the default target requantized to Q4_0)")
+        p.add_argument("--spec-draft-model", "-md", "--model-draft", dest="model_draft", default=None,
+                       metavar="FNAME",
+                       help="draft: a model name or a GGUF path (default: smollm2-135m-q4_0, the "
+                            "default target requantized to Q4_0)")
         _prompt_args(p)
         _add_sampling(p)
         _add_common(p)
         p.add_argument("-n", "--n-predict", type=int, default=64)
         p.add_argument("-c", "--ctx-size", type=int, default=2048)
-        p.add_argument("--draft-max", "--draft", default="3", metavar="N|auto[:CAP]|heuristic[:CAP]",
-                       help="the draft model's tokens per round: N (llama.cpp: its drafts cut to N, default 3); "
+        p.add_argument("--spec-draft-n-max", dest="draft_max", default="3",
+                       metavar="N|auto[:CAP]|heuristic[:CAP]",
+                       help="the draft model's tokens per round: N (its drafts cut to N, default 3); "
                             "auto: each round's length 0..CAP (default 16) chosen from the costs "
                             "this run measures (specnb.draft_len); heuristic: transformers' "
                             "schedule (start 20, +2 after a fully accepted draft, else -1; cap "
                             "default 64)")
-        p.add_argument("--draft-min", type=int, default=0)
-        p.add_argument("--draft-p-min", type=float, default=0.0)
+        p.add_argument("--spec-draft-n-min", dest="draft_min", type=int, default=0, metavar="N",
+                       help="the draft model's fewest tokens: a shorter draft is dropped (default 0)")
+        p.add_argument("--spec-draft-p-min", "--draft-p-min", dest="draft_p_min", type=float, default=0.0,
+                       metavar="P",
+                       help="stop drafting when the draft model's top probability is below P "
+                            "(default 0.0)")
+        _add_alias(p, "--draft-max", "--draft", "--draft-n", dest="draft_max", of="--spec-draft-n-max")
+        _add_alias(p, "--draft-min", "--draft-n-min", dest="draft_min", of="--spec-draft-n-min", type=int)
         p.add_argument("--verify", choices=["exact", "rejection"], default="exact")
         p.add_argument("--no-reeval", action="store_true",
                        help="keep the draft's KV rows instead of re-evaluating them in process()")
@@ -579,22 +614,33 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--spec-type", default=None, metavar="TYPES",
                        help="comma-separated speculator types: none, draft-simple, ngram-simple, "
                             "ngram-map-k, ngram-cache; they run in llama.cpp's priority order "
-                            "(n-gram lookups first). Default: draft-simple (with -md or the "
-                            "default draft), as llama.cpp's example; llama-server defaults to "
-                            "none, so a draft model alone does not speculate there. The n-gram "
-                            "types need no draft model")
-        p.add_argument("--spec-ngram-size-n", type=int, default=12,
-                       help="n-gram types: length of the lookup n-gram (default 12)")
-        p.add_argument("--spec-ngram-size-m", type=int, default=48,
-                       help="ngram-simple/ngram-map-k: length of the drafted m-gram (default 48), "
-                            "the longest such draft: --draft-max caps the draft model's drafts "
-                            "only, as in master (ngram-cache drafts 8)")
-        p.add_argument("--spec-ngram-check-rate", type=int, default=1,
-                       help="n-gram types: look up every R tokens (default 1)")
-        p.add_argument("--spec-ngram-min-hits", type=int, default=1,
-                       help="minimum key hits (llama.cpp reads it in ngram-map-k4v only; default 1)")
+                            "(n-gram lookups first). The n-gram types need no draft model. "
+                            "Master's ngram-map-k4v, ngram-mod, draft-eagle3, draft-mtp, "
+                            "draft-dflash and draft-dspark are not implemented (the error says "
+                            "why). Default: draft-simple (with -md or the default draft), c392e50's "
+                            "rule; at master 34af94cd the default is none, and "
+                            "llama-speculative-simple -md F alone exits with 'failed to initialize "
+                            "speculative decoding'")
+        for t in ("simple", "map-k"):
+            g = p.add_argument_group(f"ngram-{t} (master 34af94cd's flags)")
+            d = t.replace("-", "_")
+            g.add_argument(f"--spec-ngram-{t}-size-n", dest=f"ngram_{d}_size_n", type=int, default=12,
+                           metavar="N", help="length of the lookup n-gram (default 12)")
+            g.add_argument(f"--spec-ngram-{t}-size-m", dest=f"ngram_{d}_size_m", type=int, default=48,
+                           metavar="M", help="length of the drafted m-gram, the longest draft "
+                           "(default 48); --spec-draft-n-max does not cut it, as in master")
+            g.add_argument(f"--spec-ngram-{t}-min-hits", dest=f"ngram_{d}_min_hits", type=int,
+                           default=1, metavar="H", help="accepted as master does; only "
+                           "ngram-map-k4v reads it there (ngram-map.cpp:398-401), so no effect")
+        for flag, hint in (("--spec-ngram-size-n", "the respective --spec-ngram-*-size-n"),
+                           ("--spec-ngram-size-m", "the respective --spec-ngram-*-size-m"),
+                           ("--spec-ngram-min-hits", "the respective --spec-ngram-*-min-hits"),
+                           ("--spec-ngram-check-rate", "nothing: master looks up every token")):
+            p.add_argument(flag, action=_Removed, hint=hint, help=argparse.SUPPRESS)
         p.add_argument("-lcs", "--lookup-cache-static", default=None,
-                       help="ngram-cache: a static n-gram cache file (llama.cpp's layout)")
+                       help="ngram-cache: a static n-gram cache file (llama.cpp's layout; at "
+                            "master 34af94cd llama-lookup and llama-server take it, "
+                            "llama-speculative-simple does not)")
         p.add_argument("-lcd", "--lookup-cache-dynamic", default=None,
                        help="ngram-cache: a dynamic n-gram cache file (read if it exists)")
         p.add_argument("-np", "--parallel", type=int, default=1, help="sequences decoded together")
@@ -611,9 +657,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the real pair winning on code and losing on prose, then the "
                                     "teaching pair: speculative == plain, and speed")
     p.add_argument("-n", "--n-predict", type=int, default=64)
-    p.add_argument("--draft-max", default=str(DEMO_DRAFT_MAX), metavar="N|auto[:CAP]|heuristic[:CAP]",
-                   help=f"draft-max of the speculative runs (default {DEMO_DRAFT_MAX}; auto: chosen "
-                        f"each round from measured costs)")
+    p.add_argument("--spec-draft-n-max", dest="draft_max", default=str(DEMO_DRAFT_MAX),
+                   metavar="N|auto[:CAP]|heuristic[:CAP]",
+                   help=f"the draft length of the speculative runs (default {DEMO_DRAFT_MAX}; auto: "
+                        f"chosen each round from measured costs)")
+    _add_alias(p, "--draft-max", dest="draft_max", of="--spec-draft-n-max")
     p.add_argument("--sweep", nargs="?", const=",".join(map(str, SWEEP_DRAFT_MAX)), default=None,
                    metavar="N,N,...", help="instead: plain vs speculative speed on the code "
                    "prompts for each draft-max (default 1,2,3,4,6,8)")

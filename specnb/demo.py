@@ -130,7 +130,7 @@ def _result_line(label: str, sampling: str, row: dict) -> str:
 
 
 def _chosen_note(row: dict) -> str:
-    """Under --draft-max auto / heuristic: how often each draft length was chosen."""
+    """Under --spec-draft-n-max auto / heuristic: how often each draft length was chosen."""
     st = row.get("draft_len")
     if not st or st["schedule"] == "fixed":
         return ""
@@ -182,8 +182,8 @@ def demo(n_predict: int = 64, draft_max: int = DEMO_DRAFT_MAX, n_threads=None,
     say("specnb demo: speculative decoding as llama.cpp's speculative-simple does it.")
     say(f"  1. the real pair ({real_pair[1]} drafting for {real_pair[0]}) on code prompts, greedy "
         f"and sampled, draft-max {draft_max}: plain vs speculative speed, acceptance, identical output")
-    say("  2. a prose prompt where acceptance is low and speculation loses, why, and --draft-max "
-        "auto, which measures that and stops drafting")
+    say("  2. a prose prompt where acceptance is low and speculation loses, why, and "
+        "--spec-draft-n-max auto, which measures that and stops drafting")
     say("  3. the SmolLM2 teaching pair, briefly (fixed and auto)")
     say("About 4 minutes on a 2-core CPU; the first run also assembles the real pair (1.6 GB, "
         "under a minute) and compiles the kernels (a few minutes).")
@@ -257,8 +257,8 @@ def _losing(say, pair, low_prompt, n_predict, draft_max, timing, kw) -> list:
     # the same prompt with each round's length chosen from the measured costs: it stops drafting
     # where drafting does not pay (specnb/draft_len.py)
     auto = compare(pair, ids, samplings()[1][1], n_predict, "auto", **timing)
-    say("  with --draft-max auto (each round's length chosen from this run's measured costs and "
-        "acceptance):")
+    say("  with --spec-draft-n-max auto (each round's length chosen from this run's measured costs "
+        "and acceptance):")
     say(_result_line(label, "sampled", auto))
     return out + [{"part": 2, "prompt": label, "sampling": "sampled", "draft_max": "auto", **auto}]
 
@@ -276,7 +276,7 @@ def _teaching(say, pair, draft_max, timing) -> list:
     if not str(draft_max).startswith("auto"):
         auto = compare(pair, prompt_ids(pair.target.vocab, text, chat), samplings()[0][1], 32,
                        "auto", **timing)
-        say("  with --draft-max auto it learns that the draft costs as much as the target:")
+        say("  with --spec-draft-n-max auto it learns that the draft costs as much as the target:")
         say(_result_line(label, "greedy", auto))
         out.append({"part": 3, "prompt": label, "sampling": "greedy", "draft_max": "auto", **auto})
     return out

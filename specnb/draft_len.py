@@ -1,7 +1,7 @@
-"""How long each round's draft is: llama.cpp's fixed --draft-max, Hugging Face's heuristic
+"""How long each round's draft is: llama.cpp's fixed --spec-draft-n-max, Hugging Face's heuristic
 schedule, or `auto`, chosen before every round from the costs this run measures.
 
-  fixed      every draft is cut to n_max (llama.cpp's --draft-max; p_min and n_min on top)
+  fixed      every draft is cut to n_max (llama.cpp's --spec-draft-n-max; p_min and n_min on top)
   heuristic  transformers' assisted generation, num_assistant_tokens_schedule="heuristic"
              (generation/candidate_generator.py, AssistedCandidateGenerator
              .update_candidate_strategy): num_assistant_tokens starts at 20 (GenerationConfig's
@@ -50,7 +50,7 @@ PROBE_LEN = 1                 # draft tokens of a probe
 
 
 def parse_draft_max(value) -> tuple[str, int]:
-    """--draft-max: N, `auto`, `auto:CAP`, `heuristic` or `heuristic:CAP` -> (schedule, n_max)."""
+    """--spec-draft-n-max: N, `auto`, `auto:CAP`, `heuristic` or `heuristic:CAP` -> (schedule, n_max)."""
     if isinstance(value, bool):
         raise ParamError(f"invalid draft_max={value!r}: expected an integer, 'auto[:CAP]' or "
                          f"'heuristic[:CAP]'")
@@ -71,8 +71,8 @@ def parse_draft_max(value) -> tuple[str, int]:
             return "fixed", n
     except ValueError:
         pass
-    raise ParamError(f"invalid --draft-max={value!r}: expected an integer in [0, 256], 'auto', "
-                     f"'auto:CAP' or 'heuristic[:CAP]' (CAP in [1, 256])")
+    raise ParamError(f"invalid --spec-draft-n-max={value!r}: expected an integer in [0, 256], "
+                     f"'auto', 'auto:CAP' or 'heuristic[:CAP]' (CAP in [1, 256])")
 
 
 def format_draft_max(schedule: str, n_max: int) -> str:

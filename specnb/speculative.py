@@ -1,27 +1,37 @@
 """The speculator chain (common_speculative) and its parameters (common_params_speculative).
 
-llama.cpp, common/speculative.cpp @001d906a:
-  - `--spec-type` takes a comma-separated list of types; common_speculative_init builds one impl
-    per type in a fixed priority order, whatever order was typed: the n-gram lookups first
-    (they cost nothing; when one drafts, the draft model never runs), then the draft models.
-  - common_speculative_draft walks the impls; the first that fills a sequence's result clears
-    its `drafting` flag, so later impls skip it; an empty result falls through to the next impl.
-    A draft longer than the round's budget dp.n_max is cut to it.
-  - impl_last[seq] remembers who drafted last; common_speculative_accept credits that impl
-    (is_other = false) and tells the others (is_other = true). impl_last is kept between rounds,
-    so a round that drafts nothing still counts an accept(0) call for the last drafter.
+Behaviour as llama.cpp master 34af94cd, common/speculative.cpp:
+  - `--spec-type` takes a comma-separated list of types; common_speculative_init (:2455-2572)
+    builds one impl per type in a fixed priority order, whatever order was typed: the n-gram
+    lookups first (they cost nothing; when one drafts, the draft model never runs), then the
+    draft models.
+  - common_speculative_draft (:2617-2696) walks the impls; the first that fills a sequence's
+    result clears its `drafting` flag, so later impls skip it; an empty result falls through to
+    the next impl. A draft longer than the round's budget dp.n_max is cut to it.
+  - impl_last[seq] remembers who drafted last; common_speculative_accept (:2698-2733) credits
+    that impl (is_other = false) and tells the others (is_other = true). impl_last is kept
+    between rounds, so a round that drafts nothing still counts an accept(0) call for the last
+    drafter.
 `SpecParams` carries speculative-simple's flags; `build_speculative` is common_speculative_init.
 
-Which types need what: draft-simple needs a draft model (-md) and its context; the n-gram
-types need neither. speculative-simple (and specnb) use draft-simple when a draft model is
-given and --spec-type is not. llama-server does not: there the types default to `none`, so a
-draft model passed without `--spec-type draft-simple` silently turns speculation off.
+Flags as 34af94cd names them (common/arg.cpp:4076-4285): --spec-draft-n-max, --spec-draft-n-min,
+--spec-draft-p-min, --spec-draft-model (-md), --spec-type, and per n-gram type
+--spec-ngram-simple-size-n / -size-m / -min-hits, --spec-ngram-map-k-size-n / ... c392e50's
+--draft-max and --draft-min are aliases here (34af94cd refuses them, :4292-4304); the shared
+--spec-ngram-size-n / -size-m / -min-hits and --spec-ngram-check-rate of early 2026
+(003c90352d17) are gone there and refused here.
 
-Draft lengths as master (34af94cd) has them: --draft-max (SpecParams.n_max) caps the draft
-model's drafts; ngram-simple and ngram-map-k draft up to their m-gram size (--spec-ngram-size-m,
-default 48) and ngram-cache a fixed NGRAM_CACHE_N_DRAFT (8), each cut only by the round's context
-and n_predict budget (dp.n_max). c392e50's llama-server cut every draft to --draft-max
-(get_n_draft_max, examples/server/server.cpp:3231-3238); `NgramSimple(n_max=...)` still can.
+Which types need what: draft-simple needs a draft model (-md) and its context; the n-gram
+types need neither. At 34af94cd the types default to `none` (common/common.h:370), so a draft
+model without `--spec-type draft-simple` does not speculate: llama-speculative-simple exits with
+"failed to initialize speculative decoding". specnb keeps c392e50's rule, where the example
+always drafted with -md: without --spec-type, a draft model means draft-simple.
+
+Draft lengths as master has them: --spec-draft-n-max (SpecParams.n_max) caps the draft model's
+drafts; ngram-simple and ngram-map-k draft up to their m-gram size (default 48) and ngram-cache
+a fixed NGRAM_CACHE_N_DRAFT (8), each cut only by the round's context and n_predict budget
+(dp.n_max). c392e50's llama-server cut every draft to --draft-max (get_n_draft_max,
+examples/server/server.cpp:3231-3238); `NgramSimple(n_max=...)` still can.
 """
 from __future__ import annotations
 
@@ -42,11 +52,19 @@ from .verify import VERIFY_MODES, synth_len_to_p, synth_rates_resolve
 # examples/lookup's default --draft)
 NGRAM_CACHE_N_DRAFT = 8
 
-# common_speculative_init's priority list (the highest first)
+# common_speculative_init's priority list, the highest first (speculative.cpp:2472-2482 @34af94cd)
 PRIORITY = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
-            "draft-simple", "draft-eagle3", "draft-mtp", "draft-mtp-adaptive", "draft-dflash",
-            "draft-dspark")
+            "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
 SPEC_TYPES = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-cache")   # specnb's
+# master's other types, and why specnb has none of them
+NOT_IMPLEMENTED = {
+    "ngram-map-k4v": "not implemented yet (ngram-map-k keeping up to 4 m-gram values per key)",
+    "ngram-mod": "not implemented yet (a hash table from n-grams to the next token, common/ngram-mod.h)",
+    "draft-eagle3": "needs an EAGLE-3 head trained for the target, fed the target's hidden states",
+    "draft-mtp": "needs a target with multi-token-prediction layers (none of specnb's models has them)",
+    "draft-dflash": "needs a DFlash block-diffusion drafter trained for the target",
+    "draft-dspark": "needs a DSpark drafter (DFlash with a Markov head) trained for the target",
+}
 NEEDS_DRAFT_MODEL = ("draft-simple",)
 
 
@@ -66,9 +84,9 @@ def parse_spec_types(value) -> tuple | None:
     for n in names:
         if n == "none":
             return ("none",)
-        if n in PRIORITY and n not in SPEC_TYPES:
-            raise UnsupportedError(f"speculative type {n!r} is llama.cpp's but not implemented in "
-                                   f"specnb (available: {', '.join(SPEC_TYPES)})")
+        if n in NOT_IMPLEMENTED:
+            raise UnsupportedError(f"speculative type {n!r} is llama.cpp's but not in specnb: "
+                                   f"{NOT_IMPLEMENTED[n]} (available: {', '.join(SPEC_TYPES)})")
         if n not in SPEC_TYPES:
             raise ParamError(f"unknown speculative type {n!r}: expected one of {', '.join(SPEC_TYPES)}")
         if n not in out:
@@ -80,18 +98,22 @@ def parse_spec_types(value) -> tuple | None:
 class SpecParams:
     """The knobs of speculative-simple (common_params_speculative), with llama.cpp's defaults."""
     types: object = None      # --spec-type; None: draft-simple with a draft model, else none
-    n_max: int = 3            # --draft-max (every draft is cut to it; auto/heuristic: the cap)
-    n_min: int = 0            # --draft-min
-    p_min: float = 0.0        # --draft-p-min
+    n_max: int = 3            # --spec-draft-n-max (the draft model's drafts are cut to it;
+                              # auto/heuristic: the cap); c392e50: --draft-max
+    n_min: int = 0            # --spec-draft-n-min; c392e50: --draft-min
+    p_min: float = 0.0        # --spec-draft-p-min
     reeval: bool = True       # llama.cpp's draft re-evaluation; False: keep the draft's KV rows
     verify: str = "exact"     # "exact" (llama.cpp) or "rejection" (Leviathan / Chen)
     synth_rates: list | None = None   # --spec-synth-rates: unconditional acceptance per position
     synth_len: float | None = None    # --spec-synth-len: mean accepted length L
     synth_seed: int = 0
-    ngram_size_n: int = 12    # --spec-ngram-size-n: length of the lookup n-gram
-    ngram_size_m: int = 48    # --spec-ngram-size-m: length of the drafted m-gram
-    ngram_check_rate: int = 1  # --spec-ngram-check-rate: look up every R tokens
-    ngram_min_hits: int = 1   # --spec-ngram-min-hits (read by llama.cpp's ngram-map-k4v only)
+    ngram_size_n: int = 12    # both n-gram types' lookup n-gram length, unless set per type below
+    ngram_size_m: int = 48    # both n-gram types' drafted m-gram length (the longest draft)
+    ngram_simple_size_n: int | None = None    # --spec-ngram-simple-size-n (None: ngram_size_n)
+    ngram_simple_size_m: int | None = None    # --spec-ngram-simple-size-m (None: ngram_size_m)
+    ngram_map_k_size_n: int | None = None     # --spec-ngram-map-k-size-n (None: ngram_size_n)
+    ngram_map_k_size_m: int | None = None     # --spec-ngram-map-k-size-m (None: ngram_size_m)
+    ngram_min_hits: int = 1   # --spec-ngram-{simple,map-k}-min-hits: read by ngram-map-k4v only
     lookup_cache_static: str | None = None    # -lcs: ngram-cache's static cache file
     lookup_cache_dynamic: str | None = None   # -lcd: ngram-cache's dynamic cache file
     schedule: str = "fixed"   # specnb: each round's draft length, "fixed" (llama.cpp),
@@ -107,7 +129,7 @@ class SpecParams:
 
     @property
     def draft_max(self) -> str:
-        """--draft-max as typed: N, auto:CAP or heuristic:CAP."""
+        """--spec-draft-n-max as typed: N, auto:CAP or heuristic:CAP."""
         return format_draft_max(self.schedule, self.n_max)
 
     def validate(self) -> "SpecParams":
@@ -123,8 +145,11 @@ class SpecParams:
         check_param(self.synth_rates is None or self.synth_len is None, "synth_len",
                     self.synth_len, "not given together with synth_rates")
         parse_spec_types(self.types)
-        for name in ("ngram_size_n", "ngram_size_m", "ngram_check_rate", "ngram_min_hits"):
+        for name in ("ngram_size_n", "ngram_size_m", "ngram_simple_size_n", "ngram_simple_size_m",
+                     "ngram_map_k_size_n", "ngram_map_k_size_m", "ngram_min_hits"):
             v = getattr(self, name)
+            if v is None and name not in ("ngram_size_n", "ngram_size_m", "ngram_min_hits"):
+                continue
             check_param(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 1 <= v <= 1024,
                         name, v, "an integer in [1, 1024]")
         self.synth_probs()
@@ -138,6 +163,12 @@ class SpecParams:
         if t == ("none",):
             return ()
         return tuple(sorted(t, key=PRIORITY.index))
+
+    def ngram_sizes(self, type_: str) -> tuple[int, int]:
+        """(size_n, size_m) of an n-gram type: its own flags (34af94cd) or the shared values."""
+        key = type_.replace("-", "_")
+        n, m = getattr(self, f"{key}_size_n", None), getattr(self, f"{key}_size_m", None)
+        return int(self.ngram_size_n if n is None else n), int(self.ngram_size_m if m is None else m)
 
     def synth_probs(self) -> list | None:
         """Conditional acceptance probability per draft position, or None (real verification)."""
@@ -158,9 +189,6 @@ def build_speculative(p: SpecParams, target, ctx_dft, n_seq: int = 1, sample_dra
     """common_speculative_init: one impl per requested type, in priority order."""
     impls = []
     for t in p.resolved_types(ctx_dft is not None):
-        # the n-gram drafts are not cut to --draft-max (master: the m-gram size, or 8)
-        ngram = dict(n_seq=n_seq, size_n=int(p.ngram_size_n), size_m=int(p.ngram_size_m),
-                     check_rate=int(p.ngram_check_rate), min_hits=int(p.ngram_min_hits))
         if t == "draft-simple":
             if ctx_dft is None:
                 raise ParamError("speculative type 'draft-simple' needs a draft model (-md) and a "
@@ -168,10 +196,11 @@ def build_speculative(p: SpecParams, target, ctx_dft, n_seq: int = 1, sample_dra
             impls.append(DraftSimple(target, ctx_dft, n_seq=n_seq, n_max=p.n_max, n_min=p.n_min,
                                      p_min=p.p_min, reeval=p.reeval, sample_draft=sample_draft,
                                      draft_temp=draft_temp, seed=seed))
-        elif t == "ngram-simple":
-            impls.append(NgramSimple(**ngram))
-        elif t == "ngram-map-k":
-            impls.append(NgramMapK(**ngram))
+        elif t in ("ngram-simple", "ngram-map-k"):
+            # not cut to --spec-draft-n-max: master drafts up to the m-gram size
+            size_n, size_m = p.ngram_sizes(t)
+            cls = NgramSimple if t == "ngram-simple" else NgramMapK
+            impls.append(cls(n_seq=n_seq, size_n=size_n, size_m=size_m, min_hits=int(p.ngram_min_hits)))
         elif t == "ngram-cache":
             impls.append(NgramCache(n_seq, n_max=NGRAM_CACHE_N_DRAFT, static_path=p.lookup_cache_static,
                                     dynamic_path=p.lookup_cache_dynamic, n_vocab=target.n_vocab))

@@ -90,7 +90,7 @@ def event_stats(events, n_max: int | None = None) -> dict:
     n_committed = sum(per_round)
     acc, exa = examined_counts(events)
     t_round = [ev.t_round for ev in events]
-    chosen = {}                                        # --draft-max auto / heuristic
+    chosen = {}                                        # --spec-draft-n-max auto / heuristic
     for ev in events:
         for r in ev.slots:
             if getattr(r, "draft_len", None) is not None:

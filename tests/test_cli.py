@@ -76,6 +76,9 @@ def test_speculative_simple_json(tiny_path, tmp_path, capsys):
     assert main(["generate", "-m", t, "-p", "the cat sat", "-n", "12", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["tokens"] == out["tokens"]
     # a draft-min above draft-max is refused
+    assert main(["speculative-simple", "-m", t, "-md", d, "-p", "x", "--spec-draft-n-min", "5"]) == 2
+    assert "draft_min" in capsys.readouterr().err
+    # c392e50's names (--draft-max above, --draft-min here) are aliases of master's
     assert main(["speculative-simple", "-m", t, "-md", d, "-p", "x", "--draft-min", "5"]) == 2
     assert "draft_min" in capsys.readouterr().err
 
@@ -112,7 +115,7 @@ def test_speculative_simple_spec_types(tiny_path, tmp_path, capsys):
     assert main(["generate", "-m", t, "-p", prompt, "-n", "16", "--json"]) == 0
     plain = json.loads(capsys.readouterr().out)["tokens"]
     assert main(["speculative-simple", "-m", t, "-md", d, "-p", prompt, "-n", "16", "--json",
-                 "--spec-type", "draft-simple,ngram-simple", "--spec-ngram-size-n", "1",
+                 "--spec-type", "draft-simple,ngram-simple", "--spec-ngram-simple-size-n", "1",
                  "--no-seq-rm-draft"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["tokens"] == plain and out["spec_types"] == ["ngram-simple", "draft-simple"]
@@ -124,7 +127,7 @@ def test_speculative_simple_spec_types(tiny_path, tmp_path, capsys):
     # the text layout: one llama.cpp statistics line per impl
     with pytest.warns(UserWarning, match="unused.gguf is not used"):
         assert main(["speculative-simple", "-m", t, "-p", prompt, "-n", "8", "--spec-type", "ngram-map-k",
-                     "-md", str(tmp_path / "unused.gguf"), "--spec-ngram-size-n", "1"]) == 0
+                     "-md", str(tmp_path / "unused.gguf"), "--spec-ngram-map-k-size-n", "1"]) == 0
     text = capsys.readouterr().out
     assert text.count("statistics ") == 1 and "statistics      ngram-map-k: #calls(b,g,a)" in text
     assert "at least n_predict + 1" in text and "draft evaluations" not in text
@@ -141,7 +144,7 @@ def test_generate_default_model_subprocess():
 
 
 def test_speculative_simple_draft_max_auto(tiny_path, tmp_path, capsys):
-    """--draft-max auto[:CAP] / heuristic[:CAP]: same tokens as plain (greedy and sampled), the
+    """--spec-draft-n-max auto[:CAP] / heuristic[:CAP]: same tokens as plain (greedy and sampled), the
     chosen lengths in --json and in the printed statistics; a bad value names itself."""
     t = tiny_path("Q8_0", seed=11)
     d = forge.requantize(t, tmp_path / "d.gguf", "Q4_0")
@@ -151,17 +154,17 @@ def test_speculative_simple_draft_max_auto(tiny_path, tmp_path, capsys):
         plain = json.loads(capsys.readouterr().out)["tokens"]
         for dm in ("auto", "auto:4", "heuristic:6"):
             assert main(["speculative-simple", "-m", t, "-md", d, "-p", prompt, "-n", "16", "--json",
-                         "--draft-max", dm, "--spec-type", "ngram-simple,draft-simple",
-                         "--spec-ngram-size-n", "1", *extra]) == 0
+                         "--spec-draft-n-max", dm, "--spec-type", "ngram-simple,draft-simple",
+                         "--spec-ngram-simple-size-n", "1", *extra]) == 0
             out = json.loads(capsys.readouterr().out)
             assert out["tokens"] == plain, (dm, extra)
             assert out["draft_len"]["schedule"] == dm.split(":")[0]
             assert sum(out["draft_len"]["chosen"].values()) >= 1
     assert main(["speculative-simple", "-m", t, "-md", d, "-p", prompt, "-n", "16",
-                 "--draft-max", "auto:4"]) == 0
+                 "--spec-draft-n-max", "auto:4"]) == 0
     out = capsys.readouterr().out
     assert "n_draft   = auto:4" in out and "draft length (auto:4) chosen per round: 0: " in out
     for bad in ("fast", "auto:0", "heuristic:x"):
-        assert main(["speculative-simple", "-m", t, "-md", d, "-p", "x", "--draft-max", bad]) == 2
+        assert main(["speculative-simple", "-m", t, "-md", d, "-p", "x", "--spec-draft-n-max", bad]) == 2
         err = capsys.readouterr().err
-        assert f"--draft-max={bad!r}" in err and "Traceback" not in err
+        assert f"--spec-draft-n-max={bad!r}" in err and "Traceback" not in err

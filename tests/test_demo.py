@@ -27,7 +27,7 @@ def test_demo_shows_the_three_parts(capsys):
     results = [ln for ln in lines if ln.startswith("  ") and "identical to plain decoding:" in ln]
     # parts 1, 2 (fixed, then auto) and 3 (fixed, then auto)
     assert len(results) == 2 * len(SHORT) + 2 + 2
-    assert out.count("with --draft-max auto") == 2 and "chosen per round" in out
+    assert out.count("with --spec-draft-n-max auto") == 2 and "chosen per round" in out
     assert all("identical to plain decoding: yes" in ln for ln in results)
     assert all("speedup" in ln and "acceptance" in ln and "mean accepted length" in ln
                for ln in results)

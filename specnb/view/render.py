@@ -213,7 +213,7 @@ def counters_html(c: dict) -> str:
             row("committed", "tokens committed", c["committed"]),
             row("t_round_ms", "time per round", f'{c["t_round_ms"]:.1f} ms'),
             row("t_round_mean_ms", "mean time per round", f'{c["t_round_mean_ms"]:.1f} ms')]
-    if c.get("draft_len_chosen"):                   # --draft-max auto / heuristic
+    if c.get("draft_len_chosen"):                   # --spec-draft-n-max auto / heuristic
         rows.append(row("draft_len_chosen", "draft length chosen (d: rounds)",
                         ", ".join(f"{d}: {n}" for d, n in c["draft_len_chosen"].items())))
     for t, v in c.get("by_impl", {}).items():        # per impl of the chain
@@ -314,7 +314,7 @@ def slot_header_html(sv: SlotView, vocab) -> str:
 
 
 def draft_len_html(dl: dict | None) -> str:
-    """--draft-max auto / heuristic: the length chosen for this round and the expected gain behind
+    """--spec-draft-n-max auto / heuristic: the length chosen for this round and the expected gain behind
     it (expected tokens, and tokens per second over plain decoding's)."""
     if not dl:
         return ""

@@ -75,7 +75,7 @@ class SlotView:
     stop: str = ""
     verify: str = "exact"
     impl: str = ""                    # type of the impl that drafted this round ("" for none)
-    draft_len: dict | None = None     # --draft-max auto / heuristic: the round's chosen length and
+    draft_len: dict | None = None     # --spec-draft-n-max auto / heuristic: the round's chosen length and
                                       # why (draft_len.Decision.as_dict()); None for a fixed one
 
     @property

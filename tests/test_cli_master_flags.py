@@ -1,0 +1,116 @@
+"""speculative-simple's flags against llama.cpp master 34af94cd's, read from its common/arg.cpp,
+common.h and speculative.cpp (tests/data/master_34af94cd_spec_args.json): the names, the defaults,
+the removed flags, the type list and its priority order."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specnb.cli import build_parser
+from specnb.speculative import NOT_IMPLEMENTED, PRIORITY, SPEC_TYPES, SpecParams
+
+MASTER = json.loads((Path(__file__).parent / "data" / "master_34af94cd_spec_args.json").read_text())
+# the master flags speculative-simple implements (the rest are devices, threads, offload,
+# other types' knobs: listed in the data, not offered)
+OFFERED = ("--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min", "--spec-draft-model",
+           "--spec-type", "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m",
+           "--spec-ngram-simple-min-hits", "--spec-ngram-map-k-size-n", "--spec-ngram-map-k-size-m",
+           "--spec-ngram-map-k-min-hits")
+VALUE = {"--spec-type": "ngram-simple", "--spec-draft-model": "x.gguf", "--spec-draft-p-min": "0.5"}
+
+
+def _parser():
+    sub = build_parser()._subparsers._group_actions[0].choices
+    return sub["speculative-simple"]
+
+
+def _option(p, flag):
+    return next(a for a in p._actions if flag in a.option_strings)
+
+
+def _master(flag):
+    return next(f for f in MASTER["flags"] if flag in f["names"])
+
+
+@pytest.mark.parametrize("flag", OFFERED)
+def test_master_flags_parse_under_every_name_with_masters_default(flag):
+    p = _parser()
+    f = _master(flag)
+    assert "speculative" in f["examples"] and not f["removed"]
+    act = _option(p, flag)
+    # every name master gives the flag reaches the same value
+    for name in f["names"]:
+        value = VALUE.get(flag, "7")
+        a = p.parse_args([name, value])
+        assert str(getattr(a, act.dest)) == value, name
+    if flag in MASTER["defaults"]:
+        want = MASTER["defaults"][flag]
+        got = act.default if act.default is not None else "none"
+        assert str(got) == str(want), (flag, got, want)
+
+
+def test_c392e50_names_are_labelled_aliases():
+    """Master refuses --draft/--draft-max/--draft-min (arg_removed); specnb keeps them, labelled."""
+    p = _parser()
+    for flag, primary in (("--draft-max", "--spec-draft-n-max"), ("--draft-min", "--spec-draft-n-min")):
+        f = _master(flag)
+        assert f["removed"]
+        for name in f["names"]:
+            act = _option(p, name)
+            assert "c392e50" in act.help and primary in act.help and "34af94cd" in act.help
+            assert act.dest == _option(p, primary).dest
+            assert getattr(p.parse_args([name, "2"]), act.dest) in ("2", 2)
+    # not given, the alias leaves master's default in place
+    assert p.parse_args([]).draft_max == "3" and p.parse_args([]).draft_min == 0
+
+
+@pytest.mark.parametrize("flag", ["--spec-ngram-size-n", "--spec-ngram-size-m", "--spec-ngram-min-hits"])
+def test_shared_ngram_flags_are_refused_as_master_does(flag, capsys):
+    assert _master(flag)["removed"]
+    with pytest.raises(SystemExit) as e:
+        _parser().parse_args([flag, "3"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{flag} was removed at llama.cpp master 34af94cd" in err and "--spec-ngram-*" in err
+
+
+def test_check_rate_is_gone():
+    assert not any("--spec-ngram-check-rate" in f["names"] for f in MASTER["flags"])
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--spec-ngram-check-rate", "2"])
+
+
+def test_type_names_and_priority_are_masters():
+    assert PRIORITY == tuple(MASTER["priority"]["order"])
+    names = MASTER["type_names"]["names"]
+    for n in names:      # each is specnb's, or refused with the reason
+        assert (n in SPEC_TYPES) != (n in NOT_IMPLEMENTED), n
+    assert set(SPEC_TYPES) | set(NOT_IMPLEMENTED) == set(names)
+
+
+def test_per_type_ngram_sizes_reach_their_impl():
+    from specnb.speculative import build_speculative
+    sp = SpecParams(types="ngram-simple,ngram-map-k", ngram_simple_size_n=2, ngram_simple_size_m=5,
+                    ngram_map_k_size_n=3).validate()
+    spec = build_speculative(sp, target=None, ctx_dft=None)
+    simple, map_k = spec.impls
+    assert (simple.type, simple.size_n, simple.size_m) == ("ngram-simple", 2, 5)
+    assert (map_k.type, map_k.size_n, map_k.size_m) == ("ngram-map-k", 3, 48)   # size_m: the shared 48
+    with pytest.raises(Exception, match="ngram_map_k_size_m"):
+        SpecParams(ngram_map_k_size_m=0).validate()
+
+
+def test_the_draft_model_rule_is_labelled(capsys):
+    """Master: -md alone speculates not at all ('failed to initialize ...'); specnb keeps c392e50's
+    rule (a draft model means draft-simple) and its help says which is which."""
+    from specnb.cli import main
+    assert MASTER["defaults"]["--spec-type"] == "none"
+    h = " ".join(_option(_parser(), "--spec-type").help.split())
+    assert "c392e50's rule" in h and MASTER["no_spec_type"]["message"] in h and "34af94cd" in h
+    assert SpecParams().resolved_types(has_draft_model=True) == ("draft-simple",)
+    assert SpecParams().resolved_types(has_draft_model=False) == ()
+    assert main(["speculative-simple", "-p", "x", "--spec-type", "ngram-mod"]) == 2
+    err = capsys.readouterr().err
+    assert "'ngram-mod' is llama.cpp's but not in specnb" in err and NOT_IMPLEMENTED["ngram-mod"] in err

@@ -1,19 +1,21 @@
 """draft-simple: a small draft model drafting greedily (common_speculative_impl_draft_simple).
 
-common/speculative.cpp @001d906a, struct common_speculative_impl_draft_simple:
-  - one draft sampler per sequence: top-k 10, then dist (the constructor);
-  - draft(): the seed row id_last @ n_past for every drafting sequence in one decode, then per
-    step the argmax of each sequence (stop under p_min, stop at min(n_max, dp.n_max)) and one
-    decode of all next rows together; drafts shorter than n_min are dropped;
-  - process(): every target batch replayed on the draft context without logits, so the draft KV
-    follows the accepted history.
+common/speculative.cpp:177-387 @34af94cd, struct common_speculative_impl_draft_simple:
+  - one draft sampler per sequence: top-k 10, then dist (the constructor, :224-234);
+  - draft() (:277-382): the seed row id_last @ n_past for every drafting sequence in one decode
+    (:286-300), then per step the argmax of each sequence (stop under p_min, :335-340; stop at
+    min(n_max, dp.n_max), :349-354) and one decode of all next rows together (:364); drafts
+    shorter than n_min are dropped (:373-381);
+  - process() (:260-275): every target batch replayed on the draft context without logits, so
+    the draft KV follows the accepted history.
 The draft context and its rollback belong here. speculative-simple rolls the draft memory back
-to [0, n_past) after drafting (seq_rm, or `ckpt.load_dft` when the memory cannot drop part of a
-sequence; speculative-simple.cpp:175-178, 206-213 @08d0baac) and drops the rejected tail after
-each round (:338); `before_verify` and `seq_rm` are those two steps. For a memory that cannot
-drop part of a sequence (Context(partial_seq_rm=False)) this impl keeps a checkpoint of each
-sequence taken before it decodes anything new (ckpt.update_dft), restores it instead of
-removing, and decodes again the rows it must keep.
+to [0, n_past) after drafting (seq_rm; when the memory cannot drop part of a sequence, it first
+restores the checkpoint `ckpt.update_dft` took before drafting, then does the same seq_rm;
+speculative-simple.cpp:176-178, 206-213 @34af94cd) and drops the rejected tail after each round
+(:335); `before_verify` and `seq_rm` are those two steps. For a memory that cannot drop part of
+a sequence (Context(partial_seq_rm=False)) this impl keeps a checkpoint of each sequence taken
+before it decodes anything new (ckpt.update_dft), restores it instead of removing, and decodes
+again the rows it must keep.
 """
 from __future__ import annotations
 
@@ -141,7 +143,7 @@ class DraftSimple(SpeculativeImpl):
 
     # ---- specnb's rollback hooks ----------------------------------------------------------
     def before_verify(self, seq: int, n_past: int) -> None:
-        """Undo the draft() decodes: ckpt.load_dft or seq_rm(n_past) (speculative-simple.cpp:206-213)."""
+        """Undo the draft() decodes: ckpt.load_dft or seq_rm(n_past) (speculative-simple.cpp:206-213 @34af94cd)."""
         if seq not in self._drafted:
             return
         self._drafted.discard(seq)

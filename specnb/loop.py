@@ -1,29 +1,32 @@
 """The speculative-simple loop for one or several sequences ("slots", as the server runs them).
 
 `SpeculativeLoop` runs llama.cpp's speculative-simple round (examples/speculative-simple/
-speculative-simple.cpp:162-345 @08d0baac) and yields one `RoundEvent` per round. It talks to
-the speculators only through the `Speculative` chain. The invariants at the start of every
-round (:141-152 in the analysis' numbering) are:
+speculative-simple.cpp:162-342 @34af94cd; the bare :N below are lines of that file) and yields
+one `RoundEvent` per round. It talks to the speculators only through the `Speculative` chain.
+The invariants at the start of every round (:141-150) are:
   - the committed tokens sit at positions [0, n_past);   prompt == committed, len == n_past
   - id_last is the token at position n_past, sampled but not yet evaluated by either model
   - both KV caches hold exactly [0, n_past)
 A round has four phases:
   1. draft     one chain call drafts for every slot with no replay pending (:170-213)
   2. verify    [id_last, draft...] of every slot at n_past, n_past+1, ... in ONE target batch,
-               logits on every row, then the chain sees the batch (process) (:221-243)
+               logits on every row, then the chain sees the batch (process) (:221-240)
   3. commit    the target's own sampler decides token by token (sample_and_accept_n), at least
-               one token is committed, both memories drop the rejected tail (:261-345)
+               one token is committed, both memories drop the rejected tail (:258-262,
+               292-337)
   4. restore   where the target memory cannot drop part of a sequence, its state was saved
                before verifying; on a partial acceptance it is restored, the sampler comes back
                from its clone and the approved tokens are the next round's draft (replay,
-               :267-293). The draft memory's own checkpoint is DraftSimple's.
+               :267-290). The draft memory's own checkpoint is DraftSimple's.
 
-Counting, as llama.cpp counts (common/speculative.cpp @001d906a):
+Counting, as llama.cpp counts (common_speculative_draft and common_speculative_accept,
+common/speculative.cpp:2617-2696, 2698-2732 @34af94cd):
   - the chain's per-impl statistics: accept() after every committed round, to the last drafter
     (impl_last is kept, so rounds that drafted nothing add accept(0) calls); on the checkpoint
     path no accept() on the restored round and accept(a + 1) on its replay (the a accepted
-    draft tokens and the target's replacement, re-verified). speculative-simple and
-    llama-server both count impl statistics so.
+    draft tokens and the target's replacement, re-verified). speculative-simple (:267-292) and
+    llama-server (tools/server/server-context.cpp:3831-3864 @34af94cd) both count impl
+    statistics so.
   - `n_drafted` / `n_accept`: the chain's totals of those statistics (n_gen_tokens,
     n_acc_tokens).
   - `summary()` prints speculative-simple's own counters (n_drafted += the verified draft's
@@ -274,7 +277,7 @@ class SpeculativeLoop:
         return decs
 
     def _verify_batch(self, active: list, recs: dict, ev: RoundEvent) -> dict:
-        """Phase 2: [id_last, draft...] of every slot in one target batch, then process (:221-243)."""
+        """Phase 2: [id_last, draft...] of every slot in one target batch, then process (:221-240)."""
         batch, idxs = Batch(), {}
         for sl in active:
             idxs[sl.seq] = list(range(len(batch), len(batch) + len(sl.draft) + 1))
@@ -292,7 +295,7 @@ class SpeculativeLoop:
         return idxs
 
     def _commit_or_restore(self, sl: _Slot, rec: SlotRound, idxs: list, ev: RoundEvent) -> None:
-        """Phases 3 and 4 for one slot: the target decides, then commit or restore (:261-345)."""
+        """Phases 3 and 4 for one slot: the target decides, then commit or restore (:258-342)."""
         with timed(ev, "t_sample"):
             q_rows = None if rec.replay else self.spec.draft_dists(sl.seq)
             ids, rec.target_p = self.verify(sl.sampler, self.ctx_tgt, sl.draft, idxs, rec.replay,
@@ -304,13 +307,13 @@ class SpeculativeLoop:
             if rec.n_accepted < len(sl.draft) and sl.ckpt is not None and not rec.replay:
                 self._restore(sl, rec, ids)
                 return
-            self.spec.accept(sl.seq, rec.n_accepted)           # (:295)
-            self.n_drafted_simple += len(sl.draft)             # (:299-300)
+            self.spec.accept(sl.seq, rec.n_accepted)           # (:292)
+            self.n_drafted_simple += len(sl.draft)             # (:296-297)
             self.n_accept_simple += rec.n_accepted
             self._commit(sl, rec, ids)
 
     def _restore(self, sl: _Slot, rec: SlotRound, ids: list) -> None:
-        """Phase 4: back to the checkpoint; the approved ids are the next draft (:270-293)."""
+        """Phase 4: back to the checkpoint; the approved ids are the next draft (:267-290)."""
         self.ctx_tgt.state_seq_set(sl.seq, sl.ckpt)            # ckpt.load_tgt
         self.spec.seq_rm(sl.seq, sl.n_past)                    # ckpt.load_dft
         sl.sampler = sl.smpl_save
@@ -320,7 +323,7 @@ class SpeculativeLoop:
         rec.kv_dft += (self._kv_dft(sl.seq),)
 
     def _commit(self, sl: _Slot, rec: SlotRound, ids: list) -> None:
-        """Phase 3's end: commit the ids, drop the rejected tail from both memories (:298-339)."""
+        """Phase 3's end: commit the ids, drop the rejected tail from both memories (:295-337)."""
         n_from_draft = max(len(ids) - 2, 0) if rec.replay else rec.n_accepted
         sl.draft, sl.ckpt, sl.smpl_save = [], None, None
         for i, tok in enumerate(ids):           # n_past += 1 per id, id_last = the newest
@@ -358,7 +361,7 @@ class SpeculativeLoop:
                            self.t_prompt, self.t_gen, sl.stop, st) for sl in self.slots]
 
     def summary(self) -> str:
-        """The speculative-simple summary (speculative-simple.cpp:357-361), with its counters."""
+        """The speculative-simple summary (speculative-simple.cpp:354-358), with its counters."""
         n_pred = sum(len(sl.generated) for sl in self.slots)
         rate = 100.0 * self.n_accept_simple / self.n_drafted_simple if self.n_drafted_simple else 0.0
         return (f"n_draft   = {self.p.draft_max}\nn_predict = {n_pred}\nn_drafted = {self.n_drafted_simple}\n"

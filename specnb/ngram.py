@@ -16,14 +16,26 @@ llama.cpp's code, common/ngram-map.cpp @003c90352d17 (the version with check_rat
     value keeps the m it was created with: this version does not record acceptance in
     key-only mode).
   - both skip the lookup unless check_rate tokens arrived since the last one (:31, :122).
-The impls (common/speculative.cpp @001d906a, common_speculative_impl_ngram_simple /
-common_speculative_impl_ngram_map_k) keep no state but the above; process() and accept() are
-no-ops. min_hits is read only by ngram-map-k4v in llama.cpp (key-only mode returns before the
-check), so it changes nothing here. specnb keeps the check_rate state per sequence.
-Flags and defaults as docs/speculative.md @067318e6: --spec-ngram-size-n 12, --spec-ngram-size-m
-48, --spec-ngram-check-rate 1, --spec-ngram-min-hits 1, shared by the n-gram types (newer master
-gives each type its own: --spec-ngram-simple-size-n, --spec-ngram-map-k-size-n, ..., same
-defaults, and drops check_rate).
+The impls at master 34af94cd: common_speculative_impl_ngram_simple (common/speculative.cpp:
+1720-1763 @34af94cd) keeps only its parameters, shared by all sequences; begin(), process()
+and accept() are no-ops.
+common_speculative_impl_ngram_map_k (:1765-1817) keeps one common_ngram_map per sequence;
+process() is a no-op, but begin() calls common_ngram_map_begin (:1784-1788) and accept() calls
+common_ngram_map_accept (:1808-1816). 34af94cd's ngram-map differs from 003c90352d17: it finds
+keys through a hash map first (ngram-map.cpp:259-277 @34af94cd), common_ngram_map_begin drops
+keys only when the new prompt is shorter than the history last seen (:121-219), and key-only
+mode records the accepted length, so a key drafts at most what was last accepted from it
+(:382-398, 518-536). specnb follows 003c90352d17 (no acceptance record in key-only mode; that
+version has no begin(), and specnb's begin() clears the keys). min_hits is read only by
+ngram-map-k4v (key-only mode returns before the check, ngram-map.cpp:195-214 @003c90352d17,
+:382-406 @34af94cd), so it changes nothing here. specnb keeps the check_rate state per sequence.
+Flags and defaults as 003c90352d17 has them (docs/speculative.md:61-67, common/arg.cpp:3420-3459,
+common/common.h:278-281 @003c90352d17): --spec-ngram-size-n 12, --spec-ngram-size-m 48,
+--spec-ngram-check-rate 1, --spec-ngram-min-hits 1, shared by the n-gram types. 34af94cd gives
+each type its own flags with the same defaults (--spec-ngram-simple-size-n / -size-m /
+-min-hits, --spec-ngram-map-k-..., --spec-ngram-map-k4v-...; common/arg.cpp:4194-4285,
+common/common.h:358-362, 376-378 @34af94cd), refuses the old shared flags as removed
+(common/arg.cpp:4305-4325), and has no check_rate.
 """
 from __future__ import annotations
 

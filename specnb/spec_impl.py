@@ -13,17 +13,20 @@ and three small hooks of specnb's (no-ops unless the impl owns a memory or a rec
 
   draft_info(seq)                one info object per drafted token (.token, .source, ...)
   before_verify(seq, n_past)     after draft(), before the target verifies: undo what draft()
-                                 left in the impl's memory (speculative-simple.cpp:206-213)
+                                 left in the impl's memory (speculative-simple.cpp:206-213
+                                 @34af94cd)
   seq_rm(seq, p0)                drop positions >= p0 of seq from the impl's memory
-                                 (speculative-simple.cpp:284, 338: llama_memory_seq_rm on ctx_dft)
+                                 (speculative-simple.cpp:281, 335 @34af94cd: llama_memory_seq_rm
+                                 on ctx_dft)
   n_eval                         token rows this impl evaluated on a model (0 for lookups)
 
-The counters are common_speculative_impl's (common/speculative.cpp @001d906a, struct
+The counters are common_speculative_impl's (common/speculative.cpp:137-175 @34af94cd, struct
 common_speculative_impl); `impl_stats` and `format_impl_stats` compute and print them as
 common_speculative_print_stats does. specnb adds a per-draft breakdown (`n_acc_draft_tokens`,
 `n_acc_draft_per_pos`): llama.cpp's own figures are per accept() call, and accept() also runs
-after rounds that drafted nothing (impl_last is kept between rounds) and, on the checkpoint
-path, once per replay with the re-verified tokens (see loop.py).
+after rounds that drafted nothing (impl_last is kept between rounds: set only when an impl
+drafts, common/speculative.cpp:2671 @34af94cd) and, on the checkpoint path, once per replay with
+the re-verified tokens (see loop.py).
 """
 from __future__ import annotations
 
@@ -83,10 +86,11 @@ class SpeculativeImpl:
 def impl_stats(impl: SpeculativeImpl) -> dict:
     """What common_speculative_print_stats prints for one impl, as a dict, plus specnb's breakdown.
 
-    llama.cpp (common/speculative.cpp @001d906a, common_speculative_print_stats): mean accepted
-    length 1 + n_acc_tokens / n_call_accept and #acc rate/pos n_acc_tokens_per_pos[i] /
-    n_call_accept, the vector as long as the longest accepted run. specnb's (`specnb_*`): per
-    draft (n_gen_drafts), over n_max positions, counting only accepted draft tokens.
+    llama.cpp (common/speculative.cpp:2759-2803 @34af94cd, common_speculative_print_stats): mean
+    accepted length 1 + n_acc_tokens / n_call_accept and #acc rate/pos n_acc_tokens_per_pos[i] /
+    n_call_accept, the vector as long as the longest accepted run (common_speculative_accept grows
+    it, :2709-2711). specnb's (`specnb_*`): per draft (n_gen_drafts), over n_max positions,
+    counting only accepted draft tokens.
     """
     n_acc = impl.n_call_accept
     n_dr = impl.n_gen_drafts

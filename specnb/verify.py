@@ -23,10 +23,12 @@
   subtracting the two candidate arrays entry by entry after sorting each by id (:303-318),
   which pairs the right tokens only when both arrays hold the same ids; specnb samples d from
   q and subtracts token by token, so the output is exactly p's.
-- synthetic acceptance (--spec-synth-rates / --spec-synth-len, for benchmarking the loop):
-  server_sample_and_accept_synth (tools/server/server-context.cpp @001d906a): the target is
-  sampled at every position, the draft token is kept with the position's probability (never a
-  drafted EOG), and on a replay every replayed token is kept. The output is not valid text.
+- synthetic acceptance (--spec-synth-rates / --spec-synth-len, for benchmarking the loop), as
+  llama-server's server_sample_and_accept_synth (tools/server/server-context.cpp) does it: the
+  target is sampled at every position, the draft token is kept with the position's probability
+  (never a drafted EOG), and on a replay every replayed token is kept. The output is not valid
+  text. This description is from the design's source analysis (master 050dde50c, not in any
+  snapshot that can be read here); synthetic acceptance is not in 34af94cd.
 """
 from __future__ import annotations
 
@@ -42,8 +44,9 @@ VERIFY_MODES = ("exact", "rejection")
 
 # ---- synthetic acceptance -----------------------------------------------------------------
 def synth_rates_resolve(rates, n_max: int) -> list:
-    """common_speculative_synth_rates_resolve (common/speculative.cpp @001d906a), then the
-    conditional probability per position (common_speculative_init: r_i / r_{i-1}).
+    """common_speculative_synth_rates_resolve (common/speculative.cpp), then the conditional
+    probability per position (common_speculative_init: r_i / r_{i-1}). Both are from the design's
+    source analysis (master 050dde50c, not in any snapshot that can be read here); not in 34af94cd.
 
     The list must hold exactly n_max unconditional rates, finite, in [0, 1], non-increasing.
     """

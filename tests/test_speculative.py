@@ -103,7 +103,7 @@ def test_print_stats_layout():
     chain.record(0, 2)
     chain.accept(0, 2)
     line, specnb_line = chain.print_stats().splitlines()
-    # the format string of common_speculative_print_stats (common/speculative.cpp @001d906a)
+    # the format string of common_speculative_print_stats (common/speculative.cpp:2793 @34af94cd)
     head = ("statistics %16s: #calls(b,g,a) = %4zu %6zu %6zu, #gen drafts = %6zu, #acc drafts = %5zu, "
             "#gen tokens = %6zu, #acc tokens = %5zu").replace("zu", "d") % ("ngram-simple", 0, 1, 1, 1, 1, 3, 2)
     stats = ", #mean acc len = 3.00, #acc rate/pos = (1.000, 1.000)"

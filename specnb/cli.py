@@ -348,7 +348,8 @@ def cmd_speculative_simple(a):
         # the example feeds its sampler no prompt token (speculative-simple.cpp); --penalize-prompt
         # does, as llama-cli and llama-server do
         loop = SpeculativeLoop(ctx_t, ctx_d, [ids] * max(1, a.parallel), a.n_predict,
-                               sampler_params(a), sp, penalize_prompt=a.penalize_prompt)
+                               sampler_params(a), sp, penalize_prompt=a.penalize_prompt,
+                               stop=a.stop)
     if not a.json:
         sys.stdout.write(as_text(text, "replace"))
         sys.stdout.flush()
@@ -390,6 +391,9 @@ def cmd_speculative_simple(a):
         print(loop.summary())
         print("\ndraft:\n")
         print(loop.spec.print_stats() if impls else "(no speculation: --spec-type none)")
+        if impls:
+            print("  (master 34af94cd prints the lines above at -lv 4 only, after 'spec "
+                  "common_specu: '; c392e50 prints the draft context's perf counters instead)")
         if ctx_d is not None:
             print(f"  draft evaluations: {n_eval} over {r.n_rounds} rounds "
                   f"({n_eval / max(r.n_rounds, 1):.2f} per round)")
@@ -647,6 +651,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--spec-synth-rates", default=None)
         p.add_argument("--spec-synth-len", type=float, default=None)
         p.add_argument("--color", action="store_true", help="colour accepted draft tokens")
+        p.add_argument("--stop", choices=["exact", "master", "c392e50"], default="exact",
+                       help="exact: stop at exactly -n tokens, so the output compares token for "
+                            "token with `generate` (specnb's default); master: as "
+                            "llama-speculative-simple at 34af94cd, run while n_predict <= N "
+                            "(at least N + 1 tokens) and let the last round, whose budget is 0, "
+                            "draft uncapped, so n_predict / n_drafted / n_accept print as "
+                            "master's; c392e50: the same stop, no draft budget, as that build")
         p.add_argument("--penalize-prompt", action="store_true",
                        help="put the prompt into the sampler's penalty window (repeat, frequency, "
                             "presence, DRY), as llama-cli and llama-server do; "

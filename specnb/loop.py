@@ -33,8 +33,14 @@ common/speculative.cpp:2617-2696, 2698-2732 @34af94cd):
     length, n_accept += accepted, per committed round: on a replay, a + 1 and a + 1).
     llama-server's slot statistics instead count d drafted and a accepted per draft, as the
     `specnb_*` breakdown in the impl statistics does.
-n_predict: specnb stops at exactly n_predict tokens, so speculative and plain decoding compare
-token for token; speculative-simple runs while n_predict <= N and emits at least N + 1.
+n_predict (`stop`): "exact", specnb's default, stops at exactly n_predict tokens, so speculative
+and plain decoding compare token for token. "master" stops as speculative-simple at 34af94cd:
+it runs while n_predict <= N (:339-341); each draft is cut to the budget N - n_predict - 1
+(:180-184), and a budget of 0 means no cap (the `dp.n_max > 0` tests, common/speculative.cpp:350,
+2659), so the last round drafts a full draft and the output has N + 1 tokens or, when that draft
+is accepted, up to n_max more; its printed counters are then master's. "c392e50" stops as that
+build did (the same `n_predict > N` test, speculative-simple.cpp:223 @c392e50) but has no
+budget: every round drafts n_max.
 The prompt's tokens enter each target sampler's penalty window (penalize_prompt, as llama-cli
 and llama-server do; plain `generate` does the same); speculative-simple does not feed them.
 """
@@ -93,6 +99,9 @@ class SpecResult:
         return self.n_accept / self.n_drafted if self.n_drafted else 0.0
 
 
+STOP_RULES = ("exact", "master", "c392e50")
+
+
 class SpeculativeLoop:
     """speculative-simple for one or several sequences, one RoundEvent per round.
 
@@ -104,9 +113,11 @@ class SpeculativeLoop:
                  sampler_params: SamplerParams | list | None = None,
                  spec: SpecParams | None = None, draft_seed: int = 0,
                  chain: Speculative | None = None, penalize_prompt: bool = True,
-                 policy: DraftLenPolicy | None = None):
+                 policy: DraftLenPolicy | None = None, stop: str = "exact"):
         self.p = (spec or SpecParams()).validate()
         self.n_predict = check_n_predict(n_predict)
+        check_param(stop in STOP_RULES, "stop", stop, " or ".join(STOP_RULES))
+        self.stop = stop
         if prompts and isinstance(prompts[0], (int, np.integer)):
             prompts = [prompts]
         n_seq = len(prompts)
@@ -232,13 +243,18 @@ class SpeculativeLoop:
         """Phase 1: one draft call for every slot with no replay pending (:170-213)."""
         dps = [DraftParams() for _ in range(self.spec.n_seq)]
         decs = self._choose_lengths(active)
+        longest = max((impl.n_max for impl in self.spec.impls), default=0)
         for sl in active:
             if sl.draft:                       # a replay is pending: reuse it (:214-219)
                 continue
-            n_draft_max = min(self.ctx_tgt.n_ctx - sl.n_past - 2,        # id_last + context shift
-                              sl.n_predict - len(sl.generated) - 1)
+            room = self.ctx_tgt.n_ctx - sl.n_past - 2                   # id_last + context shift
+            n_draft_max = max(min(room, sl.n_predict - len(sl.generated) - 1), 0)
+            if self.stop == "master" and n_draft_max == 0 and room >= longest:
+                n_draft_max = -1          # master: a budget of 0 caps nothing (context permitting)
+            elif self.stop == "c392e50":
+                n_draft_max = max(room, 0)               # no n_predict budget there
             caps = None if decs is None else {t: d.d for t, d in decs.items()}
-            dps[sl.seq] = DraftParams(drafting=n_draft_max > 0 and (caps is None or any(caps.values())),
+            dps[sl.seq] = DraftParams(drafting=n_draft_max != 0 and (caps is None or any(caps.values())),
                                       n_max=n_draft_max, n_past=sl.n_past,
                                       id_last=sl.id_last, prompt=sl.prompt, result=[],
                                       smpl=sl.sampler if self.p.verify == "rejection" else None,
@@ -336,9 +352,11 @@ class SpeculativeLoop:
             if self.vocab.is_eog(tok):
                 sl.done, sl.stop = True, "eog"
                 break
-            if len(sl.generated) >= sl.n_predict:              # exactly n_predict (see above)
+            if self.stop == "exact" and len(sl.generated) >= sl.n_predict:   # exactly n_predict
                 sl.done, sl.stop = True, "n_predict"
                 break
+        if self.stop != "exact" and not sl.done and len(sl.generated) > sl.n_predict:   # (:339)
+            sl.done, sl.stop = True, "n_predict"
         if not sl.done and sl.n_past >= self.ctx_tgt.n_ctx:   # id_last has no cell left
             sl.done, sl.stop = True, "context_full"
         self.ctx_tgt.seq_rm(sl.seq, sl.n_past, -1)
@@ -366,6 +384,12 @@ class SpeculativeLoop:
         rate = 100.0 * self.n_accept_simple / self.n_drafted_simple if self.n_drafted_simple else 0.0
         return (f"n_draft   = {self.p.draft_max}\nn_predict = {n_pred}\nn_drafted = {self.n_drafted_simple}\n"
                 f"n_accept  = {self.n_accept_simple}\naccept    = {rate:.3f}%\n"
-                f"(specnb stops at exactly n_predict tokens, so speculative output compares token for "
-                f"token with plain decoding; speculative-simple emits at least n_predict + 1)"
+                + (f"(stop as llama-speculative-simple at 34af94cd: one round past n_predict = "
+                   f"{self.n_predict}, the last draft uncapped)" if self.stop == "master" else
+                   f"(stop as llama-speculative-simple at c392e50: one round past n_predict = "
+                   f"{self.n_predict}, no draft budget)" if self.stop == "c392e50" else
+                   f"(specnb stops at exactly n_predict tokens, so speculative output compares token "
+                   f"for token with plain decoding; llama-speculative-simple runs one round more, "
+                   f"prints n_predict >= {self.n_predict + 1} and counts that round's draft too: "
+                   f"--stop master prints its counts)")
                 + ("" if self.p.schedule == "fixed" else "\n" + format_chosen(self.policy.stats())))

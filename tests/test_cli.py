@@ -130,7 +130,7 @@ def test_speculative_simple_spec_types(tiny_path, tmp_path, capsys):
                      "-md", str(tmp_path / "unused.gguf"), "--spec-ngram-map-k-size-n", "1"]) == 0
     text = capsys.readouterr().out
     assert text.count("statistics ") == 1 and "statistics      ngram-map-k: #calls(b,g,a)" in text
-    assert "at least n_predict + 1" in text and "draft evaluations" not in text
+    assert "--stop master prints its counts" in text and "draft evaluations" not in text
     assert main(["speculative-simple", "-m", t, "-p", "x", "--spec-type", "ngram-fancy"]) == 2
     assert "unknown speculative type 'ngram-fancy'" in capsys.readouterr().err
 
@@ -168,3 +168,32 @@ def test_speculative_simple_draft_max_auto(tiny_path, tmp_path, capsys):
         assert main(["speculative-simple", "-m", t, "-md", d, "-p", "x", "--spec-draft-n-max", bad]) == 2
         err = capsys.readouterr().err
         assert f"--spec-draft-n-max={bad!r}" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_speculative_simple_counts_as_llama_cpp_prints_them(capsys):
+    """The default pair, greedy, -n 32, draft-max 3, p-min 0: `--stop c392e50` prints the counts
+    c392e50's llama-speculative-simple printed for the same command (recorded in tests/data);
+    `--stop master` adds master's budget (each draft cut to N - n_predict - 1, a budget of 0
+    capping nothing): on the same rounds that is 33 / 40 / 19; specnb's exact stop prints its
+    own 32 tokens and says why they differ."""
+    import re
+    from pathlib import Path
+    rec = (Path(__file__).parent / "data" / "llamacpp_speculative_simple_n32_smollm2.txt").read_text()
+
+    def counts(text):
+        return tuple(int(re.search(rf"^{k} *= (\d+)$", text, re.M).group(1))
+                     for k in ("n_predict", "n_drafted", "n_accept"))
+    args = ["speculative-simple", "-p", "Once upon a time", "-n", "32", "--temp", "0",
+            "--spec-draft-n-max", "3", "--spec-draft-p-min", "0"]
+    got = {}
+    for stop in ("c392e50", "master", "exact"):
+        assert main(args + ["--stop", stop]) == 0
+        got[stop] = capsys.readouterr().out
+    assert counts(got["c392e50"]) == counts(rec) == (33, 42, 19)
+    assert counts(got["master"]) == (33, 40, 19)
+    assert counts(got["exact"])[0] == 32 and counts(got["exact"])[2] == 19
+    assert "--stop master prints its counts" in got["exact"]
+    # the same text up to the near-tie llama.cpp's batched rows flip (see README in tests/data)
+    head = "Once upon a time, the city of Nova Haven was a thriving metropolis"
+    assert head in rec and all(head in out for out in got.values())

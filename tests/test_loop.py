@@ -232,7 +232,7 @@ def test_checkpoint_path_counted_as_llama_cpp(pair):
     assert loop.n_accept_simple == st["n_acc_tokens"]
     assert st["specnb_n_acc_tokens"] == sum(r.n_accepted for r in recs if not r.replay)
     assert "n_drafted = %d" % loop.n_drafted_simple in loop.summary()
-    assert "at least n_predict + 1" in loop.summary()
+    assert "--stop master prints its counts" in loop.summary()
 
 
 # ---- the prompt in the penalty window -------------------------------------------------------
@@ -348,3 +348,48 @@ def test_penalized_prompt_as_llama_cli(default_model, default_draft_model):
     assert default_model.vocab.detokenize(loop.run()[0].tokens) == text
     without = default_model.vocab.detokenize(plain(default_model, ids, sp, 4, penalize_prompt=False))
     assert not without.startswith(" by")
+
+
+# ---- the stop rule ------------------------------------------------------------------------------
+@pytest.mark.parametrize("types", ["draft-simple", "ngram-simple,draft-simple"])
+@pytest.mark.parametrize("seq_rm", [True, False])
+def test_master_stop_rule(pair, types, seq_rm):
+    """stop="master", as speculative-simple.cpp @34af94cd: each round's draft cut to the budget
+    N - n_predict - 1 (:180-184), a budget of 0 capping nothing (`dp.n_max > 0`,
+    common/speculative.cpp:350, 2659), the loop running while n_predict <= N (:339): at least
+    N + 1 tokens (the last, uncapped draft can add up to n_max more), the first N those of
+    stop="exact", all of them those of plain decoding, and the counters summed over the
+    committed rounds (:294-297)."""
+    tgt, dft = pair
+    sp = SamplerParams(temp=0.0)
+    prompt = repetitive_prompt(tgt)
+    n, n_max = 13, 3
+    spec = SpecParams(types=types, n_max=n_max, **NGRAM)
+    exact = _loop(tgt, dft, prompt, n, sp, spec, tgt_rm=seq_rm, dft_rm=seq_rm)
+    exact.run()
+    loop = _loop(tgt, dft, prompt, n, sp, spec, tgt_rm=seq_rm, dft_rm=seq_rm, stop="master")
+    events = list(loop.rounds())
+    check_invariants(loop, events)
+    toks = loop.slots[0].generated
+    assert n + 1 <= len(toks) and toks[:n] == exact.slots[0].generated
+    assert toks == plain(tgt, prompt, sp, len(toks))
+    committed, gen = [], 0
+    for ev in events:
+        r = ev.slots[0]
+        if not r.replay:                       # the draft's length follows the budget
+            budget = n - gen - 1
+            longest = n_max if r.impl == "draft-simple" else NGRAM["ngram_size_m"]
+            assert len(r.draft) <= (min(longest, budget) if budget > 0 else longest), (gen, r.draft)
+        if r.checkpoint != "restored":
+            committed.append(r)
+            gen += len(r.committed)
+    last = events[-1].slots[0]
+    assert gen == len(toks) and n - (gen - len(last.committed)) - 1 <= 0   # the last had no budget
+    if last.impl == "draft-simple" and not last.replay:
+        assert len(last.draft) == n_max       # ... and drafted in full, as master does
+    assert loop.n_drafted_simple == sum(len(r.draft) for r in committed)
+    assert loop.n_accept_simple == sum(r.n_accepted for r in committed)
+    s = loop.summary()
+    assert f"n_predict = {len(toks)}\n" in s and "as llama-speculative-simple at 34af94cd" in s
+    with pytest.raises(ParamError, match="stop"):
+        _loop(tgt, dft, prompt, n, sp, spec, stop="b1234")

@@ -22,7 +22,9 @@ schedule, or `auto`, chosen before every round from the costs this run measures.
              t_target(1). An n-gram draft costs nothing to make: for it only t_target counts.
              While d = 0 wins, a probe (a short draft) runs now and then, its interval doubling
              (PROBE_FIRST, PROBE_FIRST*2, ... PROBE_MAX rounds), so a change (acceptance, load)
-             is noticed; the probes' count and time are kept.
+             is noticed; the probes' count and time are kept. No probe runs while d = 0 would
+             win even at full acceptance (a draft model as costly as its target): the reason
+             is then "no gain".
 
 `expected_tokens(a, d)` and `best_length(...)` are the decision as plain functions, usable on a
 grid (alpha, c) without a run. The policy only chooses each round's n_max: the target's sampler
@@ -182,7 +184,7 @@ class Acceptance:
 class Decision:
     """One round's choice: the length, why (expected tokens and rate per length), how."""
     d: int
-    reason: str                       # "start-up", "best", "probe", "schedule", "budget"
+    reason: str                       # "start-up", "best", "probe", "no gain", "schedule", "budget"
     expected_tokens: float = 1.0      # E(d)
     expected_rate: float = 0.0        # E(d) / T(d), tokens per second (0: unknown)
     plain_rate: float = 0.0           # 1 / t_target(1)
@@ -293,6 +295,12 @@ class AutoDraftLen(DraftLenPolicy):
         d, rates = best_length(a, self.target_cost, lambda d: self.draft_cost(d, source, a), self.n_max)
         return Decision(d, "best", expected_tokens(a, d), rates[d], rates[0], rates)
 
+    def hopeless(self, source: str = "draft-simple") -> bool:
+        """True when no length beats plain decoding even if every draft token were accepted."""
+        d, _ = best_length(1.0, self.target_cost, lambda d: self.draft_cost(d, source, [1.0] * d),
+                           self.n_max)
+        return d == 0
+
     def ready(self, source: str) -> bool:
         if source == "draft-simple" and not self.t_draft_rows.known:
             return False
@@ -307,6 +315,13 @@ class AutoDraftLen(DraftLenPolicy):
             return Decision(min(max(self.probe_len, 2), self.n_max), "start-up")
         dec = self.decide(source)
         st = self._probe.setdefault(source, [0, self.probe_first])   # [rounds of d = 0, interval]
+        if dec.d == 0 and self.hopeless(source):
+            # even a draft accepted in full would not pay at the measured costs: a probe could only
+            # confirm it, at the price of the draft model's catch-up; the costs are re-read every
+            # round, so a change of load brings the probes back
+            st[0] = 0
+            return Decision(0, "no gain", dec.expected_tokens, dec.expected_rate, dec.plain_rate,
+                            dec.rates)
         if dec.d == 0:
             st[0] += 1
             if st[0] >= st[1]:

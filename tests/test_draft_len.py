@@ -83,21 +83,42 @@ def _event(d, n_acc, t_verify, impl="draft-simple", dec=None, dft=()):
     return RoundEvent(0, [rec], t_verify=t_verify, t_round=t_verify, dft_decodes=list(dft))
 
 
-def test_auto_drafts_nothing_when_it_cannot_pay_and_probes_with_back_off():
+def _run_auto(t_draft_row, rounds=200):
+    """AutoDraftLen against a draft that is never accepted: t_draft_row seconds per draft-model
+    decode, the target's k-row side 1 + 0.1 (k - 1) seconds."""
     pol = AutoDraftLen(8)
     assert pol.choose().reason == "start-up" and pol.choose().d == 0
     pol.observe(_event(0, 0, 1.0))
     dec = pol.choose()
     assert dec.reason == "start-up" and dec.d == 2          # measure the draft model once
-    pol.observe(_event(2, 0, 1.1, dec=dec, dft=[(3, 1.0), (1, 1.0)]))   # as costly as the target
+    pol.observe(_event(2, 0, 1.2, dec=dec, dft=[(3, t_draft_row), (1, t_draft_row)]))
     ds = []
-    for _ in range(200):
+    for _ in range(rounds):
         dec = pol.choose()
         pol.record(dec)
         ds.append(dec)
-        pol.observe(_event(dec.d, 0, 1.0 + 0.1 * dec.d, dec=dec, dft=[(2, 1.0)] if dec.d else []))
-    probes = [i for i, x in enumerate(ds) if x.d]
-    assert all(ds[i].reason == "probe" for i in probes)
+        pol.observe(_event(dec.d, 0, 1.0 + 0.1 * dec.d, dec=dec,
+                           dft=[(2, t_draft_row)] if dec.d else []))
+    return pol, ds
+
+
+def test_auto_never_probes_a_draft_that_could_not_pay_even_when_always_accepted():
+    """A draft model as costly as its target (the teaching pair): E(d) / T(d) < 1 at full
+    acceptance for every d, so after the start-up measurement no round drafts."""
+    pol, ds = _run_auto(1.0)
+    assert all(x.d == 0 and x.reason == "no gain" for x in ds)
+    assert pol.hopeless() and pol.stats()["n_probes"] == 1      # the start-up round only
+
+
+def test_auto_drafts_nothing_when_it_cannot_pay_and_probes_with_back_off():
+    """A cheap draft (0.1 of a target decode) that is never accepted: it could pay at full
+    acceptance, so probes go on, ever further apart."""
+    pol, ds = _run_auto(0.1)
+    assert not pol.hopeless()
+    probes = [i for i, x in enumerate(ds) if x.d and x.reason == "probe"]
+    # the prior (1/2) may buy one more draft before the rejections outweigh it; then only probes
+    assert all(x.reason == "probe" for x in ds[probes[0]:] if x.d)
+    assert sum(1 for x in ds[:probes[0]] if x.d) <= 1
     assert 3 <= len(probes) <= 6, probes                    # 8, 16, 32, 64, 128 rounds apart
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert gaps == sorted(gaps)
@@ -152,7 +173,7 @@ def test_parse_draft_max():
     assert parse_draft_max("auto:8") == ("auto", 8)
     assert parse_draft_max("heuristic") == ("heuristic", HEURISTIC_CAP)
     for bad in ("fast", "auto:0", "auto:x", "-1", "300", "3:4", "", True):
-        with pytest.raises(ParamError, match="draft.max"):
+        with pytest.raises(ParamError, match=r"draft(_max|-n-max)"):
             parse_draft_max(bad)
 
 

@@ -319,7 +319,8 @@ def draft_len_html(dl: dict | None) -> str:
     if not dl:
         return ""
     why = {"best": "best expected rate", "probe": "probe (d = 0 wins; re-measuring)",
-           "start-up": "start-up measurement", "schedule": "schedule"}.get(dl["reason"], dl["reason"])
+           "start-up": "start-up measurement", "schedule": "schedule",
+           "no gain": "no length pays even at full acceptance"}.get(dl["reason"], dl["reason"])
     gain = (f", expected {dl['expected_tokens']:.2f} tokens, {dl['gain']:.2f}x plain"
             if dl.get("gain") else "")
     title = ""

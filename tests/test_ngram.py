@@ -1,6 +1,7 @@
 """The n-gram speculators against llama.cpp's lookup rules, worked by hand from its code:
-common_ngram_simple_draft / common_ngram_map_draft (common/ngram-map.cpp @003c90352d17) and
-common_ngram_cache_update / _draft / _save / _load / _merge (common/ngram-cache.cpp @c392e50)."""
+common_ngram_simple_draft / common_ngram_map_draft (common/ngram-map.cpp @34af94cd; more
+ngram-map-k and ngram-map-k4v traces in test_ngram_map.py) and common_ngram_cache_update /
+_draft / _save / _load / _merge (common/ngram-cache.cpp @c392e50)."""
 import struct
 
 import pytest
@@ -36,27 +37,16 @@ def test_ngram_simple_latest_earlier_occurrence():
 
 
 def test_ngram_map_k_needs_m_whole_tokens_after_the_match():
-    """ngram-map-k searches from cur_len - n - m - 1, so its match has m tokens after it."""
+    """ngram-map-k searches from cur_len - n - m - 1 (ngram-map.cpp:299 @34af94cd; no begin(), so
+    S = 0 and the whole history is the generated part), so its match has m tokens after it."""
     inp = [9, 1, 2, 7, 7, 7, 7, 1, 2, 5, 1]
     assert ngram_simple_draft(inp, 2, 2, 3)[0] == [5, 1]         # the latest match, 2 tokens left
     m = NgramMapK(n_seq=1, size_n=2, size_m=3)
     assert _draft(m, inp, 2) == [7, 7, 7]                        # the earlier match, m tokens
     assert m.info[0][0].match_pos == 1 and m.info[0][0].ngram == [1, 2]
     assert [(k.key_idx, k.key_num) for k in m.keys[0]] == [(1, 1)]
-    assert _draft(m, inp, 2) == [7, 7, 7] and m.keys[0][0].key_num == 2   # hits counted
+    assert _draft(m, inp, 2) == [7, 7, 7] and m.keys[0][0].key_num == 2   # hits counted (:379)
     assert _draft(NgramMapK(n_seq=1, size_n=2, size_m=3), inp[:6], 2) == []   # cur_len < 2n + m
-
-
-def test_check_rate_skips_lookups():
-    """Only look up when check_rate tokens arrived since the last lookup."""
-    hist = [5, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
-    impl = NgramSimple(n_seq=1, size_n=2, size_m=2, check_rate=3)
-    assert _draft(impl, hist, 3) == [4, 1]
-    assert _draft(impl, hist + [3], 4) == []                     # 1 token later: skipped
-    assert _draft(impl, hist + [3, 4], 1) == []                  # 2 tokens later: skipped
-    assert _draft(impl, hist + [3, 4, 1], 2) == [3, 4]           # 3 tokens later: looked up
-    every = NgramSimple(n_seq=1, size_n=2, size_m=2)
-    assert _draft(every, hist + [3], 4) == [1, 2]
 
 
 def test_ngram_impls_validate_and_cap():

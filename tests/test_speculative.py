@@ -120,7 +120,8 @@ def test_chain_state_round_trip():
     dps = [DraftParams(True, -1, len(hist), 7, hist, [])]
     chain.draft(dps)
     saved = chain.get_state(0)
-    assert set(saved) == {"ngram-simple", "ngram-map-k"} and saved["ngram-map-k"]["keys"]
+    # ngram-simple keeps no state at master 34af94cd (common/speculative.cpp:1720-1763)
+    assert set(saved) == {"ngram-map-k"} and saved["ngram-map-k"]["keys"]
     m.begin(0, [])
     assert m.keys[0] == []
     chain.set_state(0, saved)

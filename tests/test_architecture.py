@@ -27,7 +27,7 @@ LAYERS = [
     {"backend_cpu", "backend_cuda", "context", "samplers", "sampling", "generate", "perplexity",
      "pair"},
     # 4: speculation
-    {"verify", "draft_simple", "draft_len", "ngram", "ngram_cache", "speculative", "loop",
+    {"verify", "draft_simple", "draft_len", "ngram", "ngram_cache", "ngram_mod", "speculative", "loop",
      "speculative_simple"},
     # 5: measuring and drawing it
     {"cost", "stats", "experiments", "plots", "figures_sampling", "bench", "bench_llamacpp", "bench_report",

@@ -321,8 +321,11 @@ def _spec_setup(a):
                     reeval=not a.no_reeval, verify=a.verify, synth_rates=rates,
                     synth_len=a.spec_synth_len, ngram_simple_size_n=a.ngram_simple_size_n,
                     ngram_simple_size_m=a.ngram_simple_size_m, ngram_map_k_size_n=a.ngram_map_k_size_n,
-                    ngram_map_k_size_m=a.ngram_map_k_size_m,
-                    ngram_min_hits=a.ngram_map_k_min_hits,
+                    ngram_map_k_size_m=a.ngram_map_k_size_m, ngram_map_k4v_size_n=a.ngram_map_k4v_size_n,
+                    ngram_map_k4v_size_m=a.ngram_map_k4v_size_m,
+                    ngram_min_hits=a.ngram_map_k_min_hits, ngram_map_k4v_min_hits=a.ngram_map_k4v_min_hits,
+                    ngram_mod_n_match=a.ngram_mod_n_match, ngram_mod_n_min=a.ngram_mod_n_min,
+                    ngram_mod_n_max=a.ngram_mod_n_max,
                     lookup_cache_static=a.lookup_cache_static,
                     lookup_cache_dynamic=a.lookup_cache_dynamic).validate()
     need_draft = "draft-simple" in sp.resolved_types(has_draft_model=True)
@@ -617,15 +620,15 @@ def build_parser() -> argparse.ArgumentParser:
                             "instead of removing its rejected rows")
         p.add_argument("--spec-type", default=None, metavar="TYPES",
                        help="comma-separated speculator types: none, draft-simple, ngram-simple, "
-                            "ngram-map-k, ngram-cache; they run in llama.cpp's priority order "
-                            "(n-gram lookups first). The n-gram types need no draft model. "
-                            "Master's ngram-map-k4v, ngram-mod, draft-eagle3, draft-mtp, "
-                            "draft-dflash and draft-dspark are not implemented (the error says "
-                            "why). Default: draft-simple (with -md or the default draft), c392e50's "
-                            "rule; at master 34af94cd the default is none, and "
+                            "ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache; they run in "
+                            "llama.cpp's priority order (n-gram lookups first). The n-gram types "
+                            "need no draft model. Master's draft-eagle3, draft-mtp, draft-dflash "
+                            "and draft-dspark need heads or models trained for the target and are "
+                            "not implemented (the error says why). Default: draft-simple (with "
+                            "-md or the default draft), c392e50's rule; at master 34af94cd the default is none, and "
                             "llama-speculative-simple -md F alone exits with 'failed to initialize "
                             "speculative decoding'")
-        for t in ("simple", "map-k"):
+        for t in ("simple", "map-k", "map-k4v"):
             g = p.add_argument_group(f"ngram-{t} (master 34af94cd's flags)")
             d = t.replace("-", "_")
             g.add_argument(f"--spec-ngram-{t}-size-n", dest=f"ngram_{d}_size_n", type=int, default=12,
@@ -634,8 +637,17 @@ def build_parser() -> argparse.ArgumentParser:
                            metavar="M", help="length of the drafted m-gram, the longest draft "
                            "(default 48); --spec-draft-n-max does not cut it, as in master")
             g.add_argument(f"--spec-ngram-{t}-min-hits", dest=f"ngram_{d}_min_hits", type=int,
-                           default=1, metavar="H", help="accepted as master does; only "
-                           "ngram-map-k4v reads it there (ngram-map.cpp:398-401), so no effect")
+                           default=1, metavar="H",
+                           help="the fewest times a key and its value must have been seen (default 1)"
+                           if t == "map-k4v" else "accepted as master does; only ngram-map-k4v reads "
+                           "it there (ngram-map.cpp:401-406), so no effect")
+        g = p.add_argument_group("ngram-mod (master 34af94cd's flags)")
+        g.add_argument("--spec-ngram-mod-n-match", dest="ngram_mod_n_match", type=int, default=24,
+                       metavar="N", help="length of the hashed n-gram (default 24)")
+        g.add_argument("--spec-ngram-mod-n-min", dest="ngram_mod_n_min", type=int, default=48,
+                       metavar="N", help="a draft shorter than N is dropped (default 48)")
+        g.add_argument("--spec-ngram-mod-n-max", dest="ngram_mod_n_max", type=int, default=64,
+                       metavar="N", help="the longest draft (default 64)")
         for flag, hint in (("--spec-ngram-size-n", "the respective --spec-ngram-*-size-n"),
                            ("--spec-ngram-size-m", "the respective --spec-ngram-*-size-m"),
                            ("--spec-ngram-min-hits", "the respective --spec-ngram-*-min-hits"),

@@ -118,7 +118,7 @@ def fig_round_timeline(events, last: int | None = 12, title: str = "Round timeli
 
 
 IMPL_COLOURS = {"draft-simple": ACCEPTED, "ngram-simple": "#ef6c00", "ngram-map-k": "#8d6e63",
-                "ngram-cache": "#00838f"}
+                "ngram-map-k4v": "#6d4c41", "ngram-mod": "#1565c0", "ngram-cache": "#00838f"}
 
 
 def fig_rounds_by_impl(events, seq: int = 0, title: str = "Who drafted each round") -> go.Figure:

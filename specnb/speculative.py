@@ -43,8 +43,9 @@ import numpy as np
 from .draft_len import SCHEDULES, format_draft_max, parse_draft_max
 from .draft_simple import DraftSimple, DraftTokenInfo  # noqa: F401  (re-exported)
 from .errors import ParamError, UnsupportedError, check_param
-from .ngram import NgramMapK, NgramSimple, NgramTokenInfo  # noqa: F401  (re-exported)
+from .ngram import NgramMapK, NgramMapK4V, NgramSimple, NgramTokenInfo  # noqa: F401  (re-exported)
 from .ngram_cache import NgramCache
+from .ngram_mod import NgramMod
 from .spec_impl import DraftParams, SpeculativeImpl, format_impl_stats, impl_stats  # noqa: F401
 from .verify import VERIFY_MODES, synth_len_to_p, synth_rates_resolve
 
@@ -55,11 +56,10 @@ NGRAM_CACHE_N_DRAFT = 8
 # common_speculative_init's priority list, the highest first (speculative.cpp:2472-2482 @34af94cd)
 PRIORITY = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
             "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
-SPEC_TYPES = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-cache")   # specnb's
+SPEC_TYPES = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
+              "ngram-cache")   # specnb's
 # master's other types, and why specnb has none of them
 NOT_IMPLEMENTED = {
-    "ngram-map-k4v": "not implemented yet (ngram-map-k keeping up to 4 m-gram values per key)",
-    "ngram-mod": "not implemented yet (a hash table from n-grams to the next token, common/ngram-mod.h)",
     "draft-eagle3": "needs an EAGLE-3 head trained for the target, fed the target's hidden states",
     "draft-mtp": "needs a target with multi-token-prediction layers (none of specnb's models has them)",
     "draft-dflash": "needs a DFlash block-diffusion drafter trained for the target",
@@ -113,7 +113,13 @@ class SpecParams:
     ngram_simple_size_m: int | None = None    # --spec-ngram-simple-size-m (None: ngram_size_m)
     ngram_map_k_size_n: int | None = None     # --spec-ngram-map-k-size-n (None: ngram_size_n)
     ngram_map_k_size_m: int | None = None     # --spec-ngram-map-k-size-m (None: ngram_size_m)
+    ngram_map_k4v_size_n: int | None = None   # --spec-ngram-map-k4v-size-n (None: ngram_size_n)
+    ngram_map_k4v_size_m: int | None = None   # --spec-ngram-map-k4v-size-m (None: ngram_size_m)
     ngram_min_hits: int = 1   # --spec-ngram-{simple,map-k}-min-hits: read by ngram-map-k4v only
+    ngram_map_k4v_min_hits: int | None = None  # --spec-ngram-map-k4v-min-hits (None: ngram_min_hits)
+    ngram_mod_n_match: int = 24   # --spec-ngram-mod-n-match: the n-gram length hashed
+    ngram_mod_n_min: int = 48     # --spec-ngram-mod-n-min: shorter drafts are dropped
+    ngram_mod_n_max: int = 64     # --spec-ngram-mod-n-max: the longest draft
     lookup_cache_static: str | None = None    # -lcs: ngram-cache's static cache file
     lookup_cache_dynamic: str | None = None   # -lcd: ngram-cache's dynamic cache file
     schedule: str = "fixed"   # specnb: each round's draft length, "fixed" (llama.cpp),
@@ -146,12 +152,15 @@ class SpecParams:
                     self.synth_len, "not given together with synth_rates")
         parse_spec_types(self.types)
         for name in ("ngram_size_n", "ngram_size_m", "ngram_simple_size_n", "ngram_simple_size_m",
-                     "ngram_map_k_size_n", "ngram_map_k_size_m", "ngram_min_hits"):
+                     "ngram_map_k_size_n", "ngram_map_k_size_m", "ngram_map_k4v_size_n",
+                     "ngram_map_k4v_size_m", "ngram_min_hits", "ngram_map_k4v_min_hits",
+                     "ngram_mod_n_match", "ngram_mod_n_min", "ngram_mod_n_max"):
             v = getattr(self, name)
             if v is None and name not in ("ngram_size_n", "ngram_size_m", "ngram_min_hits"):
                 continue
-            check_param(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 1 <= v <= 1024,
-                        name, v, "an integer in [1, 1024]")
+            lo = 0 if name in ("ngram_mod_n_min", "ngram_mod_n_max") else 1   # arg.cpp:4163-4192
+            check_param(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and lo <= v <= 1024,
+                        name, v, f"an integer in [{lo}, 1024]")
         self.synth_probs()
         return self
 
@@ -196,11 +205,16 @@ def build_speculative(p: SpecParams, target, ctx_dft, n_seq: int = 1, sample_dra
             impls.append(DraftSimple(target, ctx_dft, n_seq=n_seq, n_max=p.n_max, n_min=p.n_min,
                                      p_min=p.p_min, reeval=p.reeval, sample_draft=sample_draft,
                                      draft_temp=draft_temp, seed=seed))
-        elif t in ("ngram-simple", "ngram-map-k"):
+        elif t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
             # not cut to --spec-draft-n-max: master drafts up to the m-gram size
             size_n, size_m = p.ngram_sizes(t)
-            cls = NgramSimple if t == "ngram-simple" else NgramMapK
-            impls.append(cls(n_seq=n_seq, size_n=size_n, size_m=size_m, min_hits=int(p.ngram_min_hits)))
+            cls = {"ngram-simple": NgramSimple, "ngram-map-k": NgramMapK, "ngram-map-k4v": NgramMapK4V}[t]
+            hits = p.ngram_map_k4v_min_hits if t == "ngram-map-k4v" else None
+            impls.append(cls(n_seq=n_seq, size_n=size_n, size_m=size_m,
+                             min_hits=int(p.ngram_min_hits if hits is None else hits)))
+        elif t == "ngram-mod":
+            impls.append(NgramMod(n_seq=n_seq, n_match=int(p.ngram_mod_n_match),
+                                  n_min=int(p.ngram_mod_n_min), n_max=int(p.ngram_mod_n_max)))
         elif t == "ngram-cache":
             impls.append(NgramCache(n_seq, n_max=NGRAM_CACHE_N_DRAFT, static_path=p.lookup_cache_static,
                                     dynamic_path=p.lookup_cache_dynamic, n_vocab=target.n_vocab))

@@ -17,7 +17,9 @@ MASTER = json.loads((Path(__file__).parent / "data" / "master_34af94cd_spec_args
 OFFERED = ("--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min", "--spec-draft-model",
            "--spec-type", "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m",
            "--spec-ngram-simple-min-hits", "--spec-ngram-map-k-size-n", "--spec-ngram-map-k-size-m",
-           "--spec-ngram-map-k-min-hits")
+           "--spec-ngram-map-k-min-hits", "--spec-ngram-map-k4v-size-n", "--spec-ngram-map-k4v-size-m",
+           "--spec-ngram-map-k4v-min-hits", "--spec-ngram-mod-n-match", "--spec-ngram-mod-n-min",
+           "--spec-ngram-mod-n-max")
 VALUE = {"--spec-type": "ngram-simple", "--spec-draft-model": "x.gguf", "--spec-draft-p-min": "0.5"}
 
 
@@ -111,6 +113,6 @@ def test_the_draft_model_rule_is_labelled(capsys):
     assert "c392e50's rule" in h and MASTER["no_spec_type"]["message"] in h and "34af94cd" in h
     assert SpecParams().resolved_types(has_draft_model=True) == ("draft-simple",)
     assert SpecParams().resolved_types(has_draft_model=False) == ()
-    assert main(["speculative-simple", "-p", "x", "--spec-type", "ngram-mod"]) == 2
+    assert main(["speculative-simple", "-p", "x", "--spec-type", "draft-eagle3"]) == 2
     err = capsys.readouterr().err
-    assert "'ngram-mod' is llama.cpp's but not in specnb" in err and NOT_IMPLEMENTED["ngram-mod"] in err
+    assert "'draft-eagle3' is llama.cpp's but not in specnb" in err and NOT_IMPLEMENTED["draft-eagle3"] in err

@@ -12,8 +12,9 @@ from specnb.sampling import Sampler, SamplerParams
 from spec_checks import SAMPLERS, check_invariants, plain, prompts, repetitive_prompt
 
 TYPES = ["draft-simple", "ngram-simple", "ngram-map-k", "ngram-cache", "ngram-simple,draft-simple",
-         "draft-simple,ngram-map-k,ngram-cache"]
-NGRAM = dict(ngram_size_n=1, ngram_size_m=8)   # one-token keys: the tiny models repeat short loops
+         "draft-simple,ngram-map-k,ngram-cache", "ngram-mod,ngram-map-k4v,draft-simple"]
+# one-token keys: the tiny models repeat short loops (ngram-mod: hashed 2-grams, drafts of 1..8)
+NGRAM = dict(ngram_size_n=1, ngram_size_m=8, ngram_mod_n_match=2, ngram_mod_n_min=1, ngram_mod_n_max=8)
 
 
 def _loop(tgt, dft, prompt, n, sp, spec, tgt_rm=True, dft_rm=True, n_ctx=128, n_seq=1, **kw):
@@ -58,6 +59,7 @@ def _memories(types_list):
 
 @pytest.mark.parametrize("types,tgt_rm,dft_rm", _memories(TYPES))
 @pytest.mark.parametrize("name", ["greedy", "temp0.8-topk40", "repeat1.1"])
+@pytest.mark.filterwarnings("ignore:ngram_mod n_match")
 def test_lossless_every_type_and_memory(pair, types, tgt_rm, dft_rm, name, tmp_path):
     """Every speculator type and combination, on all four memory combinations (the target's and
     the draft's memory removable or not), greedy and sampled, several draft-max."""

@@ -36,8 +36,8 @@ def test_spec_types_parsed_and_ordered_by_priority():
     assert parse_spec_types(["ngram-cache", "none", "bogus"]) == ("none",)   # none ends the list
     with pytest.raises(ParamError, match="unknown speculative type 'ngram-fancy'"):
         parse_spec_types("ngram-fancy")
-    with pytest.raises(UnsupportedError, match="ngram-mod"):
-        parse_spec_types("ngram-mod")
+    with pytest.raises(UnsupportedError, match="draft-mtp"):
+        parse_spec_types("draft-mtp")
     # llama.cpp's fixed order, whatever order was typed (common_speculative_init)
     sp = SpecParams(types="draft-simple,ngram-cache,ngram-map-k,ngram-simple")
     assert sp.resolved_types(True) == ("ngram-simple", "ngram-map-k", "ngram-cache", "draft-simple")

@@ -36,12 +36,15 @@ KV_STYLE = {"committed": "background:#90a4ae;",
             "rolled-back": "background:repeating-linear-gradient(45deg,#e53935 0 3px,#ffcdd2 3px 6px);",
             "empty": "background:#fff;"}
 # who proposed a draft chip (the chain's impl types): the mark after its text, its colour, words
-IMPL_MARK = {"draft-simple": "◆", "ngram-simple": "#", "ngram-map-k": "#k", "ngram-cache": "#c"}
+IMPL_MARK = {"draft-simple": "◆", "ngram-simple": "#", "ngram-map-k": "#k", "ngram-map-k4v": "#v",
+             "ngram-mod": "#m", "ngram-cache": "#c"}
 IMPL_COLOUR = {"draft-simple": "#6a1b9a", "ngram-simple": "#00838f", "ngram-map-k": "#00695c",
-               "ngram-cache": "#4e342e"}
+               "ngram-map-k4v": "#2e7d32", "ngram-mod": "#1565c0", "ngram-cache": "#4e342e"}
 IMPL_WORDS = {"draft-simple": "the draft model (draft-simple)",
               "ngram-simple": "an n-gram lookup in the history (ngram-simple)",
               "ngram-map-k": "an n-gram map of the history (ngram-map-k)",
+              "ngram-map-k4v": "an n-gram map with its most frequent continuation (ngram-map-k4v)",
+              "ngram-mod": "a hash table of n-grams (ngram-mod)",
               "ngram-cache": "the n-gram caches (ngram-cache)"}
 KV_WORDS = {"committed": "committed before this round", "written": "written this round, kept",
             "rolled-back": "written this round, rolled back", "empty": "empty"}
@@ -71,8 +74,9 @@ def impl_words(impl: str) -> str:
 
 
 def ngram_words(c: Chip) -> str:
-    """What an n-gram draft matched, in words (common_ngram_simple_draft / ngram-map-k: the
-    latest earlier occurrence of the last n tokens; ngram-cache: a cache entry)."""
+    """What an n-gram draft matched, in words (common_ngram_simple_draft: the latest earlier
+    occurrence of the last n tokens; ngram-map-k: the first occurrence it indexed; ngram-mod: a
+    hashed n-gram; ngram-cache: a cache entry)."""
     gram = "".join(f"[{t}]" for t in c.ngram_text)
     ids = " ".join(str(t) for t in c.ngram)
     if c.match_pos is None or c.match_pos < 0:

@@ -12,9 +12,9 @@ from ..sampling import SamplerParams
 
 MAX_SEQUENCES = 8
 # the spec-type control's choices (it also takes any comma-separated list, as --spec-type does)
-SPEC_TYPE_CHOICES = ("draft-simple", "ngram-simple", "ngram-map-k", "ngram-cache",
-                     "ngram-simple,draft-simple", "ngram-map-k,draft-simple",
-                     "ngram-cache,draft-simple", "none")
+SPEC_TYPE_CHOICES = ("draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
+                     "ngram-cache", "ngram-simple,draft-simple", "ngram-map-k,draft-simple",
+                     "ngram-mod,draft-simple", "ngram-cache,draft-simple", "none")
 # n_ctx=None sizes the contexts: the longest prompt + n_predict + draft-max + N_CTX_SLACK,
 # rounded up to a multiple of N_CTX_STEP (and at least N_CTX_STEP).
 N_CTX_SLACK = 8

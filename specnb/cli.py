@@ -307,9 +307,6 @@ def _spec_setup(a):
     from .errors import ParamError
     from .loop import SpecParams
     from .pair import open_pair
-    from .errors import check_param
-    check_param(a.ngram_simple_min_hits >= 1, "spec_ngram_simple_min_hits", a.ngram_simple_min_hits,
-                "an integer >= 1")
     rates = None
     if a.spec_synth_rates:
         try:
@@ -323,7 +320,8 @@ def _spec_setup(a):
                     ngram_simple_size_m=a.ngram_simple_size_m, ngram_map_k_size_n=a.ngram_map_k_size_n,
                     ngram_map_k_size_m=a.ngram_map_k_size_m, ngram_map_k4v_size_n=a.ngram_map_k4v_size_n,
                     ngram_map_k4v_size_m=a.ngram_map_k4v_size_m,
-                    ngram_min_hits=a.ngram_map_k_min_hits, ngram_map_k4v_min_hits=a.ngram_map_k4v_min_hits,
+                    ngram_simple_min_hits=a.ngram_simple_min_hits,
+                    ngram_map_k_min_hits=a.ngram_map_k_min_hits, ngram_map_k4v_min_hits=a.ngram_map_k4v_min_hits,
                     ngram_mod_n_match=a.ngram_mod_n_match, ngram_mod_n_min=a.ngram_mod_n_min,
                     ngram_mod_n_max=a.ngram_mod_n_max,
                     lookup_cache_static=a.lookup_cache_static,

@@ -384,12 +384,12 @@ class SpeculativeLoop:
         rate = 100.0 * self.n_accept_simple / self.n_drafted_simple if self.n_drafted_simple else 0.0
         return (f"n_draft   = {self.p.draft_max}\nn_predict = {n_pred}\nn_drafted = {self.n_drafted_simple}\n"
                 f"n_accept  = {self.n_accept_simple}\naccept    = {rate:.3f}%\n"
-                + (f"(stop as llama-speculative-simple at 34af94cd: one round past n_predict = "
-                   f"{self.n_predict}, the last draft uncapped)" if self.stop == "master" else
-                   f"(stop as llama-speculative-simple at c392e50: one round past n_predict = "
-                   f"{self.n_predict}, no draft budget)" if self.stop == "c392e50" else
-                   f"(specnb stops at exactly n_predict tokens, so speculative output compares token "
-                   f"for token with plain decoding; llama-speculative-simple runs one round more, "
-                   f"prints n_predict >= {self.n_predict + 1} and counts that round's draft too: "
-                   f"--stop master prints its counts)")
+                + {"master": f"(stop as llama-speculative-simple at 34af94cd: one round past "
+                             f"n_predict = {self.n_predict}, the last draft uncapped)",
+                   "c392e50": f"(stop as llama-speculative-simple at c392e50: one round past "
+                              f"n_predict = {self.n_predict}, no draft budget)",
+                   "exact": f"(specnb stops at exactly n_predict tokens, so speculative output "
+                            f"compares token for token with plain decoding; llama-speculative-simple "
+                            f"runs one round more, prints n_predict >= {self.n_predict + 1} and "
+                            f"counts that round's draft too: --stop master prints its counts)"}[self.stop]
                 + ("" if self.p.schedule == "fixed" else "\n" + format_chosen(self.policy.stats())))

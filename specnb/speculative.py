@@ -115,8 +115,10 @@ class SpecParams:
     ngram_map_k_size_m: int | None = None     # --spec-ngram-map-k-size-m (None: ngram_size_m)
     ngram_map_k4v_size_n: int | None = None   # --spec-ngram-map-k4v-size-n (None: ngram_size_n)
     ngram_map_k4v_size_m: int | None = None   # --spec-ngram-map-k4v-size-m (None: ngram_size_m)
-    ngram_min_hits: int = 1   # --spec-ngram-{simple,map-k}-min-hits: read by ngram-map-k4v only
-    ngram_map_k4v_min_hits: int | None = None  # --spec-ngram-map-k4v-min-hits (None: ngram_min_hits)
+    ngram_min_hits: int = 1   # every n-gram map type's fewest hits, unless set per type below
+    ngram_simple_min_hits: int | None = None   # --spec-ngram-simple-min-hits (read by none)
+    ngram_map_k_min_hits: int | None = None    # --spec-ngram-map-k-min-hits (read by none)
+    ngram_map_k4v_min_hits: int | None = None  # --spec-ngram-map-k4v-min-hits (read there only)
     ngram_mod_n_match: int = 24   # --spec-ngram-mod-n-match: the n-gram length hashed
     ngram_mod_n_min: int = 48     # --spec-ngram-mod-n-min: shorter drafts are dropped
     ngram_mod_n_max: int = 64     # --spec-ngram-mod-n-max: the longest draft
@@ -153,7 +155,8 @@ class SpecParams:
         parse_spec_types(self.types)
         for name in ("ngram_size_n", "ngram_size_m", "ngram_simple_size_n", "ngram_simple_size_m",
                      "ngram_map_k_size_n", "ngram_map_k_size_m", "ngram_map_k4v_size_n",
-                     "ngram_map_k4v_size_m", "ngram_min_hits", "ngram_map_k4v_min_hits",
+                     "ngram_map_k4v_size_m", "ngram_min_hits", "ngram_simple_min_hits",
+                     "ngram_map_k_min_hits", "ngram_map_k4v_min_hits",
                      "ngram_mod_n_match", "ngram_mod_n_min", "ngram_mod_n_max"):
             v = getattr(self, name)
             if v is None and name not in ("ngram_size_n", "ngram_size_m", "ngram_min_hits"):
@@ -173,11 +176,15 @@ class SpecParams:
             return ()
         return tuple(sorted(t, key=PRIORITY.index))
 
-    def ngram_sizes(self, type_: str) -> tuple[int, int]:
-        """(size_n, size_m) of an n-gram type: its own flags (34af94cd) or the shared values."""
+    def ngram_knobs(self, type_: str) -> dict:
+        """size_n, size_m and min_hits of an n-gram map type: its own flags (34af94cd) or the
+        shared values."""
         key = type_.replace("-", "_")
-        n, m = getattr(self, f"{key}_size_n", None), getattr(self, f"{key}_size_m", None)
-        return int(self.ngram_size_n if n is None else n), int(self.ngram_size_m if m is None else m)
+        out = {}
+        for knob in ("size_n", "size_m", "min_hits"):
+            v = getattr(self, f"{key}_{knob}", None)
+            out[knob] = int(getattr(self, f"ngram_{knob}") if v is None else v)
+        return out
 
     def synth_probs(self) -> list | None:
         """Conditional acceptance probability per draft position, or None (real verification)."""
@@ -207,11 +214,8 @@ def build_speculative(p: SpecParams, target, ctx_dft, n_seq: int = 1, sample_dra
                                      draft_temp=draft_temp, seed=seed))
         elif t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
             # not cut to --spec-draft-n-max: master drafts up to the m-gram size
-            size_n, size_m = p.ngram_sizes(t)
             cls = {"ngram-simple": NgramSimple, "ngram-map-k": NgramMapK, "ngram-map-k4v": NgramMapK4V}[t]
-            hits = p.ngram_map_k4v_min_hits if t == "ngram-map-k4v" else None
-            impls.append(cls(n_seq=n_seq, size_n=size_n, size_m=size_m,
-                             min_hits=int(p.ngram_min_hits if hits is None else hits)))
+            impls.append(cls(n_seq=n_seq, **p.ngram_knobs(t)))
         elif t == "ngram-mod":
             impls.append(NgramMod(n_seq=n_seq, n_match=int(p.ngram_mod_n_match),
                                   n_min=int(p.ngram_mod_n_min), n_max=int(p.ngram_mod_n_max)))

@@ -102,6 +102,12 @@ def test_per_type_ngram_sizes_reach_their_impl():
     assert (map_k.type, map_k.size_n, map_k.size_m) == ("ngram-map-k", 3, 48)   # size_m: the shared 48
     with pytest.raises(Exception, match="ngram_map_k_size_m"):
         SpecParams(ngram_map_k_size_m=0).validate()
+    with pytest.raises(Exception, match="ngram_simple_min_hits"):       # master: "at least 1"
+        SpecParams(ngram_simple_min_hits=0).validate()
+    sp = SpecParams(types="ngram-map-k4v", ngram_min_hits=2, ngram_map_k4v_min_hits=3).validate()
+    assert build_speculative(sp, target=None, ctx_dft=None).impls[0].min_hits == 3
+    sp = SpecParams(types="ngram-map-k", ngram_min_hits=2).validate()
+    assert build_speculative(sp, target=None, ctx_dft=None).impls[0].min_hits == 2
 
 
 def test_the_draft_model_rule_is_labelled(capsys):

@@ -16,15 +16,85 @@ and a small benchmark); data flows top to bottom:
   rope.py         rope_ref             rope                   rope_cuda            tests/test_kernels
   attention.py    attention_ref        attention              attention_cuda       tests/test_kernels
   activations.py  swiglu_ref           swiglu, argmax, topk   swiglu_cuda          tests/test_kernels
-  forward.py      specnb.reference     the whole pass fused   specnb.backend_cuda  tests/test_speed_paths
+  forward.py      specnb.model.reference     the whole pass fused   specnb.run.backend_cuda  tests/test_speed_paths
   cuda_common.py  (the CUDA kernels' shared helpers and block reductions)
   stream.py       np.bitwise_xor       stream_xor (a read at memory speed: the bandwidth probe)    check()
-  quant.py        (the earlier module name of the matrix products: re-exports)
 
 `python -m specnb.kernels.matmul` and `python -m specnb.kernels.matmul_q8` run the check and the
 benchmark of every type; `python -m specnb.kernels.stream` the bandwidth probe's. The CUDA twins
 are checked under the simulator by tests/cudasim_checks.py against the same references.
 """
+import os as _os
+
+
+# ---- where Numba caches the compiled kernels ------------------------------------------------
+def sources_stamp(folder: str | None = None) -> str:
+    """A hash of the source of every kernel file and of the SIMD level asked for (SPECNB_SIMD,
+    see simd.py). Numba checks a cached function against its own file only, so a cached caller
+    (the fused forward pass in forward.py) would keep running an old copy of a kernel edited in
+    another file, or machine code compiled for another SIMD level; one cache folder per stamp
+    makes every edit of a kernel start from a fresh cache."""
+    import hashlib
+    folder = folder or _os.path.dirname(_os.path.abspath(__file__))
+    h = hashlib.sha256(("simd=" + _os.environ.get("SPECNB_SIMD", "auto")).encode())
+    for name in sorted(_os.listdir(folder)):
+        if name.endswith(".py"):
+            with open(_os.path.join(folder, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()[:16]
+
+
+def cache_root() -> str:
+    """The folder of the stamped kernel caches: numba/ in specnb's cache folder (not created)."""
+    from ..cache import cache_dir
+    return str(cache_dir(create=False) / "numba")
+
+
+def cache_folder(root: str | None = None, folder: str | None = None) -> str:
+    """root/<stamp>: this source tree's kernel cache. Nothing is created: Numba makes the folder
+    when it first saves a kernel."""
+    return _os.path.join(root or cache_root(), sources_stamp(folder))
+
+
+def prune_caches(root: str | None = None, keep: int = 3, current: str | None = None) -> list[str]:
+    """Remove stamped caches beyond the `keep` most recent (the current one always stays) and
+    files of the earlier flat layout: they can never be loaded again. Called before the kernels
+    are prepared (run/pair.py warm_up), never on import. Returns the removed paths."""
+    import shutil
+    if root is None:
+        if _os.environ.get("NUMBA_CACHE_DIR") != cache_folder():
+            return []                    # the user's own NUMBA_CACHE_DIR: not specnb's to prune
+        root = cache_root()
+    current = current or _os.path.basename(cache_folder(root))
+    try:
+        entries = sorted((e for e in _os.scandir(root) if e.name != current),
+                         key=lambda e: e.stat().st_mtime, reverse=True)
+    except OSError:
+        return []
+    stamps = [e for e in entries if e.is_dir() and len(e.name) == 16]
+    stale = stamps[keep - 1:] + [e for e in entries if not (e.is_dir() and len(e.name) == 16)]
+    for e in stale:
+        try:
+            shutil.rmtree(e.path) if e.is_dir() else _os.remove(e.path)
+        except OSError:
+            pass
+    return [e.path for e in stale]
+
+
+def _use_stamped_cache() -> None:
+    # Numba's compiled-kernel cache lives in specnb's own cache folder, not beside the sources; a
+    # NUMBA_CACHE_DIR the user set wins. numba.config is set too, for a process that imported
+    # Numba before the kernels (its decorators read config.CACHE_DIR, not the environment).
+    if "NUMBA_CACHE_DIR" in _os.environ:
+        return
+    _os.environ["NUMBA_CACHE_DIR"] = cache_folder()
+    import sys
+    if "numba" in sys.modules:
+        from numba.core import config
+        config.CACHE_DIR = _os.environ["NUMBA_CACHE_DIR"]
+
+
+_use_stamped_cache()
 
 
 def _distinct_compile_ids() -> None:

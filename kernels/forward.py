@@ -1,7 +1,7 @@
 """The whole transformer forward pass as one Numba call (llama.cpp: the graph that llm_build_llama
 builds, run by ggml-cpu's graph compute).
 
-`specnb.backend_cpu.CpuBackend.forward_steps` is the readable version: one Python line per
+`specnb.run.backend_cpu.CpuBackend.forward_steps` is the readable version: one Python line per
 operation, each a call into a kernel. This function makes exactly the same kernel calls in
 exactly the same order, so its logits are bit-identical (tests/test_context.py checks it), but
 from inside compiled code: a decode step of a 30-layer model makes about 400 kernel calls, and

@@ -1,53 +1,90 @@
-"""specnb: small-draft-model speculative decoding as llama.cpp does it, in readable Python."""
-import os as _os
+"""specnb: small-draft-model speculative decoding as llama.cpp does it, in readable Python.
+
+This module is the front door: every name the README and the notebooks use is importable from
+here (`from specnb import load_model, open_pair, SpeculativeLoop`), loaded on first use, so
+`import specnb` itself reads no model, imports no Numba and touches no disk.
+
+Read the code in this order (docs/architecture.md draws the whole map):
+  1. specnb/speculative_simple.py   the algorithm in fifty lines, as examples/speculative-simple
+  2. specnb/run/sampling.py         sample_and_accept_n: the target's sampler decides each token
+  3. specnb/run/context.py          decode, KV cells, seq_rm, state save and load
+  4. specnb/spec/draft_simple.py    the draft model drafting greedily on its own context
+  5. specnb/model/reference.py      the forward pass in plain NumPy (the tests' oracle)
+  6. specnb/spec/loop.py            the full loop: slots, verifiers, checkpoints, round events
+
+The folders, in the order data flows through them: gguf/ (the file) -> vocab/ -> model/ ->
+run/ (contexts, samplers) -> spec/ (speculation) -> measure/ and figures/ -> view/ (widgets)
+-> app/ (the command line, the demo, the notebook executor); the kernels are specnb.kernels
+(the repository's kernels/ folder).
+"""
+from __future__ import annotations
+
+import importlib as _importlib
+
+from .errors import (BatchError, ContextFullError, GGUFError, ModelNotFoundError,  # noqa: F401 (the API)
+                     ParamError, SpecnbError, UnsupportedError, VocabError)
+
+# name -> the module that defines it (relative to specnb); modules are loaded on first use
+_API = {
+    # a model and its file
+    "load_model": "model", "Model": "model", "Vocab": "vocab", "GGUFFile": "gguf.file",
+    "are_compatible": "vocab.gate", "SPEC_VOCAB_MAX_SIZE_DIFFERENCE": "vocab.gate",
+    "SPEC_VOCAB_CHECK_START_TOKEN_ID": "vocab.gate",
+    "rewrite": "gguf.forge", "truncate_layers": "gguf.forge", "mutate_vocab": "gguf.forge",
+    "MUTATIONS": "gguf.forge",
+    # which models, where
+    "REAL_TARGET": "model.registry", "REAL_DRAFT": "model.registry", "describe": "model.registry",
+    "model_path": "model.registry", "default_target_path": "model.registry",
+    "default_draft_path": "model.registry", "gemma_available": "model.registry",
+    "gemma_path": "model.registry",
+    # running a model, choosing tokens
+    "Context": "run.context", "Batch": "run.context", "can_seq_rm": "run.context",
+    "set_threads": "run.context", "open_pair": "run.pair", "Pair": "run.pair",
+    "Sampler": "run.sampling", "SamplerParams": "run.sampling",
+    "sample_and_accept_n": "run.sampling", "generate": "run.generate",
+    # speculation
+    "speculative_simple": "speculative_simple", "SpeculativeLoop": "spec.loop",
+    "SpecParams": "spec.speculative", "build_speculative": "spec.speculative",
+    "SPEC_TYPES": "spec.speculative", "PRIORITY": "spec.speculative",
+    "DraftSimple": "spec.draft_simple", "DraftParams": "spec.impl",
+    "SpeculativeImpl": "spec.impl", "ngram_simple_draft": "spec.ngram",
+    "rejection_verify": "spec.verify", "speculative_step": "spec.verify",
+    # measuring
+    "event_stats": "measure.stats", "run_stats": "measure.stats",
+    "examined_counts": "measure.stats", "batch_costs": "measure.bench",
+    "measure_cost_ratio": "measure.experiments", "sweep_draft_max": "measure.experiments",
+    "CODE_EDIT_REQUEST": "measure.spec_bench", "code_edit_prompt": "measure.spec_bench",
+    # figures
+    "fig_acceptance_per_position": "figures.runs", "fig_tokens_per_call": "figures.runs",
+    "fig_round_timeline": "figures.runs", "fig_speedup_vs_draft_max": "figures.runs",
+    "fig_rounds_by_impl": "figures.runs",
+    "fig_draft_confidence": "figures.sampling", "fig_draft_rows": "figures.sampling",
+    "fig_alpha_vs_temperature": "figures.sampling", "fig_p_q_overlap": "figures.sampling",
+    "fig_slot_positions": "figures.sampling", "tv_distance": "figures.sampling",
+    "static_figures": "figures.snapshot",
+    # the live view (the notebook extra)
+    "LiveView": "view", "kv_states": "view", "visible": "view", "MARK": "view",
+}
+# modules a learner uses as a namespace (cost.speedup(alpha, gamma, c), ...)
+_MODULES = {"cost": "measure.cost"}
+
+__all__ = sorted(["SpecnbError", "GGUFError", "UnsupportedError", "ParamError", "ContextFullError",
+                  "BatchError", "VocabError", "ModelNotFoundError", *_API, *_MODULES])
 
 
-
-def _kernel_sources_stamp() -> str:
-    """A hash of the source of every kernel file and of the SIMD level asked for (SPECNB_SIMD,
-    see kernels/simd.py). Numba checks a cached function against its own file only, so a cached
-    caller (the fused forward pass in kernels/forward.py) would keep running an old copy of a
-    kernel edited in another file, or machine code compiled for another SIMD level; one cache
-    folder per stamp makes every edit of a kernel start from a fresh cache."""
-    import hashlib
-    from importlib.util import find_spec
-    h = hashlib.sha256(("simd=" + _os.environ.get("SPECNB_SIMD", "auto")).encode())
-    for d in find_spec("specnb.kernels").submodule_search_locations or []:
-        for name in sorted(_os.listdir(d)):
-            if name.endswith(".py"):
-                with open(_os.path.join(d, name), "rb") as f:
-                    h.update(name.encode() + b"\0" + f.read())
-    return h.hexdigest()[:16]
+def __getattr__(name: str):
+    if name in _MODULES:
+        value = _importlib.import_module(f".{_MODULES[name]}", __name__)
+    elif name in _API:
+        value = getattr(_importlib.import_module(f".{_API[name]}", __name__), name)
+    else:
+        raise AttributeError(f"module 'specnb' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
-def _numba_cache_dir(root, keep: int = 3) -> str:
-    # root/<stamp>; on the first use of a new stamp, older stamps beyond the `keep` most recent
-    # (and files from the earlier flat layout) are removed: they can never be loaded again
-    import shutil
-    d = _os.path.join(str(root), _kernel_sources_stamp())
-    if not _os.path.isdir(d):
-        _os.makedirs(d, exist_ok=True)
-        try:
-            old = sorted((e for e in _os.scandir(str(root)) if e.path != d),
-                         key=lambda e: e.stat().st_mtime, reverse=True)
-            is_stamp = [e.is_dir() and len(e.name) == 16 for e in old]
-            stamps = [e for e, st in zip(old, is_stamp) if st]
-            for e in stamps[keep - 1:] + [e for e, st in zip(old, is_stamp) if not st]:
-                shutil.rmtree(e.path, ignore_errors=True) if e.is_dir() else _os.remove(e.path)
-        except OSError:
-            pass
-    return d
+def __dir__():
+    return __all__
 
-
-if "NUMBA_CACHE_DIR" not in _os.environ:
-    # Numba's compiled-kernel cache lives in specnb's own cache folder, not beside the sources
-    from .cache import cache_dir as _cache_dir
-    _os.environ["NUMBA_CACHE_DIR"] = _numba_cache_dir(_cache_dir() / "numba")
-
-from .errors import (SpecnbError, GGUFError, UnsupportedError, ParamError, ContextFullError,  # noqa: E402
-                     BatchError, VocabError, ModelNotFoundError)
-
-__all__ = ["SpecnbError", "GGUFError", "UnsupportedError", "ParamError", "ContextFullError",
-           "BatchError", "VocabError", "ModelNotFoundError"]
 
 __version__ = "0.1.0"

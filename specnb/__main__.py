@@ -1,3 +1,3 @@
 import sys
-from .cli import main
+from .app.cli import main
 sys.exit(main())

@@ -17,14 +17,15 @@ from pathlib import Path
 VERDICTS_FILE = "verified.json"
 
 
-def cache_dir() -> Path:
-    """specnb's own cache folder (created on first use)."""
+def cache_dir(create: bool = True) -> Path:
+    """specnb's own cache folder (created on first use unless create=False)."""
     d = os.environ.get("SPECNB_CACHE_DIR")
     if not d:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         d = os.path.join(base, "specnb")
     p = Path(d)
-    p.mkdir(parents=True, exist_ok=True)
+    if create:
+        p.mkdir(parents=True, exist_ok=True)
     return p
 
 

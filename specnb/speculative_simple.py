@@ -8,9 +8,9 @@ specnb's `generate` and `SpeculativeLoop` by default, do).
 """
 from __future__ import annotations
 
-from .context import Batch
-from .sampling import sample_and_accept_n
-from .spec_impl import DraftParams
+from .run.context import Batch
+from .run.sampling import sample_and_accept_n
+from .spec.impl import DraftParams
 
 
 def speculative_simple(ctx_tgt, spec, smpl, inp: list, n_predict: int,

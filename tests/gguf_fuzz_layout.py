@@ -555,7 +555,7 @@ def real_cuts(seed: Seed) -> list:
     return sorted(out)
 
 
-# ---- regressions: bugs this fuzzer found in specnb/vocab.py ----------------------------------
+# ---- regressions: bugs this fuzzer found in specnb/vocab/__init__.py ----------------------------------
 def with_kv(seed: Seed, key: bytes, t: int, v) -> bytes:
     i = next((i for i, kv in enumerate(seed.kvs) if kv.key == key), None)
     value = (t, encode(t, v))

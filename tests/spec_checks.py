@@ -3,9 +3,9 @@ the loop's round invariants checked from its events (loop.py's docstring). The t
 conftest's fixtures `pair` and `tied_pair`."""
 import numpy as np
 
-from specnb.context import Context
-from specnb.loop import generate
-from specnb.sampling import Sampler, SamplerParams
+from specnb.run.context import Context
+from specnb.run.generate import generate
+from specnb.run.sampling import Sampler, SamplerParams
 
 SAMPLERS = {
     "greedy": SamplerParams(temp=0.0),

@@ -1,8 +1,10 @@
 """The shape of the package: data flows one way (file -> model -> context -> sampler -> speculative
-loop -> statistics and figures -> widgets and commands), with no import circle.
+loop -> statistics and figures -> widgets and commands), with no import circle, the kernels
+included; folders by concern, in the layers' order (docs/architecture.md draws the map).
 
 Only module-level imports count: an import inside a function (a command loading what it needs,
-a lazy re-export) runs when it is called, never while the package is being imported.
+the front door's names loaded on first use) runs when it is called, never while the package is
+being imported.
 """
 from __future__ import annotations
 
@@ -12,42 +14,61 @@ from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parents[1] / "specnb"
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "specnb"
+KERNELS = ROOT / "kernels"          # installed as specnb.kernels (pyproject's package-dir)
 
-# Each module's layer; a module may import only from its own layer or a lower one.
+# Each folder's (or top-level module's) layer: it may import only from its own layer or a lower one.
 LAYERS = [
-    # 0: leaves
-    {"errors", "progress", "rng", "cache", "textio", "events", "spec_impl", "template_budget",
-     "contention", "snapshot", "course", "kernels"},
-    # 1: the file and its tables
-    {"gguf_file", "gguf_write", "vocab_bpe", "vocab_spm", "chat_template"},
-    # 2: models, vocabs and where they live
-    {"vocab", "forge", "registry", "testing", "gate", "model", "reference", "gemma"},
-    # 3: running a model, choosing tokens
-    {"backend_cpu", "backend_cuda", "context", "samplers", "sampling", "generate", "perplexity",
-     "pair"},
-    # 4: speculation
-    {"verify", "draft_simple", "draft_len", "ngram", "ngram_cache", "ngram_mod", "speculative", "loop",
-     "speculative_simple"},
-    # 5: measuring and drawing it
-    {"cost", "stats", "experiments", "plots", "figures_sampling", "bench", "bench_llamacpp", "bench_report",
-     "profile", "spec_bench"},
-    # 6: what people use
-    {"view", "demo", "cli", "__main__", "__init__"},
+    {"errors", "cache", "progress", "kernels"},       # 0: leaves, and the compute kernels
+    {"gguf"},                                         # 1: the file
+    {"vocab"},                                        # 2: tokens and text
+    {"model"},                                        # 3: models and where they live
+    {"run"},                                          # 4: running a model, choosing tokens
+    {"spec"},                                         # 5: speculation
+    {"speculative_simple"},                           # 6: the fifty-line loop, the front door's subject
+    {"measure"},                                      # 7: measuring
+    {"figures"},                                      # 8: drawing it
+    {"view"},                                         # 9: the live view
+    {"app"},                                          # 10: commands, the demo, the notebook executor
+    {"__main__", "__init__"},                         # 11: the front door
 ]
 LAYER = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 
+# The kernels' own layers (kernels/__init__.py's table): SIMD -> tiles and blocks -> products -> forward.
+KERNEL_LAYERS = [
+    {"__init__", "qtypes", "simd", "rope", "stream", "cuda_common"},
+    {"simd_wide"},
+    {"tiles", "blocks"},
+    {"blocks_q8"},
+    {"matmul", "activations", "norm", "attention"},
+    {"matmul_q8", "matmul_cuda"},
+    {"forward"},
+]
+KERNEL_LAYER = {m: i for i, layer in enumerate(KERNEL_LAYERS) for m in layer}
+
 
 def module_name(path: Path) -> str:
-    rel = path.relative_to(PKG.parent).with_suffix("")
-    parts = list(rel.parts)
+    if path.is_relative_to(KERNELS):
+        parts = ["specnb", "kernels", *path.relative_to(KERNELS).with_suffix("").parts]
+    else:
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
+def file_of(name: str) -> Path | None:
+    parts = name.split(".")[1:]
+    base = KERNELS.joinpath(*parts[1:]) if parts[:1] == ["kernels"] else PKG.joinpath(*parts)
+    for p in (base.with_suffix(".py"), base / "__init__.py"):
+        if p.exists():
+            return p
+    return None
+
+
 def top(name: str) -> str:
-    """specnb.view.live -> view; specnb -> __init__."""
+    """specnb.spec.loop -> spec; specnb.errors -> errors; specnb -> __init__."""
     parts = name.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
@@ -61,22 +82,23 @@ def module_level_imports(path: Path) -> set[str]:
             base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) \
                 if node.level else (node.module or "")
             if base == "specnb" or base.startswith("specnb."):
-                names = [f"{base}.{a.name}" for a in node.names]
-                out |= {n for n in names if (PKG.parent / n.replace(".", "/")).with_suffix(".py").exists()
-                        or (PKG.parent / n.replace(".", "/")).is_dir()} or {base}
+                subs = {f"{base}.{a.name}" for a in node.names if file_of(f"{base}.{a.name}")}
+                out |= subs or {base}
         elif isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.startswith("specnb.")}
     return {o for o in out if o != name}
 
 
 def graph() -> dict[str, set[str]]:
-    files = [p for p in PKG.rglob("*.py") if "kernels" not in p.relative_to(PKG).parts]
+    files = [p for p in [*PKG.rglob("*.py"), *KERNELS.glob("*.py")] if "__pycache__" not in p.parts]
     return {module_name(p): module_level_imports(p) for p in files}
 
 
-def test_every_module_has_a_layer():
+def test_every_folder_and_module_has_a_layer():
     missing = sorted({top(m) for m in graph()} - set(LAYER))
-    assert not missing, f"modules with no layer in tests/test_architecture.py: {missing}"
+    assert not missing, f"folders or modules with no layer in tests/test_architecture.py: {missing}"
+    kernels = {m.split(".")[2] if m.count(".") >= 2 else "__init__" for m in graph() if top(m) == "kernels"}
+    assert kernels - set(KERNEL_LAYER) == set(), f"kernel files with no layer: {kernels - set(KERNEL_LAYER)}"
 
 
 def test_imports_flow_one_way():
@@ -86,6 +108,25 @@ def test_imports_flow_one_way():
             if top(d) != top(mod) and LAYER[top(d)] > LAYER[top(mod)]:
                 wrong.append(f"{mod} (layer {LAYER[top(mod)]}) imports {d} (layer {LAYER[top(d)]})")
     assert not wrong, "imports against the flow: " + "; ".join(sorted(wrong))
+
+
+def test_the_kernels_flow_one_way_and_import_nothing_above_them():
+    def kname(m):
+        return m.split(".")[2] if m.count(".") >= 2 else "__init__"
+    wrong = []
+    for mod, deps in graph().items():
+        if top(mod) != "kernels":
+            continue
+        for d in deps:
+            if top(d) != "kernels":
+                if LAYER[top(d)] > 0:
+                    wrong.append(f"{mod} imports {d}")
+            elif kname(d) != kname(mod) and KERNEL_LAYER[kname(d)] > KERNEL_LAYER[kname(mod)]:
+                wrong.append(f"{mod} (kernel layer {KERNEL_LAYER[kname(mod)]}) imports {d} "
+                             f"(kernel layer {KERNEL_LAYER[kname(d)]})")
+    assert not wrong, "kernel imports against the flow: " + "; ".join(sorted(wrong))
+    # the kernels are in the graph: the backends' arrows reach them
+    assert any(d.startswith("specnb.kernels.") for d in graph()["specnb.run.backend_cpu"])
 
 
 def test_no_import_circle():
@@ -110,8 +151,8 @@ def test_no_import_circle():
     assert not cycles, "import circles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
-@pytest.mark.parametrize("mod", ["specnb.gguf_file", "specnb.model", "specnb.context", "specnb.sampling",
-                                 "specnb.loop", "specnb.forge"])
+@pytest.mark.parametrize("mod", ["specnb.gguf.file", "specnb.model", "specnb.run.context", "specnb.run.sampling",
+                                 "specnb.spec.loop", "specnb.gguf.forge"])
 def test_the_core_never_imports_widgets_figures_or_commands(mod):
     g = graph()
     seen, todo = set(), [mod]
@@ -121,5 +162,11 @@ def test_the_core_never_imports_widgets_figures_or_commands(mod):
             if d not in seen:
                 seen.add(d)
                 todo.append(d)
-    bad = sorted(d for d in seen if top(d) in {"view", "plots", "cli", "demo", "bench", "experiments"})
+    bad = sorted(d for d in seen if top(d) in {"view", "figures", "app", "measure"})
     assert not bad, f"{mod} pulls in {bad} at import time"
+
+
+def test_ls_specnb_is_short_and_has_no_link():
+    entries = [p for p in PKG.iterdir() if p.name != "__pycache__"]
+    assert len(entries) <= 15, sorted(p.name for p in entries)
+    assert not any(p.is_symlink() for p in PKG.rglob("*")), "a link inside specnb/"

@@ -1,4 +1,4 @@
-"""specnb/bench.py, bench_report.py and bench_llamacpp.py: what `specnb bench` measures and
+"""specnb/measure/bench.py, bench_report.py and bench_llamacpp.py: what `specnb bench` measures and
 prints, llama.cpp's column (measured by llama-bench on the same model, or the printed figures of
 the default model, never another model's), and the goals it marks met or missed."""
 import json
@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from specnb import ParamError
-from specnb.bench_llamacpp import find_llama_bench, parse_llama_bench_json
-from specnb.bench_report import cliffs, format_goals, goals
+from specnb.measure.bench_llamacpp import find_llama_bench, parse_llama_bench_json
+from specnb.measure.bench_report import cliffs, format_goals, goals
 
 DATA = Path(__file__).parent / "data"
 
 
 def test_bench_llama_cpp_figures_are_the_printed_ones():
-    from specnb.bench import LLAMA_CPP, llama_cpp_batch_cost
+    from specnb.measure.bench import LLAMA_CPP, llama_cpp_batch_cost
     text = (DATA / "llamacpp_bench_smollm2.txt").read_text()
     run2 = text.split("## Run 2")[1].split("## Run 3")[0]
     pp = {int(k): float(v) for k, v in re.findall(r"\|\s+pp(\d+) \|\s+([\d.]+) ±", run2)}
@@ -61,7 +61,8 @@ def test_llama_bench_is_found_or_refused(tmp_path, monkeypatch):
 
 
 def test_bench_on_a_tiny_model_prints_both_modes(tiny_path, monkeypatch):
-    from specnb.bench import bench, format_bench
+    from specnb.measure.bench import bench
+    from specnb.measure.bench_report import format_bench
     monkeypatch.delenv("SPECNB_LLAMA_BENCH", raising=False)
     r = bench(tiny_path("Q4_1"), reps=2, n_gen=4, quick=True, memory=False, bandwidth_gib=0.02)
     assert set(r["modes"]) == {"f32", "q8"}
@@ -82,7 +83,8 @@ def test_bench_on_a_tiny_model_prints_both_modes(tiny_path, monkeypatch):
 
 
 def test_bench_runs_llama_bench_on_the_measured_model(tiny_path, tmp_path):
-    from specnb.bench import bench, format_bench
+    from specnb.measure.bench import bench
+    from specnb.measure.bench_report import format_bench
     exe = _fake_llama_bench(tmp_path)
     r = bench(tiny_path("Q4_0"), reps=2, n_gen=2, quick=True, memory=False, bandwidth_gib=0.02,
               llama_bench=exe, activations=("q8",))
@@ -95,8 +97,8 @@ def test_bench_runs_llama_bench_on_the_measured_model(tiny_path, tmp_path):
 
 
 def test_bench_gives_llama_bench_the_files_of_model_names(tmp_path):
-    from specnb.bench import bench
-    from specnb.registry import default_draft_path, default_target_path
+    from specnb.measure.bench import bench
+    from specnb.model.registry import default_draft_path, default_target_path
     r = bench("smollm2-135m", reps=2, n_gen=2, quick=True, memory=False, bandwidth_gib=0.02,
               llama_bench=_fake_llama_bench(tmp_path), activations=("q8",),
               draft_path="smollm2-135m-q4_0")
@@ -163,7 +165,7 @@ def test_goals_of_the_default_model():
 
 
 def test_streaming_bandwidth_runs_side_by_side():
-    from specnb.bench import streaming_bandwidth
+    from specnb.measure.bench import streaming_bandwidth
     b = streaming_bandwidth(gib=0.02, n_threads=2, reps=2)
     assert b["threads"] == 2 and len(b["rounds_gb_s"]) == 2 and len(b["xor_rounds_gb_s"]) == 2
     assert b["gb_s"] == max(b["numpy_gb_s"], b["xor_gb_s"]) > 0
@@ -181,12 +183,12 @@ def test_stream_probe_reads_every_word():
 
 
 def test_cli_bench_takes_a_draft_and_llama_bench(tmp_path):
-    from specnb.cli import build_parser
+    from specnb.app.cli import build_parser
     a = build_parser().parse_args(["bench", "-m", "t.gguf", "-md", "d.gguf", "--llama-bench", "x", "--spec"])
     assert (a.model, a.model_draft, a.llama_bench, a.spec) == ("t.gguf", "d.gguf", "x", True)
 @pytest.mark.slow
 def test_pair_memory_probe_in_a_fresh_process():
-    from specnb.bench import pair_memory
+    from specnb.measure.bench import pair_memory
     m = pair_memory(n_ctx=256, n_predict=8)
     assert 50 < m["peak_rss_mib"] < 4096
     assert m["load_target_s"] > 0 and m["n_ctx"] == 256

@@ -1,4 +1,4 @@
-"""specnb.chat_template: the chat template rendered as HF transformers does, within budgets."""
+"""specnb.vocab.chat_template: the chat template rendered as HF transformers does, within budgets."""
 from __future__ import annotations
 
 import time
@@ -6,9 +6,9 @@ import tracemalloc
 
 import pytest
 
-from specnb import chat_template
+from specnb.vocab import chat_template
 from specnb.errors import ParamError, VocabError
-from specnb.template_budget import MAX_SOURCE_TOKENS
+from specnb.vocab.template_budget import MAX_SOURCE_TOKENS
 from specnb.vocab import Vocab
 from vocab_cases import smollm_meta, smollm_vocab, spm_meta
 
@@ -163,8 +163,8 @@ def test_budgets_leave_real_templates_alone():
 
 @pytest.mark.slow
 def test_cli_refuses_a_hostile_template_in_one_line(tiny_path, tmp_path, capsys):
-    from specnb import forge
-    from specnb.cli import main
+    from specnb.gguf import forge
+    from specnb.app.cli import main
     evil = forge.rewrite(tiny_path("Q8_0"), tmp_path / "evil.gguf",
                          metadata={"tokenizer.chat_template": HOSTILE["value"]})
     assert main(["tokenize", "-m", evil, "-p", "hi", "--chat"]) == 2
@@ -182,7 +182,7 @@ def test_no_regex_is_built_from_the_file():
     evil = "(a+)+$"
     with pytest.warns(UserWarning, match="unknown or unsupported pre-tokenizer"):
         v = Vocab.from_metadata(dict(smol_meta, **{"tokenizer.ggml.pre": evil}))
-    from specnb.vocab_bpe import PRE_REGEXES
+    from specnb.vocab.bpe import PRE_REGEXES
     assert v.pre == evil and v.pre_regexes == PRE_REGEXES["default"]
     t = time.thread_time()
     v.tokenize("a" * 50000 + "!")

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from specnb import forge
-from specnb.cli import main
+from specnb.gguf import forge
+from specnb.app.cli import main
 
 
 def run_cli(*args, timeout=600):
@@ -86,10 +86,10 @@ def test_speculative_simple_json(tiny_path, tmp_path, capsys):
 def test_speculative_simple_keeps_the_prompt_out_of_the_penalty_window(tiny_path, tmp_path, capsys):
     """As llama-speculative-simple: no prompt token in the penalty window, unless --penalize-prompt
     (then the text is `generate`'s, which penalizes the prompt as llama-cli does)."""
-    from specnb.context import Context
-    from specnb.generate import generate
+    from specnb.run.context import Context
+    from specnb.run.generate import generate
     from specnb.model import load_model
-    from specnb.sampling import Sampler, SamplerParams
+    from specnb.run.sampling import Sampler, SamplerParams
     t = tiny_path("Q8_0", seed=11)
     d = forge.requantize(t, tmp_path / "d.gguf", "Q4_0")
     prompt = "the cat sat on the mat, the cat sat on the mat, the cat sat on"

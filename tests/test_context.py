@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 from specnb import BatchError, ContextFullError, ParamError
-from specnb.context import Batch, Context, can_seq_rm
+from specnb.run.context import Batch, Context, can_seq_rm
 from specnb.model import load_model
-from specnb.reference import Reference
+from specnb.model.reference import Reference
 
 from conftest import TINY_TYPES
 

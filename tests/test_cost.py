@@ -1,7 +1,8 @@
 """The cost model against its closed forms (Leviathan et al. 2023) and known values."""
 import pytest
 
-from specnb import ParamError, cost
+from specnb import ParamError
+from specnb.measure import cost
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.3, 0.5, 0.8, 0.95])
@@ -81,14 +82,16 @@ def test_accepted_length_distribution(alpha, gamma):
 
 def test_moved_names_resolve():
     """The statistics and experiments that moved out of cost and plots keep their old names."""
-    from specnb import experiments, plots, stats
+    from specnb.measure import experiments
+    from specnb.figures import runs as plots
+    from specnb.measure import stats
     for name in ("examined_counts", "alpha_from_events", "run_stats"):
         assert getattr(cost, name) is getattr(stats, name)
     for name in ("DecodeCounters", "cost_ratio_from_contexts", "measure_cost_ratio",
                  "sweep_draft_max", "sweep_temperature"):
         assert getattr(cost, name) is getattr(experiments, name)
     assert plots.event_stats is stats.event_stats
-    from specnb.cost import measure_cost_ratio, sweep_draft_max   # as spec_bench imports them
+    from specnb.measure.cost import measure_cost_ratio, sweep_draft_max   # as spec_bench imports them
     assert (measure_cost_ratio, sweep_draft_max) == (experiments.measure_cost_ratio,
                                                      experiments.sweep_draft_max)
     with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):

@@ -55,8 +55,8 @@ def test_importing_the_kernels_needs_no_gpu():
     the simulator, and the CPU kernels stay real njit."""
     code = ("import numba, numpy as np\n"
             "from specnb.kernels import norm, rope, attention, activations\n"
-            "from specnb.kernels import quant\n"
-            "import specnb.backend_cuda\n"
+            "from specnb.kernels import matmul, matmul_cuda, matmul_q8, qtypes\n"
+            "import specnb.run.backend_cuda\n"
             "assert not numba.config.ENABLE_CUDASIM\n"
             "assert type(norm.rmsnorm).__name__ == 'CPUDispatcher'\n"
             "x = np.ones((1, 4), np.float32)\n"
@@ -73,7 +73,7 @@ def test_cuda_backend_without_gpu_is_a_clear_error(tiny_model):
     from numba import cuda
 
     from specnb import UnsupportedError
-    from specnb.context import Context, resolve_backend
+    from specnb.run.context import Context, resolve_backend
     if cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
     with pytest.raises(UnsupportedError, match="backend='cpu'"):

@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from specnb import demo as demo_mod
-from specnb import registry
-from specnb.cli import main
+from specnb.app import demo as demo_mod
+from specnb.model import registry
+from specnb.app.cli import main
 
 SMOL = (registry.DEFAULT_TARGET, registry.DEFAULT_DRAFT)
 SHORT = [("write a function", "Write a Python function that adds two numbers.", True),
@@ -95,7 +95,7 @@ def test_other_load_sees_another_process_use_the_cpu():
     import subprocess
     import sys
     import time
-    from specnb.contention import OtherLoad
+    from specnb.measure.contention import OtherLoad
     with OtherLoad() as idle:
         time.sleep(0.3)
     if idle.share is None:
@@ -116,8 +116,8 @@ def test_other_load_sees_another_process_use_the_cpu():
 
 
 def test_a_busy_run_is_repeated_and_marked(monkeypatch):
-    from specnb import contention
-    from specnb.pair import open_pair
+    from specnb.measure import contention
+    from specnb.run.pair import open_pair
     shares = iter([0.9, 0.9, 0.0, 0.0] + [0.5] * 20)
 
     class FakeLoad:

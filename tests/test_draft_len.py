@@ -1,4 +1,4 @@
-"""The per-round draft length (specnb.draft_len): the decision against Leviathan's closed form,
+"""The per-round draft length (specnb.spec.draft_len): the decision against Leviathan's closed form,
 d = 0 when drafting cannot pay, probes, transformers' heuristic schedule, parsing, and `auto`
 lossless against plain decoding on the tiny pair (greedy and sampled, every memory, the chain)."""
 import math
@@ -7,14 +7,14 @@ import warnings
 import pytest
 
 from specnb import ParamError
-from specnb.context import Context
-from specnb.cost import speedup
-from specnb.draft_len import (AUTO_CAP, HEURISTIC_CAP, HEURISTIC_START, Acceptance, AutoDraftLen,
-                              BatchCost, Decision, HeuristicDraftLen, best_length,
-                              best_length_leviathan, expected_tokens, format_chosen,
-                              parse_draft_max)
-from specnb.events import RoundEvent, SlotRound
-from specnb.loop import SpecParams, SpeculativeLoop
+from specnb.run.context import Context
+from specnb.measure.cost import speedup
+from specnb.spec.draft_len import (AUTO_CAP, HEURISTIC_CAP, HEURISTIC_START, Acceptance, AutoDraftLen,
+    BatchCost, Decision, HeuristicDraftLen, best_length, best_length_leviathan, expected_tokens,
+    format_chosen, parse_draft_max)
+from specnb.spec.events import RoundEvent, SlotRound
+from specnb.spec.speculative import SpecParams
+from specnb.spec.loop import SpeculativeLoop
 from spec_checks import SAMPLERS, check_invariants, plain, prompts, repetitive_prompt
 
 NGRAM = dict(ngram_size_n=1, ngram_size_m=8)

@@ -2,10 +2,10 @@
 its rollback (seq_rm, or a checkpoint for a memory that cannot drop part of a sequence)."""
 import numpy as np
 
-from specnb.context import Batch, Context
-from specnb.draft_simple import DraftSimple
-from specnb.reference import Reference
-from specnb.spec_impl import DraftParams
+from specnb.run.context import Batch, Context
+from specnb.spec.draft_simple import DraftSimple
+from specnb.model.reference import Reference
+from specnb.spec.impl import DraftParams
 
 
 def _prefilled(tgt, dft, prompt, partial=True, **kw):

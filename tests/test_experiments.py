@@ -5,7 +5,10 @@ import pytest
 
 pytest.importorskip("plotly")
 
-from specnb import ParamError, cost, experiments, plots  # noqa: E402
+from specnb import ParamError  # noqa: E402
+from specnb.measure import cost
+from specnb.measure import experiments
+from specnb.figures import runs as plots
 
 
 def test_sweep_draft_max_and_figure(pair):

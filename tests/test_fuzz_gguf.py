@@ -30,7 +30,7 @@ on every third small case, peak Python/NumPy allocations (tracemalloc) under 16x
 size + 64 MiB, and without modifying the file. A summary line (cases per strategy, outcomes,
 slowest call, largest allocation) is printed when the module finishes.
 
-Bugs found in specnb/vocab.py, which this test does not own, are listed in KNOWN_VOCAB_BUGS
+Bugs found in specnb/vocab/__init__.py, which this test does not own, are listed in KNOWN_VOCAB_BUGS
 and pinned by regression tests at the end. SPECNB_FUZZ_SCALE=10 runs ten times the examples.
 """
 from __future__ import annotations
@@ -51,10 +51,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
-from specnb import ModelNotFoundError, SpecnbError, testing
-from specnb.gguf_file import GGUFFile
+from specnb import ModelNotFoundError, SpecnbError
+from specnb.model import testing
+from specnb.gguf.file import GGUFFile
 from specnb.model import Model, load_model
-from specnb.registry import default_target_path
+from specnb.model.registry import default_target_path
 from gguf_fuzz_layout import (
     U8, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64, KV, TInfo, parse_layout, cut_points,
     build_gguf, encode, field_edit, apply_op, describe, byte_edit, INT_KINDS, TYPE_KINDS, SEEDS,
@@ -112,7 +113,7 @@ def _warm_dequantize():
     import numpy as np
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
     from specnb.model import supported_qtypes
-    from specnb.kernels.quant import dequantize
+    from specnb.kernels.matmul import dequantize
     for q in supported_qtypes():
         blk, size = GGML_QUANT_SIZES[GGMLQuantizationType(q)]
         with warnings.catch_warnings():
@@ -128,7 +129,7 @@ SLOWEST = {"s": 0.0, "case": ""}
 MEM_WORST = {"bytes": 0, "case": ""}
 
 
-# Bugs the fuzzer found in specnb/vocab.py, now fixed (kept as regression tests at the end of
+# Bugs the fuzzer found in specnb/vocab/__init__.py, now fixed (kept as regression tests at the end of
 # this file). A non-SpecnbError whose traceback ends in a function named here and whose message
 # matches would be counted as "known:<name>" instead of failing the fuzzer; the list is empty.
 KNOWN_VOCAB_BUGS: list = [
@@ -536,7 +537,7 @@ def test_truncate_at_every_boundary(seeds, workdir):
 def test_large_counts_bounded(seeds, workdir):
     """Entry counts the file could hold but no model has: refused at the header, or parsed
     within the time and memory guards."""
-    from specnb.gguf_file import MAX_KV, MAX_TENSORS
+    from specnb.gguf.file import MAX_KV, MAX_TENSORS
     # more tensor infos / keys than specnb reads: refused before the first entry is parsed
     tis = [TInfo(format(i, "x").encode(), [32], 0, 0) for i in range(MAX_TENSORS + 1)]
     with pytest.raises(SpecnbError, match=f"claims {MAX_TENSORS + 1} tensors; specnb reads at most"):

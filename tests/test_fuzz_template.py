@@ -27,9 +27,9 @@ from collections import Counter
 
 import pytest
 
-from specnb import chat_template
+from specnb.vocab import chat_template
 from specnb.errors import SpecnbError
-from specnb.template_budget import size_of
+from specnb.vocab.template_budget import size_of
 from specnb.vocab import Vocab
 from vocab_cases import spm_meta
 

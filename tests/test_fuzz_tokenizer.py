@@ -27,11 +27,11 @@ import time
 
 import pytest
 
-from specnb import testing
+from specnb.model import testing
 from specnb.errors import ParamError, SpecnbError
-from specnb.textio import llama_decode
+from specnb.vocab.textio import llama_decode
 from specnb.vocab import Vocab
-from specnb.vocab_bpe import BYTE_TO_UNICODE
+from specnb.vocab.bpe import BYTE_TO_UNICODE
 from vocab_cases import gemma_path, llamacpp_cases, smollm_path, smollm_vocab, spm_meta
 
 TIME_LIMIT_S = 5.0

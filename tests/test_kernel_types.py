@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from specnb import ParamError
-from specnb.backend_cpu import model_qtypes
-from specnb.context import Batch, Context
+from specnb.run.backend_cpu import model_qtypes
+from specnb.run.context import Batch, Context
 from specnb.kernels import qtypes as T
 from specnb.kernels.forward import fused_types
 from specnb.model import load_model
@@ -48,7 +48,7 @@ def test_fused_types_send_each_type_to_its_product():
 
 
 def test_a_pair_shares_one_selection(tiny_path):
-    from specnb.pair import open_pair
+    from specnb.run.pair import open_pair
     p = open_pair(tiny_path("Q4_0"), tiny_path("Q6_K"), n_ctx=32)
     assert p.ctx_tgt.backend._fused_types == p.ctx_dft.backend._fused_types
     emb_t, mats_t = model_qtypes(p.target)
@@ -64,7 +64,7 @@ def test_bad_kernel_types_setting_is_refused(tiny_path, monkeypatch):
 _FRESH = r"""
 import json, sys
 import numpy as np
-from specnb.context import Batch, Context
+from specnb.run.context import Batch, Context
 from specnb.kernels import matmul, matmul_q8
 from specnb.model import load_model
 ctx = Context(load_model(sys.argv[1]), n_ctx=16, activations="q8")

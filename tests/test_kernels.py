@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specnb.context import Batch, Context
+from specnb.run.context import Batch, Context
 from specnb.kernels import activations as A
 from specnb.kernels import attention as At
 from specnb.kernels import norm as N
 from specnb.kernels import rope as R
 from specnb.model import load_model
-from specnb.reference import Reference
+from specnb.model.reference import Reference
 
 
 def _bits(a):
@@ -121,7 +121,7 @@ IMPLS = ["reference", "njit", "fused", "cuda-sim"]
 _SIM_SCRIPT = """
 import json, sys
 import numpy as np
-from specnb.context import Batch, Context
+from specnb.run.context import Batch, Context
 from specnb.model import load_model
 m = load_model(sys.argv[1])
 ids = json.loads(sys.argv[2])

@@ -6,9 +6,10 @@ import warnings
 import pytest
 
 from specnb import ParamError
-from specnb.context import Context
-from specnb.loop import SpecParams, SpeculativeLoop
-from specnb.sampling import Sampler, SamplerParams
+from specnb.run.context import Context
+from specnb.spec.speculative import SpecParams
+from specnb.spec.loop import SpeculativeLoop
+from specnb.run.sampling import Sampler, SamplerParams
 from spec_checks import SAMPLERS, check_invariants, plain, prompts, repetitive_prompt
 
 TYPES = ["draft-simple", "ngram-simple", "ngram-map-k", "ngram-cache", "ngram-simple,draft-simple",
@@ -44,7 +45,7 @@ def test_lossless_tiny(pair, name, n_max, p_min, seq_rm):
 
 def _dynamic_cache(path, tokens) -> str:
     """A lookup-cache file (-lcd) of the n-grams of tokens, as examples/lookup saves one."""
-    from specnb.ngram_cache import cache_save, cache_update
+    from specnb.spec.ngram_cache import cache_save, cache_update
     c = {}
     cache_update(c, 1, 4, list(tokens), len(tokens))
     cache_save(c, path, master_order=True)

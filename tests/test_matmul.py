@@ -150,11 +150,3 @@ def test_the_modules_own_check_passes():
     res = M.check(rows=(1, 3, 9))
     assert res and all(ok for _, _, ok, _ in res), [r for r in res if not r[2]]
 
-
-def test_the_old_module_name_still_exports_the_kernels():
-    # code elsewhere (and notebooks) imported them from specnb.kernels.quant
-    from specnb.kernels import quant
-    for name in ("matmul", "matmul_q8", "dequant_row", "dequantize", "matmul_ref", "SUPPORTED_QTYPES",
-                 "qtype_name", "row_bytes", "has_q8_kernel", "Q8_QTYPES", "matmul_cuda", "upload_weight"):
-        assert hasattr(quant, name), name
-    assert quant.matmul is M.matmul and quant.matmul_q8 is Q8.matmul_q8

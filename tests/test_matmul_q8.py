@@ -259,8 +259,8 @@ def test_the_modules_own_check_passes():
 
 
 def test_reference_rounds_activations_as_the_oracles():
-    # specnb.reference.round_q8 (the q8 reference's activations) = the oracles' blocks, dequantized
-    from specnb.reference import round_q8
+    # specnb.model.reference.round_q8 (the q8 reference's activations) = the oracles' blocks, dequantized
+    from specnb.model.reference import round_q8
     x = np.random.default_rng(13).standard_normal((3, 512)).astype(np.float32)
     x[1, :256] = 0.0
     q, d, _ = _q8_k_oracle(x)

@@ -13,10 +13,10 @@ import warnings
 import pytest
 
 from specnb import ParamError
-from specnb import ngram_cache
-from specnb.cli import main
-from specnb.ngram_cache import NgramCache, _key, cache_load, cache_save, cache_update
-from specnb.speculative import SpecParams, build_speculative
+from specnb.spec import ngram_cache
+from specnb.app.cli import main
+from specnb.spec.ngram_cache import NgramCache, _key, cache_load, cache_save, cache_update
+from specnb.spec.speculative import SpecParams, build_speculative
 
 N_VOCAB = 49152
 

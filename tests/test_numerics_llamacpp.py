@@ -47,7 +47,7 @@ def distance(ref, other) -> dict:
 
 
 def _logits(model, ids, activations):
-    from specnb.context import Batch, Context
+    from specnb.run.context import Batch, Context
     ctx = Context(model, n_ctx=len(ids) + 8, activations=activations)
     b = Batch()
     for i, t in enumerate(ids):

@@ -1,4 +1,5 @@
-"""Packaging: the kernels/ folder installs as specnb.kernels, and building prints no warnings."""
+"""Packaging: the kernels/ folder installs as specnb.kernels (wheel and editable), nothing else leaks
+out as a top-level name, importing touches no disk, and building prints no warnings."""
 import os
 import re
 import shutil
@@ -15,12 +16,52 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_kernels_are_specnb_kernels():
-    link = ROOT / "specnb" / "kernels"
-    assert link.is_symlink() and os.readlink(link) == "../kernels"
+    """kernels/ at the top of the repository installs as specnb.kernels (pyproject's package-dir
+    mapping), with no link: grep and find see one tree."""
     (where,) = find_spec("specnb.kernels").submodule_search_locations
-    assert sorted(p.name for p in Path(where).glob("*.py")) == \
-        sorted(p.name for p in (ROOT / "kernels").glob("*.py"))
-    import specnb.kernels.quant  # noqa: F401  (importable under its package name)
+    assert Path(where).resolve() == ROOT / "kernels"
+    assert not (ROOT / "specnb" / "kernels").exists()
+    assert not [p for p in ROOT.joinpath("specnb").rglob("*") if p.is_symlink()]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert project["package-dir"]["specnb.kernels"] == "kernels"
+    assert sorted(project["packages"]) == sorted(
+        ["specnb", "specnb.kernels"]
+        + [f"specnb.{p.parent.name}" for p in ROOT.joinpath("specnb").glob("*/__init__.py")])
+
+
+def test_the_installed_package_leaks_no_top_level_names(tmp_path):
+    """Outside the repository, only specnb is importable: not kernels, docs, notebooks or tests
+    (an editable install that put the repository root on sys.path would leak them all)."""
+    code = ("import importlib.util as u, specnb.kernels as k, specnb.kernels.matmul as m\n"
+            "print([n for n in ('kernels', 'docs', 'notebooks', 'tests') if u.find_spec(n)])\n"
+            "print(m.__name__, k.__path__[0])\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]", out
+    assert out[1].startswith("specnb.kernels.matmul ")
+
+
+def test_importing_specnb_touches_no_disk(tmp_path):
+    """`import specnb` creates nothing (not the cache folder, not Numba's); importing the kernels
+    removes nothing (old kernel caches are pruned when kernels are prepared, run/pair.py
+    warm_up), and Numba's own folder is the stamped one."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict({k: v for k, v in os.environ.items() if k not in ("SPECNB_CACHE_DIR", "NUMBA_CACHE_DIR",
+                                                             "XDG_CACHE_HOME")}, HOME=str(home))
+    code = ("import os, sys, specnb\n"
+            "specnb.cost, specnb.ParamError, dir(specnb)\n"
+            "assert not os.listdir(os.environ['HOME']), os.listdir(os.environ['HOME'])\n"
+            "stale = os.path.join(os.environ['HOME'], '.cache', 'specnb', 'numba', '0' * 16)\n"
+            "os.makedirs(stale)\n"
+            "import specnb.kernels.matmul\n"
+            "assert os.path.isdir(stale)\n"
+            "print(os.environ['NUMBA_CACHE_DIR'])\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().startswith(str(home / ".cache" / "specnb" / "numba")), out.stdout
 
 
 def test_license_metadata():
@@ -38,8 +79,7 @@ def test_wheel_ships_kernels_without_warnings(tmp_path):
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, src / name)
     for name in ("specnb", "kernels"):
-        shutil.copytree(ROOT / name, src / name, symlinks=True,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), "."],
                        cwd=src, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -49,3 +89,14 @@ def test_wheel_ships_kernels_without_warnings(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert {f"specnb/kernels/{p.name}" for p in (ROOT / "kernels").glob("*.py")} <= set(names)
     assert any(n.endswith("licenses/LICENSE") for n in names)
+    # the wheel, installed: specnb.kernels is a plain subpackage, and `kernels` is not a name
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),
+                    str(wheel)], check=True, capture_output=True, timeout=300)
+    code = ("import importlib.util as u, specnb, specnb.kernels.matmul as m\n"
+            "print(specnb.__file__, m.__file__, u.find_spec('kernels'))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(site)), check=True).stdout.split()
+    assert out[0].startswith(str(site)) and out[1] == str(site / "specnb" / "kernels" / "matmul.py")
+    assert out[2] == "None"
+

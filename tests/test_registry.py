@@ -16,8 +16,9 @@ import tomllib
 
 import pytest
 
-from specnb import ModelNotFoundError, cache, registry
-from specnb.cli import main
+from specnb import ModelNotFoundError, cache
+from specnb.model import registry
+from specnb.app.cli import main
 from specnb.progress import ByteProgress, Ticker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -213,7 +214,7 @@ def test_names_and_paths_resolve(fake, tmp_path):
 
 def test_load_model_and_open_pair_take_names(default_path):
     from specnb.model import load_model
-    from specnb.pair import open_pair
+    from specnb.run.pair import open_pair
     m = load_model("smollm2-135m", vocab_only=True)
     assert m.path == default_path
     pair = open_pair("smollm2-135m", "smollm2-135m-q4_0", n_ctx=64)
@@ -281,8 +282,8 @@ def test_installed_packages_add_up_to_the_model(name):
 
 def test_forge_does_not_import_the_registry():
     # the bottom of the module graph: forge reads, writes and caches, nothing above that
-    code = ("import sys, specnb.forge; bad = [m for m in ('specnb.registry', "
-            "'specnb.model', 'specnb.testing') if m in sys.modules]; print(bad)")
+    code = ("import sys, specnb.gguf.forge; bad = [m for m in ('specnb.model.registry', "
+            "'specnb.model', 'specnb.model.testing') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

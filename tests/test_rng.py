@@ -1,4 +1,4 @@
-"""specnb.rng against std::mt19937 and libstdc++'s draws.
+"""specnb.run.rng against std::mt19937 and libstdc++'s draws.
 
 The numbers below were printed by a short C++ program using only the standard library, built
 with g++ 12.2 (libstdc++, the library of the c392e50 build in tests/data) on this machine:
@@ -10,7 +10,7 @@ import copy
 import numpy as np
 import pytest
 
-from specnb.rng import LLAMA_DEFAULT_SEED, Mt19937, get_rng_seed
+from specnb.run.rng import LLAMA_DEFAULT_SEED, Mt19937, get_rng_seed
 
 
 def test_mt19937_is_the_standard_generator():

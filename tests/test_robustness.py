@@ -4,10 +4,12 @@ import threading
 import pytest
 
 from specnb import ContextFullError, ParamError
-from specnb import forge
-from specnb.context import Batch, Context
-from specnb.loop import SpecParams, SpeculativeLoop, generate
-from specnb.sampling import Sampler, SamplerParams
+from specnb.gguf import forge
+from specnb.run.context import Batch, Context
+from specnb.spec.speculative import SpecParams
+from specnb.spec.loop import SpeculativeLoop
+from specnb.run.generate import generate
+from specnb.run.sampling import Sampler, SamplerParams
 
 SP = SamplerParams(temp=0.8, top_k=40, top_p=1.0, min_p=0.0, seed=5)
 

@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from specnb.rng import Mt19937
-from specnb.samplers import (Candidates, Dist, Dry, LogitBias, MinP, Mirostat, MirostatV2,
-                             Penalties, Temperature, TopK, TopNSigma, TopP, Typical, Xtc)
+from specnb.run.rng import Mt19937
+from specnb.run.samplers import (Candidates, Dist, Dry, LogitBias, MinP, Mirostat, MirostatV2, Penalties,
+    Temperature, TopK, TopNSigma, TopP, Typical, Xtc)
 
 P4 = [0.1, 0.2, 0.3, 0.4]
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from specnb import ParamError
-from specnb.sampling import (DEFAULT_SAMPLERS, Sampler, SamplerParams, parse_logit_bias,
-                             parse_sampler_seq, parse_samplers, sample_and_accept_n)
+from specnb.run.sampling import (DEFAULT_SAMPLERS, Sampler, SamplerParams, parse_logit_bias,
+    parse_sampler_seq, parse_samplers, sample_and_accept_n)
 
 OPEN = dict(top_k=0, top_p=1.0, min_p=0.0)          # no truncation
 
@@ -269,7 +269,7 @@ def test_reset_reseeds_as_llamacpp_does():
 def test_seed_gives_the_mt19937_draw():
     """The same seed and probabilities give llama.cpp's pick: the first candidate whose
     running probability reaches u * sum, u the first uniform double of mt19937(seed)."""
-    from specnb.rng import Mt19937
+    from specnb.run.rng import Mt19937
     l = np.log(np.float32([0.1, 0.2, 0.3, 0.4]))
     for seed in range(20):
         s = Sampler(SamplerParams(temp=1.0, seed=seed, samplers=()))
@@ -324,7 +324,7 @@ def test_rng_keeps_the_generator_api():
 
 def test_cli_flags_are_llamacpps():
     """The sampler flags under llama.cpp's names; defaults as llama.cpp except temp and seed."""
-    from specnb.cli import build_parser, sampler_params
+    from specnb.app.cli import build_parser, sampler_params
     ap = build_parser()
     d = sampler_params(ap.parse_args(["generate"]))
     ref = SamplerParams()

@@ -19,9 +19,9 @@ import os
 import numpy as np
 import pytest
 
-from specnb.context import Batch, Context
-from specnb.samplers import Candidates, Dist
-from specnb.sampling import Sampler, SamplerParams
+from specnb.run.context import Batch, Context
+from specnb.run.samplers import Candidates, Dist
+from specnb.run.sampling import Sampler, SamplerParams
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 SAFE_GAP = 0.6      # as test_llamacpp_facts: llama.cpp's top-1 leads its runner-up clearly

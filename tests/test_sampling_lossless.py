@@ -5,9 +5,11 @@ and replays. Each setting must also change the plain output, so the sampler was 
 import numpy as np
 import pytest
 
-from specnb.context import Context
-from specnb.loop import SpecParams, SpeculativeLoop, generate
-from specnb.sampling import Sampler, SamplerParams
+from specnb.run.context import Context
+from specnb.spec.speculative import SpecParams
+from specnb.spec.loop import SpeculativeLoop
+from specnb.run.generate import generate
+from specnb.run.sampling import Sampler, SamplerParams
 
 BASE = dict(temp=0.9, top_k=0, top_p=1.0, min_p=0.0)
 SETTINGS = {

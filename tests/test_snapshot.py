@@ -1,10 +1,10 @@
-"""specnb.snapshot: static pictures beside live outputs (headless Chromium; skipped without it)."""
+"""specnb.figures.snapshot: static pictures beside live outputs (headless Chromium; skipped without it)."""
 import base64
 import struct
 
 import pytest
 
-from specnb import snapshot
+from specnb.figures import snapshot
 
 needs_chromium = pytest.mark.skipif(snapshot.find_chromium() is None,
                                     reason="no Chromium (apt-get install -y chromium)")

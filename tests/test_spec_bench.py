@@ -1,8 +1,8 @@
 """spec_bench: the n-gram types beside draft-simple (same outputs), and the code-editing request."""
-from specnb.context import Context
-from specnb.sampling import SamplerParams
-from specnb.spec_bench import (CODE_EDIT_FUNCTION, NGRAM_TYPES, code_edit_prompt, compare_types,
-                               format_spec_bench)
+from specnb.run.context import Context
+from specnb.run.sampling import SamplerParams
+from specnb.measure.spec_bench import (CODE_EDIT_FUNCTION, NGRAM_TYPES, code_edit_prompt, compare_types,
+    format_spec_bench)
 from spec_checks import repetitive_prompt
 
 
@@ -28,7 +28,7 @@ def test_code_edit_prompt_uses_the_chat_template(default_model):
 
 
 def test_ngram_edit_bench_pairs_plain_and_speculative(default_path):
-    from specnb.spec_bench import format_ngram_edit_bench, ngram_edit_bench
+    from specnb.measure.spec_bench import format_ngram_edit_bench, ngram_edit_bench
     r = ngram_edit_bench(default_path, draft_max_values=(1, 2), n_predict=12, repeats=1, size_n=4)
     assert r["identical"] and r["n_generated"] == 12
     assert set(r["draft_max"]) == {1, 2}
@@ -39,8 +39,8 @@ def test_ngram_edit_bench_pairs_plain_and_speculative(default_path):
 
 def test_compare_policies_table(pair_paths):
     """One table, prompt x policy (plain, fixed, heuristic, auto): every output equals plain."""
-    from specnb.sampling import SamplerParams
-    from specnb.spec_bench import compare_policies, format_policies
+    from specnb.run.sampling import SamplerParams
+    from specnb.measure.spec_bench import compare_policies, format_policies
     t, d = pair_paths
     prompts = [("a", "the cat sat on the mat, the cat sat on", False, "greedy", SamplerParams(temp=0.0)),
                ("b", "once upon a time", False, "sampled", SamplerParams(temp=0.8, seed=7))]

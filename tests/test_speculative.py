@@ -7,10 +7,12 @@ import re
 import pytest
 
 from specnb import ParamError, UnsupportedError
-from specnb.context import Context
-from specnb.spec_impl import DraftParams, SpeculativeImpl
-from specnb.speculative import (DraftSimple, NgramCache, NgramMapK, NgramSimple, SpecParams,
-                                Speculative, build_speculative, parse_spec_types)
+from specnb.run.context import Context
+from specnb.spec.impl import DraftParams, SpeculativeImpl
+from specnb.spec.draft_simple import DraftSimple
+from specnb.spec.ngram_cache import NgramCache
+from specnb.spec.ngram import NgramMapK, NgramSimple
+from specnb.spec.speculative import SpecParams, Speculative, build_speculative, parse_spec_types
 
 
 # ---- the chain ------------------------------------------------------------------------------

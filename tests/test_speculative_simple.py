@@ -1,10 +1,11 @@
 """The fifty-line teaching loop gives the same tokens and counters as SpeculativeLoop."""
 import pytest
 
-from specnb.context import Context
-from specnb.loop import SpecParams, SpeculativeLoop
-from specnb.sampling import Sampler
-from specnb.speculative import build_speculative
+from specnb.run.context import Context
+from specnb.spec.speculative import SpecParams
+from specnb.spec.loop import SpeculativeLoop
+from specnb.run.sampling import Sampler
+from specnb.spec.speculative import build_speculative
 from specnb.speculative_simple import speculative_simple
 from spec_checks import SAMPLERS, plain, repetitive_prompt
 
@@ -33,7 +34,7 @@ def test_teaching_loop_equals_speculative_loop(tied_pair, types, n_max, name, tg
         # (its update sees the new tokens alone, common/speculative.cpp:2073-2087 @34af94cd), and
         # its drafts from this prompt are all rejected; so, as examples/lookup's -lcd, a dynamic
         # cache of an earlier generation of this prompt
-        from specnb.ngram_cache import cache_save, cache_update
+        from specnb.spec.ngram_cache import cache_save, cache_update
         earlier = prompt + plain(tgt, prompt, sp, 40, penalize_prompt=False)
         c = {}
         cache_update(c, 1, 4, earlier, len(earlier))
@@ -62,7 +63,7 @@ def test_prompt_in_the_penalty_window_only_when_asked(tied_pair, types):
     """llama-speculative-simple feeds its sampler no prompt token; llama-cli's common_sampler_accept
     of the prompt is the opt-in. Both loops give plain decoding's tokens in each setting, and the
     setting matters here (a strong repeat penalty over a repetitive prompt)."""
-    from specnb.sampling import SamplerParams
+    from specnb.run.sampling import SamplerParams
     tgt, dft = tied_pair
     sp = SamplerParams(temp=0.0, penalty_repeat=1.5, penalty_last_n=64)
     spec = SpecParams(types=types, n_max=3, ngram_size_n=1, ngram_size_m=8)

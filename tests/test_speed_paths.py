@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from specnb import ParamError, UnsupportedError
-from specnb.context import Batch, Context
-from specnb.forge import tiny_model
+from specnb.run.context import Batch, Context
+from specnb.model.testing import tiny_model
 from specnb.model import load_model
-from specnb.reference import Reference
+from specnb.model.reference import Reference
 
 
 
@@ -103,35 +103,35 @@ def test_activations_parameter_is_checked(tiny_model):
 
 
 def test_numba_cache_folder_follows_the_kernel_sources(tmp_path, monkeypatch):
-    import importlib.util
     import os
-    import types
-    import specnb
+
+    from specnb import kernels
     src = tmp_path / "kernels"
     src.mkdir()
     (src / "a.py").write_text("x = 1\n")
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name: types.SimpleNamespace(submodule_search_locations=[str(src)]))
-    s1 = specnb._kernel_sources_stamp()
+    s1 = kernels.sources_stamp(str(src))
     (src / "a.py").write_text("x = 2\n")                    # an edited kernel: a new stamp
-    s2 = specnb._kernel_sources_stamp()
+    s2 = kernels.sources_stamp(str(src))
     assert s1 != s2 and len(s1) == len(s2) == 16
     root = tmp_path / "numba"
+    assert kernels.cache_folder(str(root), str(src)) == str(root / s2)
+    assert not root.exists()                                 # naming it creates nothing
     root.mkdir()
     (root / "legacy.nbi").write_text("old")                 # the earlier flat layout
-    for i, name in enumerate(["0" * 16, "1" * 16, "2" * 16]):
+    for i, name in enumerate(["0" * 16, "1" * 16, "2" * 16, s2]):
         (root / name).mkdir()
         os.utime(root / name, (1_000_000 + i, 1_000_000 + i))
-    d = specnb._numba_cache_dir(root, keep=3)
-    assert d == str(root / s2)
+    removed = kernels.prune_caches(str(root), keep=3, current=s2)
+    assert sorted(os.path.basename(p) for p in removed) == ["0" * 16, "legacy.nbi"]
     assert sorted(p.name for p in root.iterdir()) == sorted([s2, "2" * 16, "1" * 16])
-    assert specnb._numba_cache_dir(root, keep=3) == d       # the same stamp: nothing removed
-    assert len(list(root.iterdir())) == 3
+    assert kernels.prune_caches(str(root), keep=3, current=s2) == []     # nothing more to remove
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "users-own"))  # not specnb's to prune
+    assert kernels.prune_caches(keep=1) == []
 
 
 _CACHED = """
 import sys
-from specnb.context import Batch, Context
+from specnb.run.context import Batch, Context
 from specnb.kernels import forward as F
 from specnb.model import load_model
 ctx = Context(load_model(sys.argv[1]), n_ctx=16, activations=sys.argv[2])
@@ -153,10 +153,10 @@ def test_the_fused_forward_is_cached_on_disk(tiny_path):
 
 def test_the_cpu_default_is_int8_activations(tiny_model):
     # the fast path by default on the CPU; the CUDA backend has float32 activations only
-    from specnb.context import resolve_activations
+    from specnb.run.context import resolve_activations
     assert Context(tiny_model, n_ctx=16).activations == "q8"
     assert Context(tiny_model, n_ctx=16, activations="f32").activations == "f32"
     assert resolve_activations(None, "cpu") == "q8" and resolve_activations(None, "cuda") == "f32"
-    from specnb.cli import build_parser
+    from specnb.app.cli import build_parser
     a = build_parser().parse_args(["generate", "-p", "x"])
     assert a.activations is None                    # None: the backend's default

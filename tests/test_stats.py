@@ -3,9 +3,10 @@ import warnings
 
 import pytest
 
-from specnb import cost, stats
-from specnb.sampling import SamplerParams
-from specnb.speculative import impl_stats
+from specnb.measure import cost
+from specnb.measure import stats
+from specnb.run.sampling import SamplerParams
+from specnb.spec.impl import impl_stats
 
 
 SHARED = ("n_gen_drafts", "n_gen_tokens", "n_acc_tokens", "n_acc_drafts", "n_call_accept",

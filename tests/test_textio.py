@@ -1,4 +1,4 @@
-"""Prompt text as llama.cpp takes it (specnb.textio): files read as bytes, llama.cpp's UTF-8
+"""Prompt text as llama.cpp takes it (specnb.vocab.textio): files read as bytes, llama.cpp's UTF-8
 decoding, and bytes tokenized with llama.cpp's ids.
 
 Facts: llama-tokenize on files holding exactly the bytes of each case, for SmolLM2 (BPE,
@@ -17,12 +17,11 @@ import sys
 
 import pytest
 
-from specnb.cli import main
+from specnb.app.cli import main
 from specnb.errors import ParamError
-from specnb.textio import (SourcedBytes, llama_decode, prompt_text, read_text_file,
-                           strip_final_newline)
+from specnb.vocab.textio import SourcedBytes, llama_decode, prompt_text, read_text_file, strip_final_newline
 from specnb.vocab import Vocab
-from specnb.vocab_bpe import bpe_encode_with_surrogates
+from specnb.vocab.bpe import bpe_encode_with_surrogates
 from vocab_cases import gemma_path, llamacpp_cases, smollm_path, smollm_vocab, spm_meta
 
 
@@ -241,5 +240,5 @@ def test_chat_keeps_undecodable_bytes(tmp_path, capsys):
     class Args:
         prompt, file, chat = None, str(tmp_path / "p.txt"), True
     (tmp_path / "p.txt").write_bytes(b"caf\xe9")
-    from specnb.cli import _read_prompt
+    from specnb.app.cli import _read_prompt
     assert _read_prompt(Args, v) == b"<s>[caf\xe9]"

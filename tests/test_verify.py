@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 
 from specnb import ParamError
-from specnb.context import Batch, Context
-from specnb.draft_simple import DraftSimple
-from specnb.loop import SpecParams, SpeculativeLoop
-from specnb.sampling import Sampler, SamplerParams
-from specnb.spec_impl import DraftParams
-from specnb.verify import (Verifier, draw_index, one_hot, rejection_verify, speculative_step,
-                           synth_len_to_p, synth_rates_resolve, synth_verify)
+from specnb.run.context import Batch, Context
+from specnb.spec.draft_simple import DraftSimple
+from specnb.spec.speculative import SpecParams
+from specnb.spec.loop import SpeculativeLoop
+from specnb.run.sampling import Sampler, SamplerParams
+from specnb.spec.impl import DraftParams
+from specnb.spec.verify import (Verifier, draw_index, one_hot, rejection_verify, speculative_step,
+    synth_len_to_p, synth_rates_resolve, synth_verify)
 from spec_checks import plain, repetitive_prompt
 
 

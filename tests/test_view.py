@@ -12,10 +12,10 @@ import pytest
 pytest.importorskip("ipywidgets")
 
 from specnb import ParamError  # noqa: E402
-from specnb.context import Context  # noqa: E402
-from specnb.loop import generate  # noqa: E402
-from specnb.sampling import Sampler, SamplerParams  # noqa: E402
-from specnb.speculative import impl_stats  # noqa: E402
+from specnb.run.context import Context  # noqa: E402
+from specnb.run.generate import generate  # noqa: E402
+from specnb.run.sampling import Sampler, SamplerParams  # noqa: E402
+from specnb.spec.impl import impl_stats  # noqa: E402
 from specnb.view import CHIP_STATES, KV_STATES, LiveView  # noqa: E402
 
 
@@ -548,10 +548,10 @@ def test_slot_view_without_candidates(pair):
 
 
 def test_view_does_not_import_the_figures():
-    """The view's counters come from specnb.stats: importing it loads neither specnb.plots
+    """The view's counters come from specnb.measure.stats: importing it loads neither specnb.figures.runs
     nor plotly."""
     code = ("import sys, specnb.view; "
-            "print(sorted(m for m in sys.modules if m == 'specnb.plots' or m.startswith('plotly')))")
+            "print(sorted(m for m in sys.modules if m == 'specnb.figures.runs' or m.startswith('plotly')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 

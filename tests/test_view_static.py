@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from specnb import snapshot
+from specnb.figures import snapshot
 from specnb.view import MARK, LiveView, visible
 from specnb.view.static import snapshot_html
 

@@ -1,4 +1,4 @@
-"""specnb.vocab_bpe: BPE pre-tokenizers and merges, against a port of llama.cpp's splitters and
+"""specnb.vocab.bpe: BPE pre-tokenizers and merges, against a port of llama.cpp's splitters and
 BPE loop written here in the test, and against llama-tokenize on SmolLM2's tables under other
 `tokenizer.ggml.pre` values (tests/data/vocab_pretok_llamacpp.json)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import unicodedata
 import pytest
 
 from specnb.vocab import Vocab
-from specnb.vocab_bpe import BYTE_TO_UNICODE
+from specnb.vocab.bpe import BYTE_TO_UNICODE
 from vocab_cases import llamacpp_cases, smollm_meta, smollm_vocab
 
 

@@ -1,4 +1,4 @@
-"""specnb.vocab_spm: SentencePiece vocabs. A forged vocab with segmentations derived by hand from
+"""specnb.vocab.spm: SentencePiece vocabs. A forged vocab with segmentations derived by hand from
 llama.cpp's SPM loop, and Gemma 3 (a real SPM vocab with 262k tokens, the optional `gemma`
 extra) against tests/data/vocab_gemma3_llamacpp.json."""
 from __future__ import annotations

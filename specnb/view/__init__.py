@@ -42,7 +42,7 @@ from .live import LiveView
 from .render import MARK, WORDS, chip_html, chip_title, visible
 from .settings import MAX_SEQUENCES
 from .state import (CHIP_STATES, KV_STATES, Chip, RunState, SlotView, chip_states, committed_flags,
-                    kv_states, piece, slot_view)
+    kv_states, piece, slot_view)
 
 __all__ = ["LiveView", "MARK", "WORDS", "chip_html", "chip_title", "visible", "MAX_SEQUENCES",
            "CHIP_STATES", "KV_STATES", "Chip", "RunState", "SlotView", "chip_states",

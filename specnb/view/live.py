@@ -1,7 +1,7 @@
 """`LiveView`: the controls, the run and the rendered state, assembled from ipywidgets.
 
 The view owns a `SpeculativeLoop` built from its settings (the pair's contexts come from
-`specnb.pair.open_pair`), hands each RoundEvent to its `RunState` and redraws from that state.
+`specnb.run.pair.open_pair`), hands each RoundEvent to its `RunState` and redraws from that state.
 Changing a control restarts the run from the prompt.
 """
 from __future__ import annotations
@@ -10,17 +10,17 @@ import threading
 
 import ipywidgets as W
 
-from ..context import ACTIVATIONS, BACKENDS
+from ..run.context import ACTIVATIONS, BACKENDS
 from ..errors import ParamError, SpecnbError, check_param
-from ..draft_len import SCHEDULES
-from ..loop import VERIFY_MODES, SpeculativeLoop
-from ..pair import open_pair
+from ..spec.draft_len import SCHEDULES
+from ..spec.verify import VERIFY_MODES
+from ..spec.loop import SpeculativeLoop
+from ..run.pair import open_pair
 from . import settings as S
 from .player import JOIN_TIMEOUT_S, Player
-from .render import (CHIP_STYLE, KV_LEGEND, MARK, chip_border, chip_title, committed_html,
-                     counters_html, detail_html, error_html, history_html, impl_legend_html,
-                     impl_mark, kv_strips_html, no_round_header_html, slot_header_html, status_html,
-                     visible)
+from .render import (CHIP_STYLE, KV_LEGEND, MARK, chip_border, chip_title, committed_html, counters_html,
+    detail_html, error_html, history_html, impl_legend_html, impl_mark, kv_strips_html, no_round_header_html,
+    slot_header_html, status_html, visible)
 from .state import Chip, RunState
 
 MIN_SPEED = 0.01              # rounds per second: the slowest the player steps
@@ -182,7 +182,7 @@ class LiveView:
         """The widget, plus a PNG of what it shows when static pictures are on (view/static.py),
         for viewers that cannot run widgets."""
         bundle = self.widget._repr_mimebundle_(**kw)
-        from .. import snapshot
+        from ..figures import snapshot
         if snapshot.static_enabled():
             from .static import snapshot_png
             bundle = {**snapshot.png_bundle(snapshot_png(self)), **bundle}

@@ -7,8 +7,8 @@ non-empty line, where a line "ids: 1 2 3" gives token ids.
 from __future__ import annotations
 
 from ..errors import ParamError
-from ..loop import SpecParams
-from ..sampling import SamplerParams
+from ..spec.speculative import SpecParams
+from ..run.sampling import SamplerParams
 
 MAX_SEQUENCES = 8
 # the spec-type control's choices (it also takes any comma-separated list, as --spec-type does)

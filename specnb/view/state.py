@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..stats import event_stats
+from ..measure.stats import event_stats
 
 CHIP_STATES = ("accepted", "rejected", "unexamined", "replaced", "bonus", "replayed", "p-min-stop")
 DRAFT_CHIP_STATES = ("accepted", "rejected", "unexamined", "replayed")

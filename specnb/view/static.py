@@ -4,13 +4,13 @@ A committed notebook has no widget state, so GitHub and nbviewer cannot draw a l
 fall back to the next mime type a cell's output carries. `snapshot_html(view)` lays out what the
 view shows at this moment (each sequence's latest round: header, chips, committed text, KV
 strips; the counters; the earlier rounds) with the same pure render functions the widgets use,
-and `LiveView._repr_mimebundle_` adds its PNG (specnb/snapshot.py, headless Chromium) once
+and `LiveView._repr_mimebundle_` adds its PNG (specnb/figures/snapshot.py, headless Chromium) once
 `snapshot.static_figures()` has been called, as the course's notebooks do in their first cell.
 """
 from __future__ import annotations
 
-from .render import (KV_LEGEND, chip_html, committed_html, counters_html, history_html,
-                     impl_legend_html, kv_strips_html, no_round_header_html, slot_header_html)
+from .render import (KV_LEGEND, chip_html, committed_html, counters_html, history_html, impl_legend_html,
+    kv_strips_html, no_round_header_html, slot_header_html)
 
 SNAPSHOT_WIDTH_PX = 960
 
@@ -43,5 +43,5 @@ def snapshot_html(view) -> str:
 
 def snapshot_png(view, width: int = SNAPSHOT_WIDTH_PX) -> bytes | None:
     """A PNG of `snapshot_html(view)`, or None when no Chromium can draw it."""
-    from ..snapshot import html_png
+    from ..figures.snapshot import html_png
     return html_png(snapshot_html(view), width=width)

@@ -1,0 +1,740 @@
+"""`python -m specnb ...` / `specnb ...`: generate, tokenize, perplexity, bench, gate,
+speculative-simple, demo, models, forge.
+
+Every -m / -md takes a registry name (`specnb models`) or a GGUF path. Every command prints a
+one-line error and exits 2 on bad input (no traceback); `gate` exits 1 when the pair is
+incompatible, `models path` when the model is not installed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ..errors import SpecnbError
+
+EXIT_BAD_INPUT = 2
+
+
+def _add_model(p, flag="-m", dest="model",
+               help_="target: a model name (`specnb models`) or a GGUF path (default: smollm2-135m)"):
+    p.add_argument(flag, f"--{dest.replace('_', '-')}", dest=dest, default=None, help=help_)
+
+
+def _add_alias(p, *flags, dest, of, type=str):
+    """An old name of a flag, listed as such (c392e50's; master 34af94cd refuses it)."""
+    p.add_argument(*flags, dest=dest, type=type, default=argparse.SUPPRESS, metavar="N",
+                   help=f"c392e50's name for {of} (removed at master 34af94cd)")
+
+
+class _Removed(argparse.Action):
+    """A flag master 34af94cd no longer has: refused with its hint, as common/arg.cpp does."""
+
+    def __init__(self, option_strings, dest, hint="", **kw):
+        self.hint = hint
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} was removed at llama.cpp master 34af94cd: use {self.hint}")
+
+
+def _add_common(p, activations=True):
+    p.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="cpu",
+                   help="compute backend (auto: cuda when a GPU is found, else cpu)")
+    if activations:
+        p.add_argument("--activations", choices=["q8", "f32"], default=None,
+                       help="CPU matrix products: q8 = activations rounded to int8 blocks as "
+                            "llama.cpp's CPU backend does, the fast path (the CPU default); f32 = "
+                            "float32 activations, the exact reference path that agrees with the "
+                            "NumPy oracle (several times slower). CUDA: f32 only")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _add_sampling(p):
+    """The sampler flags, under llama.cpp's names (common/arg.cpp) and with its defaults, except
+    --temp (0 here, 0.8 in llama.cpp) and --seed (42 here, random in llama.cpp)."""
+    from ..run.sampling import DEFAULT_SAMPLERS
+    g = p.add_argument_group("sampling (llama.cpp's flags; see docs/llama_cpp.md)")
+    g.add_argument("--temp", "--temperature", type=float, default=0.0,
+                   help="temperature; 0 = greedy (default 0; llama.cpp's default is 0.8)")
+    g.add_argument("--top-k", type=int, default=40, help="top-k (default 40, <= 0 = off)")
+    g.add_argument("--top-p", type=float, default=0.95, help="top-p (default 0.95, 1 = off)")
+    g.add_argument("--min-p", type=float, default=0.05, help="min-p (default 0.05, 0 = off)")
+    g.add_argument("--typical", "--typical-p", type=float, default=1.0,
+                   help="locally typical sampling p (default 1 = off)")
+    g.add_argument("--top-nsigma", "--top-n-sigma", dest="top_n_sigma", type=float, default=-1.0,
+                   help="top-n-sigma (default -1 = off)")
+    g.add_argument("--xtc-probability", type=float, default=0.0, help="XTC probability (default 0 = off)")
+    g.add_argument("--xtc-threshold", type=float, default=0.1,
+                   help="XTC threshold (default 0.1, > 0.5 = off)")
+    g.add_argument("--dynatemp-range", type=float, default=0.0,
+                   help="dynamic temperature range (default 0 = off)")
+    g.add_argument("--dynatemp-exp", type=float, default=1.0, help="dynamic temperature exponent (default 1)")
+    g.add_argument("--repeat-penalty", type=float, default=1.0, help="repeat penalty (default 1 = off)")
+    g.add_argument("--repeat-last-n", type=int, default=64,
+                   help="tokens the penalties look back at (default 64, 0 = off)")
+    g.add_argument("--frequency-penalty", type=float, default=0.0, help="(default 0 = off)")
+    g.add_argument("--presence-penalty", type=float, default=0.0, help="(default 0 = off)")
+    g.add_argument("--dry-multiplier", type=float, default=0.0, help="DRY multiplier (default 0 = off)")
+    g.add_argument("--dry-base", type=float, default=1.75, help="DRY base (default 1.75, >= 1)")
+    g.add_argument("--dry-allowed-length", type=int, default=2,
+                   help="DRY: repeats longer than this are penalised (default 2)")
+    g.add_argument("--dry-penalty-last-n", type=int, default=64,
+                   help="DRY: tokens scanned for repeats (default 64, 0 = off)")
+    g.add_argument("--dry-sequence-breaker", action="append", default=None, metavar="STRING",
+                   help="DRY sequence breaker; the first use replaces the defaults (\\n : \" *), "
+                        "'none' removes all")
+    g.add_argument("--mirostat", type=int, default=0, help="0 = off, 1 = Mirostat, 2 = Mirostat 2.0")
+    g.add_argument("--mirostat-lr", type=float, default=0.1, help="Mirostat eta (default 0.1)")
+    g.add_argument("--mirostat-ent", type=float, default=5.0, help="Mirostat tau (default 5)")
+    g.add_argument("-l", "--logit-bias", action="append", default=[], metavar="TOKEN_ID(+/-)BIAS",
+                   help="e.g. 15043+1 or 15043-inf; may be repeated")
+    g.add_argument("--samplers", default=None, metavar="SAMPLERS",
+                   help="samplers in order, separated by ';' (default: " + ";".join(DEFAULT_SAMPLERS) + ")")
+    g.add_argument("--sampler-seq", "--sampling-seq", dest="sampler_seq", default=None,
+                   metavar="SEQUENCE", help="the same as letters (default: edskypmxt)")
+    g.add_argument("-s", "--seed", type=int, default=42,
+                   help="RNG seed (default 42; 4294967295 = random, llama.cpp's default)")
+    g.add_argument("--dist-draw", choices=["master", "c392e50"], default="master",
+                   help="draw the final token as llama.cpp master does, or as c392e50 did "
+                        "(needed to reproduce a c392e50 build's seeds)")
+
+
+def _prompt_args(p):
+    p.add_argument("-p", "--prompt", default=None)
+    p.add_argument("-f", "--file", default=None,
+                   help="read the prompt from a file, bytes as they are (as llama.cpp with --no-escape)")
+    p.add_argument("--chat", action="store_true",
+                   help="wrap the prompt as a user message with the model's chat template")
+
+
+def sampler_params(a):
+    from ..errors import ParamError
+    from ..run.sampling import SamplerParams, parse_logit_bias, parse_sampler_seq, parse_samplers
+    if a.samplers is not None and a.sampler_seq is not None:
+        raise ParamError("give either --samplers or --sampler-seq, not both")
+    kw = {}
+    if a.samplers is not None:
+        kw["samplers"] = parse_samplers(a.samplers)
+    elif a.sampler_seq is not None:
+        kw["samplers"] = parse_sampler_seq(a.sampler_seq)
+    if a.dry_sequence_breaker is not None:     # as llama.cpp: the first use drops the defaults
+        breakers = []
+        for b in a.dry_sequence_breaker:
+            breakers = [] if b == "none" else breakers + [b]
+        kw["dry_sequence_breakers"] = tuple(breakers)
+    if a.dry_base < 1.0:
+        raise ParamError(f"invalid --dry-base={a.dry_base}: expected a number >= 1 "
+                         f"(llama.cpp ignores smaller values)")
+    return SamplerParams(temp=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p, typ_p=a.typical,
+                         penalty_repeat=a.repeat_penalty, penalty_last_n=a.repeat_last_n,
+                         penalty_freq=a.frequency_penalty, penalty_present=a.presence_penalty,
+                         top_n_sigma=a.top_n_sigma, xtc_probability=a.xtc_probability,
+                         xtc_threshold=a.xtc_threshold, dynatemp_range=a.dynatemp_range,
+                         dynatemp_exponent=a.dynatemp_exp, dry_multiplier=a.dry_multiplier,
+                         dry_base=a.dry_base, dry_allowed_length=a.dry_allowed_length,
+                         dry_penalty_last_n=a.dry_penalty_last_n, mirostat=a.mirostat,
+                         mirostat_eta=a.mirostat_lr, mirostat_tau=a.mirostat_ent,
+                         logit_bias=tuple(parse_logit_bias(x) for x in a.logit_bias),
+                         seed=a.seed, dist_draw=a.dist_draw, **kw).validate()
+
+
+def _load(model, vocab_only: bool = False):
+    """The model named by -m: a registry name or a path; the default target when not given."""
+    from ..model import load_model
+    from ..model.registry import DEFAULT_TARGET
+    return load_model(model or DEFAULT_TARGET, vocab_only=vocab_only)
+
+
+def _read_prompt(a, vocab, default=None, keep_final_newline=False):
+    """The prompt as llama.cpp takes it: -f FILE's bytes (specnb/vocab/textio.py), or -p's text (the
+    bytes given when they are not UTF-8). llama-tokenize reads -f as it is; llama-cli and
+    llama-speculative-simple drop one final newline (keep_final_newline=False)."""
+    from ..errors import ParamError
+    from ..vocab.textio import as_text, prompt_text, read_text_file
+    if a.prompt is not None and a.file is not None:
+        raise ParamError("give either -p PROMPT or -f FILE, not both")
+    if a.file is not None:
+        text = read_text_file(a.file, keep_final_newline=keep_final_newline)
+    elif a.prompt is not None:
+        text = prompt_text(a.prompt)
+    elif default is not None:
+        text = default
+    else:
+        raise ParamError("no prompt: give -p PROMPT or -f FILE")
+    if getattr(a, "chat", False):
+        rendered = vocab.apply_chat_template([{"role": "user", "content": as_text(text)}])
+        text = prompt_text(rendered, source=f"{getattr(text, 'source', '') or '-p'} (chat)")
+    return text
+
+
+# ---- commands -------------------------------------------------------------------------------
+def cmd_generate(a):
+    from ..run.context import Context
+    from ..run.generate import generate
+    from ..run.sampling import Sampler
+    from ..vocab.textio import as_text
+    model = _load(a.model)
+    text = _read_prompt(a, model.vocab)
+    ids = model.vocab.tokenize(text)
+    ctx = Context(model, n_ctx=a.ctx_size, backend=a.backend, n_threads=a.threads,
+                  activations=a.activations)
+    smpl = Sampler(sampler_params(a), model.n_vocab)
+    stream = None
+    if not a.json:
+        sys.stdout.write(as_text(text, "replace"))
+        stream = lambda t: (sys.stdout.write(model.vocab.token_to_piece(t, special=False)
+                                             .decode("utf-8", "replace")), sys.stdout.flush())
+    r = generate(ctx, smpl, ids, a.n_predict, on_token=stream)
+    if a.json:
+        print(json.dumps({"tokens": r.tokens, "text": r.text, "n_prompt": r.n_prompt,
+                          "t_prompt_s": r.t_prompt_s, "t_gen_s": r.t_gen_s,
+                          "prompt_tok_s": r.n_prompt / r.t_prompt_s if r.t_prompt_s else 0.0,
+                          "gen_tok_s": r.tok_per_s, "stop_reason": r.stop_reason,
+                          "seed": smpl.seed_used, "backend": ctx.backend_name}))
+    else:
+        print()
+        if r.message:
+            print(r.message, file=sys.stderr)
+        print(f"\nprompt: {r.n_prompt} tokens in {r.t_prompt_s:.3f} s "
+              f"({r.n_prompt / max(r.t_prompt_s, 1e-9):.1f} tok/s); generation: {len(r.tokens)} "
+              f"tokens in {r.t_gen_s:.3f} s ({r.tok_per_s:.1f} tok/s)", file=sys.stderr)
+    return 0
+
+
+def cmd_tokenize(a):
+    model = _load(a.model, vocab_only=True)
+    v = model.vocab
+    text = _read_prompt(a, v, keep_final_newline=True)
+    ids = v.tokenize(text, add_special=not a.no_bos, parse_special=not a.no_parse_special)
+    if a.json:
+        print(json.dumps({"ids": ids}))
+    elif a.ids:
+        print("[" + ", ".join(str(i) for i in ids) + "]")
+    else:
+        for i in ids:
+            print(f"{i:6d} -> '{v.token_to_piece(i).decode('utf-8', 'replace')}'")
+    return 0
+
+
+def cmd_gate(a):
+    from ..model import load_model
+    from ..vocab.gate import are_compatible
+    tgt = load_model(a.target, vocab_only=True)
+    dft = load_model(a.draft, vocab_only=True)
+    rep = are_compatible(tgt, dft)
+    if a.json:
+        print(json.dumps(rep.as_dict()))
+    else:
+        print(f"target: {a.target}\ndraft:  {a.draft}")
+        print(rep)
+    return 0 if rep.ok else 1
+
+
+def cmd_perplexity(a):
+    from ..errors import ParamError
+    from ..run.perplexity import perplexity
+    from ..vocab.textio import read_text_file
+    if a.file is None:
+        raise ParamError("perplexity needs -f FILE")
+    text = read_text_file(a.file, "text file")     # perplexity() drops one final newline
+    model = _load(a.model)
+    def show(k, n, ppl):
+        if not a.json:
+            print(f"[{k}]{ppl:.4f},", end="" if k < n else "\n", flush=True)
+    r = perplexity(model, text, n_ctx=a.ctx_size, backend=a.backend, n_threads=a.threads,
+                   on_chunk=show, max_chunks=a.chunks, activations=a.activations)
+    if a.json:
+        print(json.dumps(r))
+    else:
+        print(f"Final estimate: PPL = {r['ppl']:.4f} +/- {r['ppl_stderr']:.5f}  "
+              f"({r['n_chunks']} chunks of {r['n_ctx']}, {r['tokens_per_s']:.1f} tok/s)")
+    return 0
+
+
+def cmd_bench(a):
+    from ..measure.bench import bench
+    from ..measure.bench_report import format_bench, format_goals
+    modes = None if a.activations == "both" else (a.activations,)
+    if a.profile:
+        return _bench_profile(a, modes or ("q8", "f32"))
+    r = bench(a.model, backend=a.backend, n_threads=a.threads, reps=a.reps, n_gen=a.n_gen,
+              check=a.check, quick=a.quick, peak_gbs=a.peak_gbs, activations=modes,
+              memory=not a.no_memory, compile_time=a.compile_time, draft_path=a.model_draft,
+              llama_bench=a.llama_bench, bandwidth_gib=a.bandwidth_gib,
+              pair_spec=a.spec and a.model_draft is not None)
+    if a.spec and a.model_draft is None:
+        from ..measure.spec_bench import format_spec_bench, spec_bench
+        r["speculative"] = spec_bench(n_threads=a.threads, backend=a.backend, sweep=not a.quick,
+                                      activations=None if a.activations == "both" else a.activations)
+    if a.json:
+        print(json.dumps(r))
+    else:
+        print(format_bench(r))
+        if "speculative" in r:
+            print("\n" + format_spec_bench(r["speculative"]))
+        if r["backend"] == "cpu":
+            print("\n" + format_goals(r))
+    return 0
+
+
+def _bench_profile(a, modes):
+    # `bench --profile`: each kernel of a 1-row step and of a 5-row verification batch, per mode
+    from ..run.context import set_threads
+    from ..model import load_model
+    from ..measure.profile import decode_profile, format_profile
+    from ..model.registry import default_target_path, resolve
+    out = {}
+    for role, name in (("target", a.model), ("draft", a.model_draft)):
+        if role == "draft" and name is None:
+            continue
+        model = load_model(resolve(name) if name else default_target_path())
+        for mode in modes:
+            for n_rows in (1, 5):
+                p = decode_profile(model, mode, n_rows=n_rows, n_threads=set_threads(a.threads))
+                out[f"{role} {mode} {n_rows}"] = p
+                if not a.json:
+                    print(f"\n{role}: {os.path.basename(model.path)}\n" + format_profile(p))
+    if a.json:
+        print(json.dumps(out))
+    return 0
+
+
+def _spec_setup(a):
+    """The pair and SpecParams of speculative-simple's flags (-md without --spec-type: draft-simple)."""
+    import warnings
+    from ..errors import ParamError
+    from ..spec.speculative import SpecParams
+    from ..run.pair import open_pair
+    rates = None
+    if a.spec_synth_rates:
+        try:
+            rates = [float(x) for x in a.spec_synth_rates.split(",")]
+        except ValueError:
+            raise ParamError(f"invalid --spec-synth-rates={a.spec_synth_rates!r}: expected "
+                             f"comma-separated numbers") from None
+    sp = SpecParams(types=a.spec_type, n_max=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
+                    reeval=not a.no_reeval, verify=a.verify, synth_rates=rates,
+                    synth_len=a.spec_synth_len, ngram_simple_size_n=a.ngram_simple_size_n,
+                    ngram_simple_size_m=a.ngram_simple_size_m, ngram_map_k_size_n=a.ngram_map_k_size_n,
+                    ngram_map_k_size_m=a.ngram_map_k_size_m, ngram_map_k4v_size_n=a.ngram_map_k4v_size_n,
+                    ngram_map_k4v_size_m=a.ngram_map_k4v_size_m,
+                    ngram_simple_min_hits=a.ngram_simple_min_hits,
+                    ngram_map_k_min_hits=a.ngram_map_k_min_hits, ngram_map_k4v_min_hits=a.ngram_map_k4v_min_hits,
+                    ngram_mod_n_match=a.ngram_mod_n_match, ngram_mod_n_min=a.ngram_mod_n_min,
+                    ngram_mod_n_max=a.ngram_mod_n_max,
+                    lookup_cache_static=a.lookup_cache_static,
+                    lookup_cache_dynamic=a.lookup_cache_dynamic).validate()
+    need_draft = "draft-simple" in sp.resolved_types(has_draft_model=True)
+    if a.model_draft is not None and not need_draft:
+        warnings.warn(f"--spec-type {a.spec_type} has no draft-simple: the draft model "
+                      f"{a.model_draft} is not used", stacklevel=2)
+    pair = open_pair(a.model, a.model_draft if need_draft else False, n_ctx=a.ctx_size,
+                     n_seq=max(1, getattr(a, "parallel", 1)), backend=a.backend,
+                     n_threads=a.threads, activations=a.activations,
+                     tgt_seq_rm=not a.no_seq_rm, dft_seq_rm=not a.no_seq_rm_draft)
+    return pair.target, pair.draft, pair.ctx_tgt, pair.ctx_dft, sp
+
+
+def cmd_speculative_simple(a):
+    import warnings
+    from ..spec.loop import SpeculativeLoop
+    from ..vocab.textio import as_text
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore" if a.json else "default")
+        tgt, dft, ctx_t, ctx_d, sp = _spec_setup(a)
+        text = _read_prompt(a, tgt.vocab)
+        ids = tgt.vocab.tokenize(text)
+        # the example feeds its sampler no prompt token (speculative-simple.cpp); --penalize-prompt
+        # does, as llama-cli and llama-server do
+        loop = SpeculativeLoop(ctx_t, ctx_d, [ids] * max(1, a.parallel), a.n_predict,
+                               sampler_params(a), sp, penalize_prompt=a.penalize_prompt,
+                               stop=a.stop)
+    if not a.json:
+        sys.stdout.write(as_text(text, "replace"))
+        sys.stdout.flush()
+
+    def show(ev):
+        if a.json:
+            return
+        s = ev.slot
+        k = s.n_accepted if not s.replay else 0
+        for i, t in enumerate(s.committed):
+            piece = tgt.vocab.token_to_piece(t, special=False).decode("utf-8", "replace")
+            if a.color and i < k:     # accepted draft tokens: green from the draft model, cyan from a lookup
+                piece = f"\x1b[{32 if s.impl == 'draft-simple' else 36}m{piece}\x1b[0m"
+            sys.stdout.write(piece)
+        sys.stdout.flush()
+    results = loop.run(on_round=show)
+    r = results[0]
+    impls = loop.spec.stats()
+    st = impls[0] if impls else {}
+    n_eval = sum(s["n_eval"] for s in impls)
+    if a.json:
+        print(json.dumps({
+            "tokens": r.tokens, "text": r.text, "n_prompt": r.n_prompt, "n_drafted": r.n_drafted,
+            "n_accept": r.n_accept, "n_rounds": r.n_rounds, "spec_types": loop.spec.types,
+            # per draft over --draft-max positions (specnb's); llama.cpp's are in impls[]
+            "acc_rate_per_pos": _per_draft_rates(impls, sp.n_max),
+            "mean_acc_len": st.get("mean_acc_len", 0.0), "t_prompt_s": r.t_prompt_s,
+            "t_gen_s": r.t_gen_s, "tok_s": len(r.tokens) / r.t_gen_s if r.t_gen_s else 0.0,
+            "n_eval_draft": n_eval, "stop_reason": r.stop_reason, "stats": st, "impls": impls,
+            "summary": {"n_drafted": loop.n_drafted_simple, "n_accept": loop.n_accept_simple},
+            "draft_len": loop.policy.stats(),
+            "parallel": [x.tokens for x in results[1:]]}))
+    else:
+        print("\n")
+        print(f"encoded {r.n_prompt:4d} tokens in {r.t_prompt_s:8.3f} seconds, speed: "
+              f"{r.n_prompt / max(r.t_prompt_s, 1e-9):8.3f} t/s")
+        print(f"decoded {len(r.tokens):4d} tokens in {r.t_gen_s:8.3f} seconds, speed: "
+              f"{len(r.tokens) / max(r.t_gen_s, 1e-9):8.3f} t/s\n")
+        print(loop.summary())
+        print("\ndraft:\n")
+        print(loop.spec.print_stats() if impls else "(no speculation: --spec-type none)")
+        if impls:
+            print("  (master 34af94cd prints the lines above at -lv 4 only, after 'spec "
+                  "common_specu: '; c392e50 prints the draft context's perf counters instead)")
+        if ctx_d is not None:
+            print(f"  draft evaluations: {n_eval} over {r.n_rounds} rounds "
+                  f"({n_eval / max(r.n_rounds, 1):.2f} per round)")
+    return 0
+
+
+def _per_draft_rates(impls: list, n_max: int) -> list:
+    """Drafts of every impl with at least i+1 accepted tokens / drafts, i < n_max."""
+    n = sum(s["n_gen_drafts"] for s in impls)
+    return [sum(s["specnb_n_acc_tokens_per_pos"][i] for s in impls
+                if i < len(s["specnb_n_acc_tokens_per_pos"])) / n if n else 0.0 for i in range(n_max)]
+
+
+def cmd_demo(a):
+    from .demo import demo, sweep
+    kw = dict(n_predict=a.n_predict, n_threads=a.threads, backend=a.backend, json_out=a.json,
+              activations=a.activations)
+    if a.policies is not None:
+        from .demo import policies
+        from ..spec.draft_len import parse_draft_max
+        names = [x.strip() for x in a.policies.split(",") if x.strip()]
+        for n in names:
+            if n != "plain":
+                parse_draft_max(n)                    # a bad name is refused before any run
+        labels = [x.strip() for x in a.prompts.split(",")] if a.prompts else None
+        return policies(names, prompt_labels=labels, **kw)
+    if a.sweep:
+        from ..errors import ParamError
+        try:
+            values = tuple(int(x) for x in a.sweep.split(","))
+        except ValueError:
+            raise ParamError(f"invalid --sweep={a.sweep!r}: expected draft-max values such as "
+                             f"1,2,3,4,6,8") from None
+        if not values or min(values) < 1:
+            raise ParamError(f"invalid --sweep={a.sweep!r}: draft-max values must be >= 1")
+        return sweep(values, **kw)
+    from ..spec.draft_len import parse_draft_max
+    schedule, n = parse_draft_max(a.draft_max)
+    return demo(draft_max=n if schedule == "fixed" else a.draft_max, llama_bench=a.llama_bench, **kw)
+
+
+def cmd_models(a):
+    from ..model import registry
+    from ..errors import ParamError
+    takes = {"list": "no NAME", "path": "exactly one NAME", "install": "one or more NAMEs"}
+    n = len(a.names)
+    if (a.action == "list" and n) or (a.action == "path" and n != 1) or not (n or a.action == "list"):
+        raise ParamError(f"models {a.action} takes {takes[a.action]}, got {n}")
+    if a.action == "list":
+        rows = []
+        for name, e in registry.REGISTRY.items():
+            state, path = registry.status(name)
+            rows.append({"name": name, "about": e.about, "size": e.size, "kind": e.kind,
+                         "state": state, "installed": path is not None, "path": path,
+                         "runnable": e.runnable})
+        if a.json:
+            print(json.dumps({"models": rows}))
+            return 0
+        for r in rows:
+            print(f"{r['name']:<20} {registry.size_text(r['size']):>7}  {r['state']}")
+            print(f"    {r['about']}")
+            if r["path"]:
+                print(f"    {r['path']}")
+        print("\nEvery -m / -md takes one of these names or a GGUF path. "
+              "Install one: specnb models install NAME")
+        return 0
+    if a.action == "path":
+        from ..errors import ModelNotFoundError
+        try:
+            print(registry.installed_path(a.names[0]))
+        except ModelNotFoundError as e:
+            if a.names[0] not in registry.REGISTRY:
+                raise
+            print(f"specnb models: {e}", file=sys.stderr)
+            return 1
+        return 0
+    for name in a.names:                     # install
+        registry.entry(name)                 # every name is checked before anything is installed
+    for name in a.names:
+        print(registry.install(name))
+    return 0
+
+
+FORGE_KINDS = ("default-draft", "requantize", "truncate", "mutate", "tiny")
+
+
+def cmd_forge(a):
+    from ..gguf import forge
+    from ..errors import ParamError
+    from ..model.registry import DEFAULT_DRAFT, default_target_path, model_path
+    if a.kind == "default-draft":
+        print(model_path(DEFAULT_DRAFT))
+        return 0
+    if a.output is None:
+        raise ParamError(f"forge {a.kind}: give the destination with -o PATH")
+    if a.kind == "tiny":
+        from ..model.testing import tiny_model
+        print(tiny_model(a.output, qtype=a.type, n_layer=a.layers, seed=a.seed))
+        return 0
+    from ..model.registry import resolve
+    src = resolve(a.model) if a.model else default_target_path()
+    if a.kind == "requantize":
+        out = forge.requantize(src, a.output, a.type)
+    elif a.kind == "truncate":
+        out = forge.truncate_layers(src, a.output, a.layers)
+    else:
+        out = forge.mutate_vocab(src, a.output, a.mutation)
+    print(out)
+    return 0
+
+
+# ---- argument parsing -----------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="specnb", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("generate", help="plain decoding")
+    _add_model(p)
+    _prompt_args(p)
+    _add_sampling(p)
+    _add_common(p)
+    p.add_argument("-n", "--n-predict", type=int, default=64)
+    p.add_argument("-c", "--ctx-size", type=int, default=2048)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("tokenize", help="text -> token ids, as llama-tokenize")
+    _add_model(p)
+    _prompt_args(p)
+    p.add_argument("--ids", action="store_true", help="print only the ids, as a list")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--no-bos", action="store_true", help="do not add BOS/EOS even if the vocab asks")
+    p.add_argument("--no-parse-special", action="store_true", help="treat <|...|> as plain text")
+    p.set_defaults(func=cmd_tokenize)
+
+    p = sub.add_parser("perplexity", help="perplexity as llama-perplexity")
+    _add_model(p)
+    _add_common(p)
+    p.add_argument("-f", "--file", default=None)
+    p.add_argument("-c", "--ctx-size", type=int, default=512)
+    p.add_argument("--chunks", type=int, default=None, help="score at most this many chunks")
+    p.set_defaults(func=cmd_perplexity)
+
+    p = sub.add_parser("bench", help="decode speed and batch cost, next to llama.cpp's")
+    _add_model(p)
+    _add_common(p, activations=False)
+    _add_model(p, "-md", "model_draft", "a draft model too (a real pair: its decode, the target's "
+                                        "batch sweep 1..17, and with --spec speculative decoding)")
+    p.add_argument("--activations", choices=["f32", "q8", "both"], default="both",
+                   help="which CPU activation modes to measure, side by side (default both)")
+    p.add_argument("--llama-bench", default=None, metavar="PATH",
+                   help="llama.cpp's llama-bench, run on the same models, taking turns with specnb "
+                        "(default: $SPECNB_LLAMA_BENCH; without it llama.cpp's figures are quoted "
+                        "for the default model only)")
+    p.add_argument("--bandwidth-gib", type=float, default=1.0,
+                   help="GiB per thread for the streaming-bandwidth measurement (default 1)")
+    p.add_argument("--no-memory", action="store_true",
+                   help="skip the peak-memory run of the default pair in a fresh process")
+    p.add_argument("--compile-time", action="store_true",
+                   help="also time a fresh process's first call with an empty and with a filled "
+                        "Numba cache (the empty one compiles everything: minutes)")
+    p.add_argument("--profile", action="store_true",
+                   help="instead: where a decode step's time goes, each kernel timed alone on the "
+                        "model's weights (1 row and a 5-row batch, per activation mode)")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--n-gen", type=int, default=32)
+    p.add_argument("--check", action="store_true", help="also check the backend against the CPU")
+    p.add_argument("--quick", action="store_true", help="fewer batch sizes and repetitions")
+    p.add_argument("--peak-gbs", type=float, default=4800.0,
+                   help="memory bandwidth peak for the GPU fraction column (an H200: 4800)")
+    p.add_argument("--spec", action="store_true",
+                   help="also measure speculative decoding: with -md the pair on code prompts "
+                        "against llama.cpp's plain decoding; else the default pair (acceptance, "
+                        "draft work, loop overhead, speedup vs draft-max against the cost model)")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("gate", help="vocab compatibility of a target/draft pair, with the "
+                                    "verdicts of llama.cpp c392e50 and master")
+    p.add_argument("target", help="a model name or a GGUF path")
+    p.add_argument("draft", help="a model name or a GGUF path")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_gate)
+
+    for name in ("speculative-simple", "speculative"):
+        p = sub.add_parser(name, help="speculative decoding (a draft model, n-gram lookups)",
+                           description="llama-speculative-simple as llama.cpp master 34af94cd has "
+                           "it: its flags, defaults and statistics. c392e50's older names are "
+                           "accepted where labelled so; c392e50 is the build specnb compares "
+                           "speeds and printed counts with (docs/llama_cpp.md)")
+        _add_model(p)
+        p.add_argument("--spec-draft-model", "-md", "--model-draft", dest="model_draft", default=None,
+                       metavar="FNAME",
+                       help="draft: a model name or a GGUF path (default: smollm2-135m-q4_0, the "
+                            "default target requantized to Q4_0)")
+        _prompt_args(p)
+        _add_sampling(p)
+        _add_common(p)
+        p.add_argument("-n", "--n-predict", type=int, default=64)
+        p.add_argument("-c", "--ctx-size", type=int, default=2048)
+        p.add_argument("--spec-draft-n-max", dest="draft_max", default="3",
+                       metavar="N|auto[:CAP]|heuristic[:CAP]",
+                       help="the draft model's tokens per round: N (its drafts cut to N, default 3); "
+                            "auto: each round's length 0..CAP (default 16) chosen from the costs "
+                            "this run measures (specnb.spec.draft_len); heuristic: transformers' "
+                            "schedule (start 20, +2 after a fully accepted draft, else -1; cap "
+                            "default 64)")
+        p.add_argument("--spec-draft-n-min", dest="draft_min", type=int, default=0, metavar="N",
+                       help="the draft model's fewest tokens: a shorter draft is dropped (default 0)")
+        p.add_argument("--spec-draft-p-min", "--draft-p-min", dest="draft_p_min", type=float, default=0.0,
+                       metavar="P",
+                       help="stop drafting when the draft model's top probability is below P "
+                            "(default 0.0)")
+        _add_alias(p, "--draft-max", "--draft", "--draft-n", dest="draft_max", of="--spec-draft-n-max")
+        _add_alias(p, "--draft-min", "--draft-n-min", dest="draft_min", of="--spec-draft-n-min", type=int)
+        p.add_argument("--verify", choices=["exact", "rejection"], default="exact")
+        p.add_argument("--no-reeval", action="store_true",
+                       help="keep the draft's KV rows instead of re-evaluating them in process()")
+        p.add_argument("--no-seq-rm", action="store_true",
+                       help="target memory refuses partial removal: use checkpoints and replay")
+        p.add_argument("--no-seq-rm-draft", action="store_true",
+                       help="draft memory refuses partial removal: the draft restores a checkpoint "
+                            "instead of removing its rejected rows")
+        p.add_argument("--spec-type", default=None, metavar="TYPES",
+                       help="comma-separated speculator types: none, draft-simple, ngram-simple, "
+                            "ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache; they run in "
+                            "llama.cpp's priority order (n-gram lookups first). The n-gram types "
+                            "need no draft model. Master's draft-eagle3, draft-mtp, draft-dflash "
+                            "and draft-dspark need heads or models trained for the target and are "
+                            "not implemented (the error says why). Default: draft-simple (with "
+                            "-md or the default draft), c392e50's rule; at master 34af94cd the default is none, and "
+                            "llama-speculative-simple -md F alone exits with 'failed to initialize "
+                            "speculative decoding'")
+        for t in ("simple", "map-k", "map-k4v"):
+            g = p.add_argument_group(f"ngram-{t} (master 34af94cd's flags)")
+            d = t.replace("-", "_")
+            g.add_argument(f"--spec-ngram-{t}-size-n", dest=f"ngram_{d}_size_n", type=int, default=12,
+                           metavar="N", help="length of the lookup n-gram (default 12)")
+            g.add_argument(f"--spec-ngram-{t}-size-m", dest=f"ngram_{d}_size_m", type=int, default=48,
+                           metavar="M", help="length of the drafted m-gram, the longest draft "
+                           "(default 48); --spec-draft-n-max does not cut it, as in master")
+            g.add_argument(f"--spec-ngram-{t}-min-hits", dest=f"ngram_{d}_min_hits", type=int,
+                           default=1, metavar="H",
+                           help="the fewest times a key and its value must have been seen (default 1)"
+                           if t == "map-k4v" else "accepted as master does; only ngram-map-k4v reads "
+                           "it there (ngram-map.cpp:401-406), so no effect")
+        g = p.add_argument_group("ngram-mod (master 34af94cd's flags)")
+        g.add_argument("--spec-ngram-mod-n-match", dest="ngram_mod_n_match", type=int, default=24,
+                       metavar="N", help="length of the hashed n-gram (default 24)")
+        g.add_argument("--spec-ngram-mod-n-min", dest="ngram_mod_n_min", type=int, default=48,
+                       metavar="N", help="a draft shorter than N is dropped (default 48)")
+        g.add_argument("--spec-ngram-mod-n-max", dest="ngram_mod_n_max", type=int, default=64,
+                       metavar="N", help="the longest draft (default 64)")
+        for flag, hint in (("--spec-ngram-size-n", "the respective --spec-ngram-*-size-n"),
+                           ("--spec-ngram-size-m", "the respective --spec-ngram-*-size-m"),
+                           ("--spec-ngram-min-hits", "the respective --spec-ngram-*-min-hits"),
+                           ("--spec-ngram-check-rate", "nothing: master looks up every token")):
+            p.add_argument(flag, action=_Removed, hint=hint, help=argparse.SUPPRESS)
+        p.add_argument("-lcs", "--lookup-cache-static", default=None,
+                       help="ngram-cache: a static n-gram cache file (llama.cpp's layout; at "
+                            "master 34af94cd llama-lookup and llama-server take it, "
+                            "llama-speculative-simple does not)")
+        p.add_argument("-lcd", "--lookup-cache-dynamic", default=None,
+                       help="ngram-cache: a dynamic n-gram cache file (read if it exists)")
+        p.add_argument("-np", "--parallel", type=int, default=1, help="sequences decoded together")
+        p.add_argument("--spec-synth-rates", default=None)
+        p.add_argument("--spec-synth-len", type=float, default=None)
+        p.add_argument("--color", action="store_true", help="colour accepted draft tokens")
+        p.add_argument("--stop", choices=["exact", "master", "c392e50"], default="exact",
+                       help="exact: stop at exactly -n tokens, so the output compares token for "
+                            "token with `generate` (specnb's default); master: as "
+                            "llama-speculative-simple at 34af94cd, run while n_predict <= N "
+                            "(at least N + 1 tokens) and let the last round, whose budget is 0, "
+                            "draft uncapped, so n_predict / n_drafted / n_accept print as "
+                            "master's; c392e50: the same stop, no draft budget, as that build")
+        p.add_argument("--penalize-prompt", action="store_true",
+                       help="put the prompt into the sampler's penalty window (repeat, frequency, "
+                            "presence, DRY), as llama-cli and llama-server do; "
+                            "llama-speculative-simple does not (the default here)")
+        p.set_defaults(func=cmd_speculative_simple)
+
+    from .demo import DEMO_DRAFT_MAX, SWEEP_DRAFT_MAX
+    p = sub.add_parser("demo", help="the real pair winning on code and losing on prose, then the "
+                                    "teaching pair: speculative == plain, and speed")
+    p.add_argument("-n", "--n-predict", type=int, default=64)
+    p.add_argument("--spec-draft-n-max", dest="draft_max", default=str(DEMO_DRAFT_MAX),
+                   metavar="N|auto[:CAP]|heuristic[:CAP]",
+                   help=f"the draft length of the speculative runs (default {DEMO_DRAFT_MAX}; auto: "
+                        f"chosen each round from measured costs)")
+    _add_alias(p, "--draft-max", dest="draft_max", of="--spec-draft-n-max")
+    p.add_argument("--sweep", nargs="?", const=",".join(map(str, SWEEP_DRAFT_MAX)), default=None,
+                   metavar="N,N,...", help="instead: plain vs speculative speed on the code "
+                   "prompts for each draft-max (default 1,2,3,4,6,8)")
+    p.add_argument("--llama-bench", default=None, metavar="PATH",
+                   help="llama.cpp's llama-bench: part 1 also prints llama.cpp's plain decoding "
+                        "speed of the same target beside specnb's (default: $SPECNB_LLAMA_BENCH)")
+    p.add_argument("--policies", nargs="?", const="plain,1,2,4,8,heuristic,auto", default=None,
+                   metavar="P,P,...", help="instead: one table prompt x draft-length policy "
+                   "(plain, N, heuristic[:CAP], auto[:CAP]; default plain,1,2,4,8,heuristic,auto), "
+                   "tok/s and speed-up, code prompts greedy and the poem sampled")
+    p.add_argument("--prompts", default=None, metavar="LABEL,...",
+                   help="--policies: only these prompts (write a function, edit a function, "
+                        "complete code, a poem)")
+    _add_common(p)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("models", help="the models specnb knows by name: list, install, path")
+    p.add_argument("action", nargs="?", choices=["list", "install", "path"], default="list")
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--json", action="store_true", help="list as one JSON object")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("forge", help="write GGUF variants (drafts, mutated vocabs, tiny models)")
+    from ..gguf.forge import MUTATIONS
+    p.add_argument("kind", choices=FORGE_KINDS)
+    p.add_argument("-m", "--model", default=None,
+                   help="source: a model name or a GGUF path (default: smollm2-135m)")
+    p.add_argument("-o", "--output", default=None, help="destination GGUF path")
+    p.add_argument("--type", default="Q4_0", help="tensor type for requantize / tiny")
+    p.add_argument("--layers", type=int, default=4, help="layers kept by truncate / of tiny")
+    p.add_argument("--mutation", choices=MUTATIONS, default="rename-token")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_forge)
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    try:
+        return a.func(a)
+    except SpecnbError as e:
+        msg = str(e).replace("\n", "\n  ")
+        print(f"specnb {a.command}: error: {msg}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"\nspecnb {a.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""The CPU backend: one transformer forward pass over a batch of rows, on Numba njit kernels.
+
+This is the engine behind `Context.decode` (llama.cpp: the graph built by llm_build_llama and
+run by ggml-cpu). It owns the KV cache storage; the Context owns the bookkeeping (which cells
+of which sequence are valid). Weights are read straight from the quantized GGUF blocks by
+`kernels.matmul.matmul`, which streams every weight row once for all rows of the batch, or
+with activations="q8" by `kernels.matmul_q8.matmul_q8` (activations rounded to int8 blocks
+first, as llama.cpp's CPU backend does).
+
+`forward` runs the whole pass as one compiled call (`kernels/forward.py`); `forward_steps` is
+the same pass written out in Python, one line per operation, and gives bit-identical logits.
+
+Every kernel computes a row from that row's inputs only, with a fixed reduction order, so a
+row's logits are bit-identical whether it is decoded alone or inside any batch.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from numba.typed import List
+
+from ..kernels import forward as fused
+from ..kernels.activations import swiglu
+from ..kernels.attention import attention
+from ..kernels.norm import rmsnorm
+from ..kernels.matmul import dequant_row, matmul
+from ..kernels.matmul_q8 import matmul_q8
+from ..kernels.qtypes import SUPPORTED_QTYPES
+from ..errors import ParamError
+from ..kernels.rope import rope, rope_angles
+
+
+KERNEL_TYPES_ENV = "SPECNB_KERNEL_TYPES"
+
+
+def kernel_types() -> str:
+    """$SPECNB_KERNEL_TYPES: "model" (the default) compiles the forward pass for the tensor types
+    of the model at hand (and of the models it shares kernels with), which is what keeps a cold
+    start short; "all" compiles one pass for every supported type, which serves every model
+    without compiling again (a test suite, or a classroom image that loads many models)."""
+    v = os.environ.get(KERNEL_TYPES_ENV, "model") or "model"
+    if v not in ("model", "all"):
+        raise ParamError(f"{KERNEL_TYPES_ENV}={v!r}: expected 'model' (the default) or 'all'")
+    return v
+
+
+def model_qtypes(model) -> tuple[int, set]:
+    """(the token embedding's tensor type, the types of every matrix the pass multiplies)."""
+    mats = {int(w.qtype) for L in model.layers
+            for w in (L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down)}
+    return int(model.tok_embd.qtype), mats | {int(model.output.qtype)}
+
+
+class CpuBackend:
+    name = "cpu"
+
+    def __init__(self, model, n_ctx: int, n_seq_max: int, activations: str = "q8", share_kernels_with=()):
+        h = model.hparams
+        self.model, self.h = model, h
+        kv_dim = h.n_head_kv * h.head_dim
+        # KV cache: [n_layer, n_seq, n_ctx, n_head_kv * head_dim]; cell index == position
+        self.k = np.zeros((h.n_layer, n_seq_max, n_ctx, kv_dim), dtype=np.float32)
+        self.v = np.zeros_like(self.k)
+        self._ff = None if model.rope_freqs is None else model.rope_freqs.astype(np.float64)
+        self._q8 = activations == "q8"
+        self._fused_weights = self._pack_weights(model)
+        # the kernels this model and mode need, and only those, are compiled (kernels/qtypes.py);
+        # models run side by side (a target and its draft) share one compiled pass
+        emb, mats = set(), set()
+        for m in (model, *share_kernels_with):
+            e, ms = model_qtypes(m)
+            emb.add(e)
+            mats |= ms
+        if kernel_types() == "all":
+            emb = mats = set(SUPPORTED_QTYPES)
+        self._fused_types = fused.fused_types(emb, mats, self._q8)
+        self._fused_shape = fused.FusedShape(h.n_head, h.n_head_kv, h.head_dim, h.n_ff,
+                                             float(h.norm_eps), int(h.rope_mode))
+
+    @staticmethod
+    def _pack_weights(model):
+        # the weights as kernels/forward.py takes them: one typed list of matrices (all typed
+        # as read-only uint8[:, :]), stacked norms and biases
+        def ro(a):
+            a = np.ascontiguousarray(a).view()
+            a.flags.writeable = False
+            return a
+        mats = List()
+        qtypes = np.zeros((len(model.layers), fused.N_MATS), dtype=np.int64)
+        for il, L in enumerate(model.layers):
+            for j, w in enumerate((L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down)):
+                mats.append(ro(w.data))
+                qtypes[il, j] = w.qtype
+        has_bias = model.layers[0].bq is not None
+
+        def stack(name):
+            if not has_bias:
+                return np.zeros((len(model.layers), 1), dtype=np.float32)
+            return np.stack([getattr(L, name) for L in model.layers]).astype(np.float32)
+        return fused.FusedWeights(
+            tok_embd=ro(model.tok_embd.data), tok_qtype=int(model.tok_embd.qtype),
+            attn_norm=np.stack([L.attn_norm for L in model.layers]).astype(np.float32),
+            ffn_norm=np.stack([L.ffn_norm for L in model.layers]).astype(np.float32),
+            mats=mats, qtypes=qtypes, bias_q=stack("bq"), bias_k=stack("bk"), bias_v=stack("bv"),
+            has_bias=has_bias, output_norm=np.ascontiguousarray(model.output_norm, np.float32),
+            output=ro(model.output.data), output_qtype=int(model.output.qtype))
+
+    # ---- the forward pass -------------------------------------------------------------
+    def forward(self, tokens, pos, seq, valid, out_rows) -> np.ndarray:
+        # tokens/pos/seq [n], valid [n_seq, n_ctx] (already marking this batch's cells),
+        # out_rows [n_out] batch indices -> logits [n_out, n_vocab]
+        h = self.h
+        cos, sin = rope_angles(pos, h.n_rot, h.rope_freq_base, h.rope_freq_scale, self._ff)
+        return fused.forward(
+            np.ascontiguousarray(tokens, np.int64), np.ascontiguousarray(pos, np.int64),
+            np.ascontiguousarray(seq, np.int64), valid, np.ascontiguousarray(out_rows, np.int64),
+            self.k, self.v, cos, sin, self._fused_weights, self._fused_shape, self._fused_types)
+
+    def forward_steps(self, tokens, pos, seq, valid, out_rows) -> np.ndarray:
+        # the same pass, one Python line per operation (bit-identical to `forward`); shapes with
+        # n = len(tokens), d = n_embd, hd = head_dim, kv = n_head_kv * hd, f = n_ff
+        m, h = self.model, self.h
+        n = len(tokens)
+        x = np.empty((n, h.n_embd), dtype=np.float32)                 # [n, d] the residual stream
+        for i in range(n):                                   # token embedding lookup
+            dequant_row(m.tok_embd.data[tokens[i]], m.tok_embd.qtype, x[i])
+        cos, sin = rope_angles(pos, h.n_rot, h.rope_freq_base, h.rope_freq_scale, self._ff)
+        a = np.empty_like(x)                                           # [n, d] normed input
+        attn = np.empty((n, h.n_head, h.head_dim), dtype=np.float32)   # [n, n_head, hd]
+        for il, L in enumerate(m.layers):
+            rmsnorm(x, L.attn_norm, h.norm_eps, a)                     # [n, d] -> [n, d]
+            q = self._mm(a, L.wq, L.bq).reshape(n, h.n_head, h.head_dim)      # -> [n, n_head, hd]
+            k = self._mm(a, L.wk, L.bk).reshape(n, h.n_head_kv, h.head_dim)   # -> [n, n_head_kv, hd]
+            v = self._mm(a, L.wv, L.bv)                                        # -> [n, kv]
+            rope(q, cos, sin, h.rope_mode)                             # rotated in place
+            rope(k, cos, sin, h.rope_mode)
+            self.k[il, seq, pos] = k.reshape(n, -1)          # store this batch's K/V rows
+            self.v[il, seq, pos] = v                         # cache [n_seq, n_ctx, kv] per layer
+            attention(q, self.k[il], self.v[il], valid, seq, pos, h.n_head_kv, attn)  # -> [n, n_head, hd]
+            x += self._mm(attn.reshape(n, -1), L.wo)                   # [n, n_head hd] -> [n, d]
+            rmsnorm(x, L.ffn_norm, h.norm_eps, a)
+            g = self._mm(a, L.w_gate)                                  # [n, d] -> [n, f]
+            u = self._mm(a, L.w_up)                                    # [n, d] -> [n, f]
+            x += self._mm(swiglu(g, u, g), L.w_down)                   # [n, f] -> [n, d]
+        xo = x[out_rows]                                               # [n_out, d]
+        rmsnorm(xo, m.output_norm, h.norm_eps, xo)
+        return self._mm(xo, m.output)                                  # -> [n_out, n_vocab]
+
+    def _mm(self, x, w, bias=None):
+        # [n, n_in] x QWeight[n_out, n_in] -> [n, n_out]
+        out = np.empty((x.shape[0], w.n_out), dtype=np.float32)
+        (matmul_q8 if self._q8 else matmul)(x, w.data, w.qtype, out)
+        if bias is not None:
+            out += bias
+        return out
+
+    # ---- KV storage for state save/load --------------------------------------------------
+    def read_cells(self, seq: int, n: int):
+        # -> (k, v) copies of cells [0, n) of one sequence: [n_layer, n, kv_dim] each
+        return self.k[:, seq, :n].copy(), self.v[:, seq, :n].copy()
+
+    def write_cells(self, seq: int, k, v) -> None:
+        n = k.shape[1]
+        self.k[:, seq, :n] = k
+        self.v[:, seq, :n] = v
+
+    def nbytes(self) -> int:
+        return self.k.nbytes + self.v.nbytes

@@ -1,0 +1,384 @@
+"""How long each round's draft is: llama.cpp's fixed --spec-draft-n-max, Hugging Face's heuristic
+schedule, or `auto`, chosen before every round from the costs this run measures.
+
+  fixed      every draft is cut to n_max (llama.cpp's --spec-draft-n-max; p_min and n_min on top)
+  heuristic  transformers' assisted generation, num_assistant_tokens_schedule="heuristic"
+             (generation/candidate_generator.py, AssistedCandidateGenerator
+             .update_candidate_strategy): num_assistant_tokens starts at 20 (GenerationConfig's
+             default), +2 after a round in which every draft token was accepted, else -1, never
+             under 1; specnb also caps it at n_max
+  auto       `AutoDraftLen`: before each round, the d in 0..n_max that maximizes the expected
+             committed tokens per second,
+
+                 E(d) / T(d),   E(d) = 1 + sum_{j=1..d} prod_{i<=j} a_i,
+                 T(d) = t_draft(d) + t_target(1 + d),
+
+             a_i the conditional acceptance of draft position i (running Beta estimates, a weak
+             prior), t_target(k) the measured time of a round's target side with k rows
+             (verification batch, sampling, rollback: running medians per k, linear in k
+             between the measured sizes, the prefill as the start-up point), t_draft(d) the
+             draft model's measured decodes (its seed batch with the rows it must catch up,
+             then d - 1 one-row steps). d = 0 is plain decoding of one token: T(0) =
+             t_target(1). An n-gram draft costs nothing to make: for it only t_target counts.
+             While d = 0 wins, a probe (a short draft) runs now and then, its interval doubling
+             (PROBE_FIRST, PROBE_FIRST*2, ... PROBE_MAX rounds), so a change (acceptance, load)
+             is noticed; the probes' count and time are kept. No probe runs while d = 0 would
+             win even at full acceptance (a draft model as costly as its target): the reason
+             is then "no gain".
+
+`expected_tokens(a, d)` and `best_length(...)` are the decision as plain functions, usable on a
+grid (alpha, c) without a run. The policy only chooses each round's n_max: the target's sampler
+still decides every token, so the output is plain decoding's, token for token.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from ..errors import ParamError
+
+SCHEDULES = ("fixed", "heuristic", "auto")
+AUTO_CAP = 16                 # `auto` without a cap: lengths 0..16 considered
+HEURISTIC_START = 20          # transformers' GenerationConfig.num_assistant_tokens
+HEURISTIC_CAP = 64            # `heuristic` without a cap
+PRIOR_STRENGTH = 2.0          # Beta prior pseudo-counts per position, centred on the pooled rate
+DECAY = 0.97                  # per observed round: older acceptance counts fade (prompts change)
+WINDOW = 15                   # running median over the last WINDOW timings per batch size
+PROBE_FIRST = 8               # rounds of d = 0 before the first probe ...
+PROBE_MAX = 128               # ... the interval doubling up to this
+PROBE_LEN = 1                 # draft tokens of a probe
+
+
+def parse_draft_max(value) -> tuple[str, int]:
+    """--spec-draft-n-max: N, `auto`, `auto:CAP`, `heuristic` or `heuristic:CAP` -> (schedule, n_max)."""
+    if isinstance(value, bool):
+        raise ParamError(f"invalid draft_max={value!r}: expected an integer, 'auto[:CAP]' or "
+                         f"'heuristic[:CAP]'")
+    if isinstance(value, int) or (hasattr(value, "__index__") and not isinstance(value, str)):
+        return "fixed", int(value)
+    s = str(value).strip().lower()
+    name, _, cap = s.partition(":")
+    try:
+        if name in ("auto", "heuristic"):
+            n = int(cap) if cap else (AUTO_CAP if name == "auto" else HEURISTIC_CAP)
+            if not 1 <= n <= 256:
+                raise ValueError
+            return name, n
+        if not cap:
+            n = int(s)
+            if not 0 <= n <= 256:
+                raise ValueError
+            return "fixed", n
+    except ValueError:
+        pass
+    raise ParamError(f"invalid --spec-draft-n-max={value!r}: expected an integer in [0, 256], "
+                     f"'auto', 'auto:CAP' or 'heuristic[:CAP]' (CAP in [1, 256])")
+
+
+def format_draft_max(schedule: str, n_max: int) -> str:
+    return str(n_max) if schedule == "fixed" else f"{schedule}:{n_max}"
+
+
+# ---- the decision, as plain functions -------------------------------------------------------------
+def expected_tokens(accept, d: int) -> float:
+    """E(d) = 1 + sum_{j=1..d} prod_{i<=j} a_i: tokens a round commits with a d-token draft, a_i the
+    conditional acceptance of position i (a number: the same at every position, Leviathan's alpha)."""
+    e, run = 1.0, 1.0
+    for j in range(d):
+        run *= float(accept if isinstance(accept, (int, float)) else accept[j])
+        e += run
+    return e
+
+
+def best_length(accept, t_target, t_draft, n_max: int) -> tuple[int, list]:
+    """argmax_d E(d) / (t_draft(d) + t_target(1 + d)) over d in 0..n_max, and the rates
+    [tokens per second for each d]. accept: a number or per-position rates (len >= n_max);
+    t_target(k), t_draft(d): seconds (t_draft(0) is ignored). Ties go to the shorter draft."""
+    rates = []
+    for d in range(n_max + 1):
+        t = t_target(1 + d) + (t_draft(d) if d > 0 else 0.0)
+        rates.append(expected_tokens(accept, d) / t if t > 0 else math.inf)
+    best = 0
+    for d, r in enumerate(rates):
+        if r > rates[best] * (1 + 1e-9):
+            best = d
+    return best, rates
+
+
+def best_length_leviathan(alpha: float, c: float, n_max: int) -> int:
+    """The same choice in Leviathan's units (a target call 1, a draft token c, verification free):
+    argmax_gamma cost.speedup(alpha, gamma, c)."""
+    return best_length(alpha, lambda k: 1.0, lambda d: d * c, n_max)[0]
+
+
+# ---- measured costs ------------------------------------------------------------------------------
+class BatchCost:
+    """Seconds of a k-row step, from measurements: the running median of the last WINDOW times at
+    each measured k; between measured sizes linear in k; above the largest, the slope of the last
+    two points (never negative); below the smallest, the smallest's value."""
+
+    def __init__(self, window: int = WINDOW):
+        self.window = window
+        self.samples: dict[int, deque] = {}
+
+    def add(self, k: int, seconds: float) -> None:
+        if k >= 1 and seconds > 0 and math.isfinite(seconds):
+            self.samples.setdefault(int(k), deque(maxlen=self.window)).append(float(seconds))
+
+    @property
+    def known(self) -> bool:
+        return bool(self.samples)
+
+    def points(self) -> list[tuple[int, float]]:
+        return sorted((k, statistics.median(v)) for k, v in self.samples.items())
+
+    def __call__(self, k: int) -> float:
+        pts = self.points()
+        if not pts:
+            return math.nan
+        if k <= pts[0][0]:
+            return pts[0][1]
+        for (k0, t0), (k1, t1) in zip(pts, pts[1:]):
+            if k <= k1:
+                return t0 + (t1 - t0) * (k - k0) / (k1 - k0)
+        if len(pts) == 1:
+            return pts[0][1]
+        (k0, t0), (k1, t1) = pts[-2], pts[-1]
+        return t1 + max((t1 - t0) / (k1 - k0), 0.0) * (k - k1)
+
+
+@dataclass
+class Acceptance:
+    """Conditional acceptance per draft position: decayed counts with a Beta prior centred on the
+    pooled rate. Position i is observed only when positions < i were all accepted."""
+    acc: list = field(default_factory=list)
+    exa: list = field(default_factory=list)
+    decay: float = DECAY
+    prior: float = PRIOR_STRENGTH
+
+    def observe(self, n_draft: int, n_accepted: int) -> None:
+        if n_draft <= 0:
+            return
+        self.acc = [x * self.decay for x in self.acc]
+        self.exa = [x * self.decay for x in self.exa]
+        n_exa = min(n_accepted + 1, n_draft)
+        while len(self.exa) < n_exa:
+            self.acc.append(0.0)
+            self.exa.append(0.0)
+        for i in range(n_exa):
+            self.exa[i] += 1.0
+            self.acc[i] += 1.0 if i < n_accepted else 0.0
+
+    def pooled(self) -> float:
+        return (sum(self.acc) + 1.0) / (sum(self.exa) + 2.0)
+
+    def rates(self, n: int) -> list:
+        m = self.pooled()
+        return [((self.acc[i] if i < len(self.acc) else 0.0) + self.prior * m) /
+                ((self.exa[i] if i < len(self.exa) else 0.0) + self.prior) for i in range(n)]
+
+
+@dataclass
+class Decision:
+    """One round's choice: the length, why (expected tokens and rate per length), how."""
+    d: int
+    reason: str                       # "start-up", "best", "probe", "no gain", "schedule", "budget"
+    expected_tokens: float = 1.0      # E(d)
+    expected_rate: float = 0.0        # E(d) / T(d), tokens per second (0: unknown)
+    plain_rate: float = 0.0           # 1 / t_target(1)
+    rates: list = field(default_factory=list)   # expected tokens per second for each d
+
+    @property
+    def gain(self) -> float:
+        """Expected speed over plain decoding (0 when unknown)."""
+        return self.expected_rate / self.plain_rate if self.plain_rate > 0 and self.expected_rate > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {"d": self.d, "reason": self.reason, "expected_tokens": self.expected_tokens,
+                "expected_rate": self.expected_rate, "plain_rate": self.plain_rate,
+                "gain": self.gain, "rates": list(self.rates)}
+
+
+class DraftLenPolicy:
+    """The per-round draft length. `choose(source)` before a round, `observe(ev)` after it."""
+    schedule = "fixed"
+
+    def __init__(self, n_max: int):
+        self.n_max = int(n_max)
+        self.chosen: dict[int, int] = {}          # how often each length was chosen
+        self.last: Decision | None = None
+
+    def choose(self, source: str = "draft-simple") -> Decision:
+        """This round's decision for a draft from `source` (an impl type)."""
+        return Decision(self.n_max, "schedule")
+
+    def record(self, dec: Decision) -> None:
+        """Count the decision that applied to a round."""
+        self.chosen[dec.d] = self.chosen.get(dec.d, 0) + 1
+        self.last = dec
+
+    def observe(self, ev) -> None: ...
+
+    def observe_prefill(self, n_rows: int, t_target: float) -> None: ...
+
+    def stats(self) -> dict:
+        return {"schedule": self.schedule, "n_max": self.n_max,
+                "chosen": dict(sorted(self.chosen.items()))}
+
+
+class FixedDraftLen(DraftLenPolicy):
+    """llama.cpp: every round may draft n_max tokens."""
+
+
+class HeuristicDraftLen(DraftLenPolicy):
+    """transformers' "heuristic" schedule: start at 20, +2 after a fully accepted draft, else -1
+    (minimum 1); here also capped at n_max."""
+    schedule = "heuristic"
+
+    def __init__(self, n_max: int, start: int = HEURISTIC_START):
+        super().__init__(n_max)
+        self.n = float(min(start, n_max))
+
+    def choose(self, source: str = "draft-simple") -> Decision:
+        return Decision(int(self.n), "schedule")
+
+    def observe(self, ev) -> None:
+        for r in ev.slots[:1]:
+            if r.replay or not r.draft:
+                continue
+            if r.n_accepted == len(r.draft):
+                self.n = min(self.n + 2.0, float(self.n_max))
+            else:
+                self.n = max(1.0, self.n - 1.0)
+
+
+class AutoDraftLen(DraftLenPolicy):
+    """Each round's length from measured costs and running acceptance (see the module docstring).
+
+    Fed by `observe(ev)` with the loop's RoundEvents: ev.t_verify + ev.t_sample + ev.t_rollback +
+    ev.t_process time a target side of 1 + len(draft) rows; ev.dft_decodes, the draft model's
+    decodes as (rows, seconds); the slot's draft, impl and n_accepted the acceptance per source.
+    """
+    schedule = "auto"
+
+    def __init__(self, n_max: int, probe_first: int = PROBE_FIRST, probe_max: int = PROBE_MAX,
+                 probe_len: int = PROBE_LEN):
+        super().__init__(n_max)
+        self.t_target = BatchCost()
+        self.t_draft_rows = BatchCost()           # the draft model's k-row decodes
+        self.acc: dict[str, Acceptance] = {}
+        self.probe_first, self.probe_max, self.probe_len = probe_first, probe_max, probe_len
+        self._probe: dict[str, list] = {}         # per source: [rounds of d = 0, probe interval]
+        self.n_probes = 0
+        self.t_probes = 0.0                       # seconds of the rounds that probed
+
+    # ---- the model of a round ------------------------------------------------------------
+    def rates(self, source: str) -> list:
+        return self.acc.setdefault(source, Acceptance()).rates(self.n_max)
+
+    def draft_cost(self, d: int, source: str = "draft-simple", accept=None) -> float:
+        """Seconds the draft model spends on a d-token draft in steady drafting: one seed decode
+        with the last round's committed rows (1 + E(d) rows), then d - 1 one-row steps."""
+        if d <= 0 or source != "draft-simple":
+            return 0.0
+        e = expected_tokens(accept if accept is not None else self.rates(source), d)
+        return self.t_draft_rows(1 + round(e)) + (d - 1) * self.t_draft_rows(1)
+
+    def target_cost(self, k: int) -> float:
+        return self.t_target(k)
+
+    def decide(self, source: str = "draft-simple") -> Decision:
+        """The argmax decision from the current estimates, without counting it."""
+        a = self.rates(source)
+        d, rates = best_length(a, self.target_cost, lambda d: self.draft_cost(d, source, a), self.n_max)
+        return Decision(d, "best", expected_tokens(a, d), rates[d], rates[0], rates)
+
+    def hopeless(self, source: str = "draft-simple") -> bool:
+        """True when no length beats plain decoding even if every draft token were accepted."""
+        d, _ = best_length(1.0, self.target_cost, lambda d: self.draft_cost(d, source, [1.0] * d),
+                           self.n_max)
+        return d == 0
+
+    def ready(self, source: str) -> bool:
+        if source == "draft-simple" and not self.t_draft_rows.known:
+            return False
+        return 1 in self.t_target.samples
+
+    def choose(self, source: str = "draft-simple") -> Decision:
+        """This round's decision for a draft from `source` (an impl type); not yet counted
+        (`record` counts the decision that applied)."""
+        if 1 not in self.t_target.samples:
+            return Decision(0, "start-up")                        # measure a plain round first
+        if not self.ready(source):
+            return Decision(min(max(self.probe_len, 2), self.n_max), "start-up")
+        dec = self.decide(source)
+        st = self._probe.setdefault(source, [0, self.probe_first])   # [rounds of d = 0, interval]
+        if dec.d == 0 and self.hopeless(source):
+            # even a draft accepted in full would not pay at the measured costs: a probe could only
+            # confirm it, at the price of the draft model's catch-up; the costs are re-read every
+            # round, so a change of load brings the probes back
+            st[0] = 0
+            return Decision(0, "no gain", dec.expected_tokens, dec.expected_rate, dec.plain_rate,
+                            dec.rates)
+        if dec.d == 0:
+            st[0] += 1
+            if st[0] >= st[1]:
+                st[0], st[1] = 0, min(st[1] * 2, self.probe_max)
+                d = min(self.probe_len, self.n_max)
+                return Decision(d, "probe", expected_tokens(self.rates(source), d), dec.rates[d],
+                                dec.plain_rate, dec.rates)
+        else:
+            st[0], st[1] = 0, self.probe_first
+        return dec
+
+    # ---- measurements --------------------------------------------------------------------
+    def observe_prefill(self, n_rows: int, t_target: float) -> None:
+        """The prompt's target decode: a start-up point for t_target (while above any round's size)."""
+        if n_rows > self.n_max + 1:
+            self.t_target.add(n_rows, t_target)
+
+    def observe(self, ev) -> None:
+        rows = sum(1 + len(r.draft) for r in ev.slots)
+        t_tgt = ev.t_verify + ev.t_sample + ev.t_rollback + ev.t_process
+        self.t_target.add(rows, t_tgt)
+        for n, t in getattr(ev, "dft_decodes", ()):
+            self.t_draft_rows.add(n, t)
+        if any(r.draft_len is not None and r.draft_len.reason in ("probe", "start-up") and r.draft
+               for r in ev.slots):
+            self.n_probes += 1
+            self.t_probes += ev.t_round
+        for r in ev.slots:
+            if r.replay or not r.draft:
+                continue
+            self.acc.setdefault(r.impl or "draft-simple", Acceptance()).observe(len(r.draft), r.n_accepted)
+
+    def stats(self) -> dict:
+        st = super().stats()
+        st.update(n_probes=self.n_probes, t_probes_s=self.t_probes,
+                  t_target={k: t for k, t in self.t_target.points()},
+                  t_draft_rows={k: t for k, t in self.t_draft_rows.points()},
+                  acceptance={s: a.rates(min(self.n_max, 8)) for s, a in self.acc.items()})
+        return st
+
+
+def make_policy(schedule: str, n_max: int) -> DraftLenPolicy:
+    if schedule == "auto":
+        return AutoDraftLen(n_max)
+    if schedule == "heuristic":
+        return HeuristicDraftLen(n_max)
+    if schedule == "fixed":
+        return FixedDraftLen(n_max)
+    raise ParamError(f"unknown draft schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
+
+
+def format_chosen(st: dict) -> str:
+    """One line: how often each draft length was chosen (and, for auto, the probes)."""
+    ch = st.get("chosen", {})
+    n = sum(ch.values()) or 1
+    body = ", ".join(f"{d}: {c} ({100 * c / n:.0f}%)" for d, c in sorted(ch.items()))
+    line = f"draft length ({format_draft_max(st['schedule'], st['n_max'])}) chosen per round: {body}"
+    if "n_probes" in st:
+        line += f"; probes: {st['n_probes']} ({1e3 * st['t_probes_s']:.1f} ms)"
+    return line

@@ -1,0 +1,395 @@
+"""The speculative-simple loop for one or several sequences ("slots", as the server runs them).
+
+`SpeculativeLoop` runs llama.cpp's speculative-simple round (examples/speculative-simple/
+speculative-simple.cpp:162-342 @34af94cd; the bare :N below are lines of that file) and yields
+one `RoundEvent` per round. It talks to the speculators only through the `Speculative` chain.
+The invariants at the start of every round (:141-150) are:
+  - the committed tokens sit at positions [0, n_past);   prompt == committed, len == n_past
+  - id_last is the token at position n_past, sampled but not yet evaluated by either model
+  - both KV caches hold exactly [0, n_past)
+A round has four phases:
+  1. draft     one chain call drafts for every slot with no replay pending (:170-213)
+  2. verify    [id_last, draft...] of every slot at n_past, n_past+1, ... in ONE target batch,
+               logits on every row, then the chain sees the batch (process) (:221-240)
+  3. commit    the target's own sampler decides token by token (sample_and_accept_n), at least
+               one token is committed, both memories drop the rejected tail (:258-262,
+               292-337)
+  4. restore   where the target memory cannot drop part of a sequence, its state was saved
+               before verifying; on a partial acceptance it is restored, the sampler comes back
+               from its clone and the approved tokens are the next round's draft (replay,
+               :267-290). The draft memory's own checkpoint is DraftSimple's.
+
+Counting, as llama.cpp counts (common_speculative_draft and common_speculative_accept,
+common/speculative.cpp:2617-2696, 2698-2732 @34af94cd):
+  - the chain's per-impl statistics: accept() after every committed round, to the last drafter
+    (impl_last is kept, so rounds that drafted nothing add accept(0) calls); on the checkpoint
+    path no accept() on the restored round and accept(a + 1) on its replay (the a accepted
+    draft tokens and the target's replacement, re-verified). speculative-simple (:267-292) and
+    llama-server (tools/server/server-context.cpp:3831-3864 @34af94cd) both count impl
+    statistics so.
+  - `n_drafted` / `n_accept`: the chain's totals of those statistics (n_gen_tokens,
+    n_acc_tokens).
+  - `summary()` prints speculative-simple's own counters (n_drafted += the verified draft's
+    length, n_accept += accepted, per committed round: on a replay, a + 1 and a + 1).
+    llama-server's slot statistics instead count d drafted and a accepted per draft, as the
+    `specnb_*` breakdown in the impl statistics does.
+n_predict (`stop`): "exact", specnb's default, stops at exactly n_predict tokens, so speculative
+and plain decoding compare token for token. "master" stops as speculative-simple at 34af94cd:
+it runs while n_predict <= N (:339-341); each draft is cut to the budget N - n_predict - 1
+(:180-184), and a budget of 0 means no cap (the `dp.n_max > 0` tests, common/speculative.cpp:350,
+2659), so the last round drafts a full draft and the output has N + 1 tokens or, when that draft
+is accepted, up to n_max more; its printed counters are then master's. "c392e50" stops as that
+build did (the same `n_predict > N` test, speculative-simple.cpp:223 @c392e50) but has no
+budget: every round drafts n_max.
+The prompt's tokens enter each target sampler's penalty window (penalize_prompt, as llama-cli
+and llama-server do; plain `generate` does the same); speculative-simple does not feed them.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..run.context import Batch, Context
+from .draft_len import DraftLenPolicy, format_chosen, make_policy
+from ..errors import ContextFullError, ParamError, check_param
+from .events import RoundEvent, SlotRound, timed
+from ..run.generate import check_n_predict, check_prompt
+from ..run.sampling import Sampler, SamplerParams
+from .impl import DraftParams, impl_stats
+from .speculative import SpecParams, Speculative, build_speculative
+from .verify import Verifier
+
+
+@dataclass
+class _Slot:
+    seq: int
+    sampler: Sampler
+    n_predict: int
+    prompt: list                      # committed tokens (prompt_tgt)
+    id_last: int
+    n_past: int
+    generated: list = field(default_factory=list)
+    accepted_flags: list = field(default_factory=list)   # per generated token: was a draft token
+    draft: list = field(default_factory=list)            # this round's draft, or a pending replay
+    done: bool = False
+    stop: str = ""
+    ckpt: object = None               # the target's saved state (ckpt.update_tgt)
+    smpl_save: Sampler | None = None  # the sampler's clone taken with it
+
+
+@dataclass
+class SpecResult:
+    tokens: list
+    text: str
+    accepted: list            # per token: True when it came from an accepted draft token
+    n_prompt: int
+    n_drafted: int
+    n_accept: int
+    n_rounds: int
+    t_prompt_s: float
+    t_gen_s: float
+    stop_reason: str
+    stats: dict
+
+    @property
+    def accept_rate(self) -> float:
+        return self.n_accept / self.n_drafted if self.n_drafted else 0.0
+
+
+STOP_RULES = ("exact", "master", "c392e50")
+
+
+class SpeculativeLoop:
+    """speculative-simple for one or several sequences, one RoundEvent per round.
+
+    ctx_dft may be None when no type needs a draft model (the n-gram types); `chain`, a prebuilt
+    `Speculative`, replaces the one built from `spec`.
+    """
+
+    def __init__(self, ctx_tgt: Context, ctx_dft: Context | None, prompts, n_predict: int,
+                 sampler_params: SamplerParams | list | None = None,
+                 spec: SpecParams | None = None, draft_seed: int = 0,
+                 chain: Speculative | None = None, penalize_prompt: bool = True,
+                 policy: DraftLenPolicy | None = None, stop: str = "exact"):
+        self.p = (spec or SpecParams()).validate()
+        self.n_predict = check_n_predict(n_predict)
+        check_param(stop in STOP_RULES, "stop", stop, " or ".join(STOP_RULES))
+        self.stop = stop
+        if prompts and isinstance(prompts[0], (int, np.integer)):
+            prompts = [prompts]
+        n_seq = len(prompts)
+        check_param(1 <= n_seq <= ctx_tgt.n_seq_max, "number of prompts", n_seq,
+                    f"1..n_seq_max={ctx_tgt.n_seq_max} of the target context")
+        self.ctx_tgt, self.ctx_dft = ctx_tgt, ctx_dft
+        self.vocab = ctx_tgt.model.vocab
+        self.can_rm_tgt = ctx_tgt.partial_seq_rm
+        if not isinstance(sampler_params, list):
+            sampler_params = [sampler_params] * n_seq
+        if len(sampler_params) != n_seq:
+            raise ParamError(f"{len(sampler_params)} sampler settings for {n_seq} prompts")
+        if chain is None:
+            temp = max((sampler_params[0] or SamplerParams()).temp, 0.0)
+            chain = build_speculative(self.p, ctx_tgt.model, ctx_dft, n_seq=ctx_tgt.n_seq_max,
+                                      sample_draft=self.p.verify == "rejection", draft_temp=temp,
+                                      seed=draft_seed)
+        self.spec = chain
+        # each round's draft length (--draft-max N | auto | heuristic): specnb.spec.draft_len
+        self.policy = policy or make_policy(self.p.schedule, self.p.n_max)
+        synth = self.p.synth_probs()
+        if synth is not None:
+            warnings.warn("synthetic acceptance: drafts are accepted at random, so the output is "
+                          "not valid text (for benchmarking the loop only)", stacklevel=2)
+        self.verify = Verifier(self.p.verify, synth, self.p.synth_seed, self.vocab)
+        self.slots: list[_Slot] = []
+        for s, prompt in enumerate(prompts):
+            prompt = check_prompt(prompt, ctx_tgt)
+            if ctx_dft is not None and len(prompt) > ctx_dft.n_ctx:
+                raise ContextFullError(f"prompt of {len(prompt)} tokens does not fit in the draft "
+                                       f"context (n_ctx={ctx_dft.n_ctx})")
+            smpl = Sampler(sampler_params[s], ctx_tgt.model.n_vocab)
+            if penalize_prompt:                # common_sampler_accept on every prompt token
+                for t in prompt:
+                    smpl.accept(t)
+            self.slots.append(_Slot(s, smpl, self.n_predict, prompt[:-1], prompt[-1], len(prompt) - 1))
+        self.n_prompt = [len(p) for p in prompts]
+        self._totals0 = self._totals()
+        self.n_rounds = 0
+        self.n_drafted_simple = self.n_accept_simple = 0     # speculative-simple's own counters
+        self.t_prompt = self.t_gen = 0.0
+        self._started = False
+
+    # ---- counters ------------------------------------------------------------------------
+    def _totals(self) -> tuple[int, int]:
+        return (sum(i.n_gen_tokens for i in self.spec.impls),
+                sum(i.n_acc_tokens for i in self.spec.impls))
+
+    @property
+    def n_drafted(self) -> int:
+        """Draft tokens the chain proposed (its impls' n_gen_tokens)."""
+        return self._totals()[0] - self._totals0[0]
+
+    @property
+    def n_accept(self) -> int:
+        """Tokens credited as accepted (the impls' n_acc_tokens, llama.cpp's counting)."""
+        return self._totals()[1] - self._totals0[1]
+
+    @property
+    def impl(self):
+        """The draft-simple impl, or the first impl of the chain (None without speculation)."""
+        return self.spec.impl_of("draft-simple") or (self.spec.impls[0] if self.spec.impls else None)
+
+    def _kv_tgt(self, seq: int) -> int:
+        return self.ctx_tgt.seq_pos_max(seq)
+
+    def _kv_dft(self, seq: int) -> int:
+        return self.ctx_dft.seq_pos_max(seq) if self.ctx_dft is not None else -1
+
+    # ---- prefill -------------------------------------------------------------------------
+    def _prefill(self) -> None:
+        """Evaluate each prompt but its last token (the last is id_last); the chain sees it."""
+        with timed(self, "t_prompt"):
+            b = Batch()
+            for sl in self.slots:
+                self.ctx_tgt.seq_rm(sl.seq, -1, -1)
+                self.spec.seq_rm(sl.seq, 0)
+                for i, t in enumerate(sl.prompt):
+                    b.add(t, i, sl.seq, False)
+            if len(b):
+                t0 = time.perf_counter()
+                self.ctx_tgt.decode(b)
+                self.policy.observe_prefill(len(b), time.perf_counter() - t0)
+                self.spec.process(b)
+            for sl in self.slots:
+                self.spec.begin(sl.seq, sl.prompt)
+        ds = self.spec.impl_of("draft-simple")
+        if ds is not None and self.p.schedule == "auto":
+            ds.defer = True        # rounds that draft nothing leave the draft model idle
+        self._started = True
+
+    def rounds(self):
+        """Yield one RoundEvent per round until every slot is done."""
+        if not self._started:
+            self._prefill()
+        while any(not sl.done for sl in self.slots):
+            yield self.step()
+
+    # ---- one round -------------------------------------------------------------------------
+    def step(self) -> RoundEvent:
+        """One round for every active slot: draft, verify, then commit or restore."""
+        if not self._started:
+            self._prefill()
+        ev = RoundEvent(self.n_rounds, [])
+        n_eval0 = self.spec.n_eval
+        with timed(ev, "t_round"):
+            active = [sl for sl in self.slots if not sl.done]
+            recs = self._draft(active, ev)
+            idxs = self._verify_batch(active, recs, ev)
+            for sl in active:
+                self._commit_or_restore(sl, recs[sl.seq], idxs[sl.seq], ev)
+                ev.slots.append(recs[sl.seq])
+        self.n_rounds += 1
+        ev.n_dft_eval = self.spec.n_eval - n_eval0
+        ds = self.spec.impl_of("draft-simple")
+        if ds is not None:
+            ev.dft_decodes, ds.decodes = ds.decodes, []
+        self.policy.observe(ev)
+        self.t_gen += ev.t_round
+        return ev
+
+    def _draft(self, active: list, ev: RoundEvent) -> dict:
+        """Phase 1: one draft call for every slot with no replay pending (:170-213)."""
+        dps = [DraftParams() for _ in range(self.spec.n_seq)]
+        decs = self._choose_lengths(active)
+        longest = max((impl.n_max for impl in self.spec.impls), default=0)
+        for sl in active:
+            if sl.draft:                       # a replay is pending: reuse it (:214-219)
+                continue
+            room = self.ctx_tgt.n_ctx - sl.n_past - 2                   # id_last + context shift
+            n_draft_max = max(min(room, sl.n_predict - len(sl.generated) - 1), 0)
+            if self.stop == "master" and n_draft_max == 0 and room >= longest:
+                n_draft_max = -1          # master: a budget of 0 caps nothing (context permitting)
+            elif self.stop == "c392e50":
+                n_draft_max = max(room, 0)               # no n_predict budget there
+            caps = None if decs is None else {t: d.d for t, d in decs.items()}
+            dps[sl.seq] = DraftParams(drafting=n_draft_max != 0 and (caps is None or any(caps.values())),
+                                      n_max=n_draft_max, n_past=sl.n_past,
+                                      id_last=sl.id_last, prompt=sl.prompt, result=[],
+                                      smpl=sl.sampler if self.p.verify == "rejection" else None,
+                                      n_max_type=caps)
+        with timed(ev, "t_draft"):
+            self.spec.draft(dps)
+        recs = {}
+        for sl in active:
+            rec = SlotRound(seq=sl.seq, n_past=sl.n_past, id_last=sl.id_last, draft=[],
+                            replay=bool(sl.draft), kv_tgt=(self._kv_tgt(sl.seq),),
+                            kv_dft=(self._kv_dft(sl.seq),))
+            if not rec.replay:
+                sl.draft = list(dps[sl.seq].result)
+                rec.impl, rec.draft_info = self.spec.drafted_by(sl.seq), self.spec.draft_info(sl.seq)
+                if decs:                           # the decision that applied: the drafter's
+                    rec.draft_len = decs.get(rec.impl) or decs[self.spec.types[-1]]
+                    self.policy.record(rec.draft_len)
+                with timed(ev, "t_draft"):
+                    self.spec.before_verify(sl.seq, sl.n_past)     # undo draft()'s decodes
+                if sl.draft and not self.can_rm_tgt:                # ckpt.update_tgt (:200-204)
+                    sl.ckpt, sl.smpl_save = self.ctx_tgt.state_seq_get(sl.seq), sl.sampler.clone()
+                    rec.checkpoint = "saved"
+            rec.draft = list(sl.draft)
+            recs[sl.seq] = rec
+        return recs
+
+    def _choose_lengths(self, active: list) -> dict | None:
+        """{impl type: Decision} for this round (one decision for every slot), or None when the
+        draft length is fixed (llama.cpp: every draft cut to n_max) or nothing drafts."""
+        if not self.spec.impls or all(sl.draft for sl in active):
+            return None
+        if self.p.schedule == "fixed":
+            self.policy.record(self.policy.choose())
+            return None
+        decs = {t: self.policy.choose(t) for t in self.spec.types}
+        return decs
+
+    def _verify_batch(self, active: list, recs: dict, ev: RoundEvent) -> dict:
+        """Phase 2: [id_last, draft...] of every slot in one target batch, then process (:221-240)."""
+        batch, idxs = Batch(), {}
+        for sl in active:
+            idxs[sl.seq] = list(range(len(batch), len(batch) + len(sl.draft) + 1))
+            batch.add(sl.id_last, sl.n_past, sl.seq, True)
+            for i, d in enumerate(sl.draft):
+                batch.add(d, sl.n_past + 1 + i, sl.seq, True)
+            recs[sl.seq].batch_pos = list(range(sl.n_past, sl.n_past + 1 + len(sl.draft)))
+        with timed(ev, "t_verify"):
+            self.ctx_tgt.decode(batch)
+        with timed(ev, "t_process"):
+            self.spec.process(batch)
+        for sl in active:
+            recs[sl.seq].kv_tgt += (self._kv_tgt(sl.seq),)
+            recs[sl.seq].kv_dft += (self._kv_dft(sl.seq),)
+        return idxs
+
+    def _commit_or_restore(self, sl: _Slot, rec: SlotRound, idxs: list, ev: RoundEvent) -> None:
+        """Phases 3 and 4 for one slot: the target decides, then commit or restore (:258-342)."""
+        with timed(ev, "t_sample"):
+            q_rows = None if rec.replay else self.spec.draft_dists(sl.seq)
+            ids, rec.target_p = self.verify(sl.sampler, self.ctx_tgt, sl.draft, idxs, rec.replay,
+                                            q_rows, sl.seq)
+        rec.ids, rec.n_accepted = ids, len(ids) - 1
+        with timed(ev, "t_rollback"):
+            if not rec.replay:
+                self.spec.record(sl.seq, rec.n_accepted)
+            if rec.n_accepted < len(sl.draft) and sl.ckpt is not None and not rec.replay:
+                self._restore(sl, rec, ids)
+                return
+            self.spec.accept(sl.seq, rec.n_accepted)           # (:292)
+            self.n_drafted_simple += len(sl.draft)             # (:296-297)
+            self.n_accept_simple += rec.n_accepted
+            self._commit(sl, rec, ids)
+
+    def _restore(self, sl: _Slot, rec: SlotRound, ids: list) -> None:
+        """Phase 4: back to the checkpoint; the approved ids are the next draft (:267-290)."""
+        self.ctx_tgt.state_seq_set(sl.seq, sl.ckpt)            # ckpt.load_tgt
+        self.spec.seq_rm(sl.seq, sl.n_past)                    # ckpt.load_dft
+        sl.sampler = sl.smpl_save
+        sl.draft = list(ids)
+        rec.checkpoint = "restored"
+        rec.kv_tgt += (self._kv_tgt(sl.seq),)
+        rec.kv_dft += (self._kv_dft(sl.seq),)
+
+    def _commit(self, sl: _Slot, rec: SlotRound, ids: list) -> None:
+        """Phase 3's end: commit the ids, drop the rejected tail from both memories (:295-337)."""
+        n_from_draft = max(len(ids) - 2, 0) if rec.replay else rec.n_accepted
+        sl.draft, sl.ckpt, sl.smpl_save = [], None, None
+        for i, tok in enumerate(ids):           # n_past += 1 per id, id_last = the newest
+            sl.prompt.append(sl.id_last)
+            sl.id_last = tok
+            sl.n_past += 1
+            sl.generated.append(tok)
+            sl.accepted_flags.append(i < n_from_draft)
+            rec.committed.append(tok)
+            if self.vocab.is_eog(tok):
+                sl.done, sl.stop = True, "eog"
+                break
+            if self.stop == "exact" and len(sl.generated) >= sl.n_predict:   # exactly n_predict
+                sl.done, sl.stop = True, "n_predict"
+                break
+        if self.stop != "exact" and not sl.done and len(sl.generated) > sl.n_predict:   # (:339)
+            sl.done, sl.stop = True, "n_predict"
+        if not sl.done and sl.n_past >= self.ctx_tgt.n_ctx:   # id_last has no cell left
+            sl.done, sl.stop = True, "context_full"
+        self.ctx_tgt.seq_rm(sl.seq, sl.n_past, -1)
+        self.spec.seq_rm(sl.seq, sl.n_past)
+        rec.kv_tgt += (self._kv_tgt(sl.seq),)
+        rec.kv_dft += (self._kv_dft(sl.seq),)
+        rec.stop = sl.stop
+
+    # ---- results ---------------------------------------------------------------------------
+    def run(self, on_round=None) -> list[SpecResult]:
+        for ev in self.rounds():
+            if on_round:
+                on_round(ev)
+        return self.results()
+
+    def results(self) -> list[SpecResult]:
+        st = impl_stats(self.impl) if self.impl is not None else {}
+        return [SpecResult(sl.generated, self.vocab.detokenize(sl.generated), sl.accepted_flags,
+                           self.n_prompt[sl.seq], self.n_drafted, self.n_accept, self.n_rounds,
+                           self.t_prompt, self.t_gen, sl.stop, st) for sl in self.slots]
+
+    def summary(self) -> str:
+        """The speculative-simple summary (speculative-simple.cpp:354-358), with its counters."""
+        n_pred = sum(len(sl.generated) for sl in self.slots)
+        rate = 100.0 * self.n_accept_simple / self.n_drafted_simple if self.n_drafted_simple else 0.0
+        return (f"n_draft   = {self.p.draft_max}\nn_predict = {n_pred}\nn_drafted = {self.n_drafted_simple}\n"
+                f"n_accept  = {self.n_accept_simple}\naccept    = {rate:.3f}%\n"
+                + {"master": f"(stop as llama-speculative-simple at 34af94cd: one round past "
+                             f"n_predict = {self.n_predict}, the last draft uncapped)",
+                   "c392e50": f"(stop as llama-speculative-simple at c392e50: one round past "
+                              f"n_predict = {self.n_predict}, no draft budget)",
+                   "exact": f"(specnb stops at exactly n_predict tokens, so speculative output "
+                            f"compares token for token with plain decoding; llama-speculative-simple "
+                            f"runs one round more, prints n_predict >= {self.n_predict + 1} and "
+                            f"counts that round's draft too: --stop master prints its counts)"}[self.stop]
+                + ("" if self.p.schedule == "fixed" else "\n" + format_chosen(self.policy.stats())))

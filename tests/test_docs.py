@@ -1,0 +1,51 @@
+"""The documents: README is for users (short, its speed table copied from docs/benchmarks.md),
+every relative link resolves, and docs/architecture.md names every folder of the package."""
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def table_after(text: str, header_start: str) -> list[str]:
+    lines = text.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith(header_start))
+    j = i
+    while j < len(lines) and lines[j].startswith("|"):
+        j += 1
+    return lines[i:j]
+
+
+def test_readme_is_short():
+    n = len((ROOT / "README.md").read_text(encoding="utf-8").splitlines())
+    assert n <= 220, f"README.md has {n} lines; measurements go to docs/benchmarks.md"
+
+
+def test_readme_speed_table_is_the_one_in_benchmarks():
+    head = "| | AMD EPYC"
+    readme = table_after((ROOT / "README.md").read_text(encoding="utf-8"), head)
+    bench = table_after((ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8"), head)
+    assert readme == bench and len(readme) >= 3
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_relative_links_resolve(doc):
+    text = doc.read_text(encoding="utf-8")
+    missing = []
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+        if "://" in target:
+            continue
+        if not (doc.parent / target).exists():
+            missing.append(target)
+    assert not missing, f"{doc.name} links to missing files: {missing}"
+
+
+def test_architecture_names_every_folder():
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    folders = sorted(p.parent.name for p in (ROOT / "specnb").glob("*/__init__.py"))
+    missing = [f for f in folders if f"`{f}/`" not in text]
+    assert not missing, f"docs/architecture.md does not name {missing}"
+    assert "README" in (ROOT / "README.md").read_text() and "docs/architecture.md" in \
+        (ROOT / "README.md").read_text(encoding="utf-8")

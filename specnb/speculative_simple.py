@@ -35,8 +35,9 @@ def speculative_simple(ctx_tgt, spec, smpl, inp: list, n_predict: int,
                                   n_predict - len(out) - 1), 0)
             # :188-195 the request (master asks even with a zero budget, which then caps
             # nothing; specnb, as llama-server, asks only for a positive one)
-            dp = DraftParams(n_draft_max > 0, n_draft_max, n_past, id_last, prompt_tgt, draft)
-            spec.draft([dp] + [DraftParams()] * (spec.n_seq - 1))        # :196
+            dp = DraftParams(drafting=n_draft_max > 0, n_max=n_draft_max, n_past=n_past,
+                             id_last=id_last, prompt=prompt_tgt, result=draft)   # result: output
+            spec.draft([dp] + [DraftParams() for _ in range(spec.n_seq - 1)])  # :196 fills draft
             if draft and use_ckpt_tgt:                    # :200-204 ckpt.update_tgt
                 ckpt = ctx_tgt.state_seq_get(seq)
             spec.before_verify(seq, n_past)               # :206-213 reset the draft context

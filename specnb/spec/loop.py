@@ -153,7 +153,8 @@ class SpeculativeLoop:
             if penalize_prompt:                # common_sampler_accept on every prompt token
                 for t in prompt:
                     smpl.accept(t)
-            self.slots.append(_Slot(s, smpl, self.n_predict, prompt[:-1], prompt[-1], len(prompt) - 1))
+            self.slots.append(_Slot(seq=s, sampler=smpl, n_predict=self.n_predict, prompt=prompt[:-1],
+                                    id_last=prompt[-1], n_past=len(prompt) - 1))
         self.n_prompt = [len(p) for p in prompts]
         self._totals0 = self._totals()
         self.n_rounds = 0
@@ -374,9 +375,11 @@ class SpeculativeLoop:
 
     def results(self) -> list[SpecResult]:
         st = impl_stats(self.impl) if self.impl is not None else {}
-        return [SpecResult(sl.generated, self.vocab.detokenize(sl.generated), sl.accepted_flags,
-                           self.n_prompt[sl.seq], self.n_drafted, self.n_accept, self.n_rounds,
-                           self.t_prompt, self.t_gen, sl.stop, st) for sl in self.slots]
+        return [SpecResult(tokens=sl.generated, text=self.vocab.detokenize(sl.generated),
+                           accepted=sl.accepted_flags, n_prompt=self.n_prompt[sl.seq],
+                           n_drafted=self.n_drafted, n_accept=self.n_accept, n_rounds=self.n_rounds,
+                           t_prompt_s=self.t_prompt, t_gen_s=self.t_gen, stop_reason=sl.stop, stats=st)
+                for sl in self.slots]
 
     def summary(self) -> str:
         """The speculative-simple summary (speculative-simple.cpp:354-358), with its counters."""

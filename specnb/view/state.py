@@ -165,7 +165,8 @@ def _p_min_stop(rec, vocab, round_: int):
             or [int(x.token) for x in info[:d]] != [int(t) for t in rec.draft]:
         return None
     x = info[d]
-    c = Chip(round_, rec.seq, d, int(x.token), piece(vocab, x.token), "p-min-stop", rec.n_past + 1 + d)
+    c = Chip(round=round_, seq=rec.seq, index=d, token=int(x.token), text=piece(vocab, x.token),
+             state="p-min-stop", pos=rec.n_past + 1 + d)
     _draft_side(c, vocab, x, rec.impl)
     c.draft_p = float(x.p)
     return c
@@ -181,7 +182,8 @@ def slot_view(rec, round_: int, vocab, verify: str = "exact", has_draft: bool = 
     for i, st in enumerate(chip_states(rec)):
         j = i if i < d else k             # which target sample this chip shows
         tok = rec.draft[i] if i < d else rec.ids[k]
-        c = Chip(round_, rec.seq, i, int(tok), piece(vocab, tok), st, rec.n_past + 1 + j)
+        c = Chip(round=round_, seq=rec.seq, index=i, token=int(tok), text=piece(vocab, tok), state=st,
+                 pos=rec.n_past + 1 + j)
         if i < d and i < len(info):       # the draft side: what the drafting impl saw
             _draft_side(c, vocab, info[i], rec.impl)
         elif i < d:
@@ -197,12 +199,14 @@ def slot_view(rec, round_: int, vocab, verify: str = "exact", has_draft: bool = 
         chips.append(stop)
     n_tgt = max(rec.n_past + d + 1, max(rec.kv_tgt) + 1)
     n_dft = max(rec.n_past + d + 1, max(rec.kv_dft) + 1)
-    return SlotView(round_, rec.seq, rec.n_past, rec.id_last, chips,
-                    {"target": kv_states(rec.n_past, rec.kv_tgt, n_tgt),
-                     "draft": kv_states(rec.n_past, rec.kv_dft, n_dft) if has_draft else []},
-                    0 if rec.replay else d, rec.n_accepted, committed_flags(rec),
-                    rec.checkpoint, rec.replay, rec.stop, verify, "" if rec.replay else rec.impl,
-                    rec.draft_len.as_dict() if getattr(rec, "draft_len", None) is not None else None)
+    return SlotView(
+        round=round_, seq=rec.seq, n_past=rec.n_past, id_last=rec.id_last, chips=chips,
+        kv={"target": kv_states(rec.n_past, rec.kv_tgt, n_tgt),
+            "draft": kv_states(rec.n_past, rec.kv_dft, n_dft) if has_draft else []},
+        n_drafted=0 if rec.replay else d, n_accepted=rec.n_accepted, committed=committed_flags(rec),
+        checkpoint=rec.checkpoint, replay=rec.replay, stop=rec.stop, verify=verify,
+        impl="" if rec.replay else rec.impl,
+        draft_len=rec.draft_len.as_dict() if getattr(rec, "draft_len", None) is not None else None)
 
 
 # ---- a whole run ---------------------------------------------------------------------------------

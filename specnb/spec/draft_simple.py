@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..run.context import Batch
-from ..errors import ParamError, check_param
+from ..errors import ParamError
 from ..vocab.gate import IncompatibleVocabError, are_compatible
 from ..run.sampling import Sampler, SamplerParams
-from .impl import DraftParams, SpeculativeImpl
+from .impl import DraftParams, SpeculativeImpl, check_draft_limits
 from .verify import draw_index
 
 
@@ -73,12 +73,7 @@ class DraftSimple(SpeculativeImpl):
     def __init__(self, target, ctx_dft, n_seq: int = 1, n_max: int = 3, n_min: int = 0,
                  p_min: float = 0.0, reeval: bool = True, sample_draft: bool = False,
                  draft_temp: float = 1.0, seed: int = 0):
-        check_param(isinstance(n_max, (int, np.integer)) and 0 <= n_max <= 256,
-                    "draft_max", n_max, "an integer in [0, 256]")
-        check_param(isinstance(n_min, (int, np.integer)) and 0 <= n_min <= max(n_max, 0),
-                    "draft_min", n_min, f"an integer in [0, draft_max={n_max}]")
-        check_param(isinstance(p_min, (int, float)) and 0.0 <= p_min <= 1.0,
-                    "draft_p_min", p_min, "a number in [0, 1]")
+        check_draft_limits(n_max, n_min, p_min)
         report = are_compatible(target, ctx_dft.model)
         if not report.ok:
             raise IncompatibleVocabError(report)

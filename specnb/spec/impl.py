@@ -32,6 +32,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import check_param
+
+
+def check_draft_limits(n_max, n_min, p_min) -> None:
+    """The draft model's limits (--spec-draft-n-max / -n-min / -p-min), checked in one place for
+    SpecParams.validate and DraftSimple."""
+    import numbers
+    check_param(isinstance(n_max, numbers.Integral) and 0 <= n_max <= 256,
+                "draft_max", n_max, "an integer in [0, 256]")
+    check_param(isinstance(n_min, numbers.Integral) and 0 <= n_min <= max(n_max, 0),
+                "draft_min", n_min, f"an integer in [0, draft_max={n_max}]")
+    check_param(isinstance(p_min, (int, float)) and 0.0 <= p_min <= 1.0,
+                "draft_p_min", p_min, "a number in [0, 1]")
+
 
 @dataclass
 class DraftParams:

@@ -46,7 +46,7 @@ from ..errors import ParamError, UnsupportedError, check_param
 from .ngram import NgramMapK, NgramMapK4V, NgramSimple
 from .ngram_cache import NgramCache
 from .ngram_mod import NgramMod
-from .impl import DraftParams, SpeculativeImpl, format_impl_stats, impl_stats
+from .impl import DraftParams, SpeculativeImpl, check_draft_limits, format_impl_stats, impl_stats
 from .verify import VERIFY_MODES, synth_len_to_p, synth_rates_resolve
 
 # ngram-cache's draft length in master (common_speculative_impl_ngram_cache: n_draft = 8,
@@ -143,12 +143,7 @@ class SpecParams:
     def validate(self) -> "SpecParams":
         check_param(self.schedule in SCHEDULES, "draft_schedule", self.schedule,
                     " or ".join(SCHEDULES))
-        check_param(isinstance(self.n_max, (int, np.integer)) and 0 <= self.n_max <= 256,
-                    "draft_max", self.n_max, "an integer in [0, 256]")
-        check_param(isinstance(self.n_min, (int, np.integer)) and 0 <= self.n_min <= max(self.n_max, 0),
-                    "draft_min", self.n_min, f"an integer in [0, draft_max={self.n_max}]")
-        check_param(isinstance(self.p_min, (int, float)) and 0.0 <= self.p_min <= 1.0,
-                    "draft_p_min", self.p_min, "a number in [0, 1]")
+        check_draft_limits(self.n_max, self.n_min, self.p_min)
         check_param(self.verify in VERIFY_MODES, "verify", self.verify, " or ".join(VERIFY_MODES))
         check_param(self.synth_rates is None or self.synth_len is None, "synth_len",
                     self.synth_len, "not given together with synth_rates")

@@ -92,8 +92,7 @@ class DraftSimple(SpeculativeImpl):
         self.q: list[list] = [[] for _ in range(n_seq)]   # per position: q as Candidates (RS mode)
         self._q_smpl: list = [None] * n_seq                # per sequence: this round's draft chain
         self._rng = np.random.Generator(np.random.PCG64(seed + 7919))
-        self.n_eval_draft = 0      # draft-context rows evaluated by draft()
-        self.n_eval_process = 0    # ... and by process() (and by seq_rm on a checkpointed memory)
+        # n_eval_process also counts seq_rm's replays on a checkpointed memory
         # memory that cannot drop part of a sequence: per sequence, the state saved before the
         # last decode and the rows decoded since (common_prompt_checkpoint's data_dft)
         self._ckpt: list = [None] * n_seq
@@ -106,10 +105,6 @@ class DraftSimple(SpeculativeImpl):
         self.defer = False
         self._pending: list[list] = [[] for _ in range(n_seq)]
         self.decodes: list = []               # (rows, seconds) of every decode of draft()
-
-    @property
-    def n_eval(self) -> int:
-        return self.n_eval_draft + self.n_eval_process
 
     # ---- the draft memory's checkpoint (only when it cannot drop part of a sequence) -------
     def _save(self, seq: int) -> None:

@@ -9,7 +9,7 @@ driven only through it by the `Speculative` chain (speculative.py), which the lo
   accept(seq, n, is_other)       the target accepted n tokens of the last draft of seq
   get_state(seq) / set_state     optional: the impl's own per-sequence state
 
-and three small hooks of specnb's (no-ops unless the impl owns a memory or a record to show):
+and small hooks of specnb's (no-ops unless the impl owns a memory or a record to show):
 
   draft_info(seq)                one info object per drafted token (.token, .source, ...)
   before_verify(seq, n_past)     after draft(), before the target verifies: undo what draft()
@@ -18,7 +18,10 @@ and three small hooks of specnb's (no-ops unless the impl owns a memory or a rec
   seq_rm(seq, p0)                drop positions >= p0 of seq from the impl's memory
                                  (speculative-simple.cpp:281, 335 @34af94cd: llama_memory_seq_rm
                                  on ctx_dft)
-  n_eval                         token rows this impl evaluated on a model (0 for lookups)
+  draft_dists(seq)               the distributions the draft was sampled from (rejection mode),
+                                 or None for a deterministic draft
+  n_eval_draft, n_eval_process   token rows this impl evaluated on a model while drafting and
+                                 while observing target batches (0 for lookups); n_eval their sum
 
 The counters are common_speculative_impl's (common/speculative.cpp:137-175 @34af94cd, struct
 common_speculative_impl); `impl_stats` and `format_impl_stats` compute and print them as
@@ -76,6 +79,8 @@ class SpeculativeImpl:
         self.n_acc_draft_tokens = 0
         self.n_acc_draft_per_pos = [0] * max(n_max, 0)
         self.info: list[list] = [[] for _ in range(n_seq)]
+        self.n_eval_draft = 0         # model rows evaluated by draft()
+        self.n_eval_process = 0       # ... and by process() (a lookup evaluates none)
 
     # ---- the interface (common/speculative.cpp, struct common_speculative_impl) ---------
     def begin(self, seq: int, prompt) -> None: ...
@@ -89,12 +94,13 @@ class SpeculativeImpl:
     def draft_info(self, seq: int) -> list:
         return list(self.info[seq])
 
+    def draft_dists(self, seq: int) -> list | None: return None
     def before_verify(self, seq: int, n_past: int) -> None: ...
     def seq_rm(self, seq: int, p0: int) -> None: ...
 
     @property
     def n_eval(self) -> int:
-        return 0
+        return self.n_eval_draft + self.n_eval_process
 
 
 def impl_stats(impl: SpeculativeImpl) -> dict:
@@ -125,8 +131,8 @@ def impl_stats(impl: SpeculativeImpl) -> dict:
         "specnb_acc_rate_per_pos": [n / n_dr if n_dr else 0.0 for n in impl.n_acc_draft_per_pos],
         "specnb_mean_acc_len": 1.0 + impl.n_acc_draft_tokens / n_dr if n_dr else 0.0,
         "n_eval": impl.n_eval,
-        "n_eval_draft": getattr(impl, "n_eval_draft", 0),
-        "n_eval_process": getattr(impl, "n_eval_process", 0),
+        "n_eval_draft": impl.n_eval_draft,
+        "n_eval_process": impl.n_eval_process,
     }
 
 

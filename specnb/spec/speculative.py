@@ -360,7 +360,7 @@ class Speculative:
     def draft_dists(self, seq: int) -> list | None:
         """The distributions seq's draft was sampled from, or None for a deterministic draft."""
         impl = self.impl_round[seq]
-        return impl.draft_dists(seq) if impl is not None and hasattr(impl, "draft_dists") else None
+        return impl.draft_dists(seq) if impl is not None else None
 
     def before_verify(self, seq: int, n_past: int) -> None:
         for impl in self.impls:

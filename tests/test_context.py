@@ -85,6 +85,20 @@ def test_seq_rm_then_redecode_matches_never_decoded(tiny_model):
     assert np.array_equal(got, clean[6:])
 
 
+def test_holds_names_the_token_in_a_cell(tiny_model):
+    """Context.holds(seq, pos, token): what DraftSimple.process asks before re-decoding a row."""
+    ctx = Context(tiny_model, n_ctx=32, n_seq_max=2)
+    ctx.decode(Batch.from_tokens([5, 6, 7], 0, 1, "none"))
+    assert ctx.holds(1, 0, 5) and ctx.holds(1, 2, 7)
+    assert not ctx.holds(1, 2, 8)                 # another token at that position
+    assert not ctx.holds(0, 0, 5)                 # another sequence
+    assert not ctx.holds(1, 3, 0) and not ctx.holds(1, 31, -1)    # past the sequence's end
+    ctx.seq_rm(1, 1, -1)
+    assert ctx.holds(1, 0, 5) and not ctx.holds(1, 1, 6)
+    with pytest.raises(ParamError, match="seq_id"):
+        ctx.holds(2, 0, 5)
+
+
 def test_state_save_load_round_trip(tiny_model):
     m = tiny_model
     ids = _ids(m, 10, 8)

@@ -172,7 +172,7 @@ class Context:
             self.backend = CudaBackend(model, self.n_ctx, self.n_seq_max)
         self.activations = activations
         self.valid = np.zeros((self.n_seq_max, self.n_ctx), dtype=np.bool_)
-        self.cell_tokens = np.full((self.n_seq_max, self.n_ctx), -1, dtype=np.int32)  # for views
+        self.cell_tokens = np.full((self.n_seq_max, self.n_ctx), -1, dtype=np.int32)  # see holds()
         self._pos_max = np.full(self.n_seq_max, -1, dtype=np.int64)
         self._logits = np.zeros((0, model.n_vocab), dtype=np.float32)
         self._out_ids: dict[int, int] = {}
@@ -271,6 +271,13 @@ class Context:
         """llama_memory_seq_pos_max: last position held for seq, -1 when empty."""
         self._check_seq(seq)
         return int(self._pos_max[seq])
+
+    def holds(self, seq: int, pos: int, token: int) -> bool:
+        """Does seq's KV cell at pos hold `token`? (What a drafter asks before re-decoding a row
+        it may already have: DraftSimple.process keeps the rows that match.)"""
+        self._check_seq(seq)
+        return 0 <= pos <= self._pos_max[seq] and bool(self.valid[seq, pos]) \
+            and int(self.cell_tokens[seq, pos]) == int(token)
 
     def seq_pos_min(self, seq: int) -> int:
         self._check_seq(seq)

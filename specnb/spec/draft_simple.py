@@ -181,7 +181,7 @@ class DraftSimple(SpeculativeImpl):
             rows = [(p, t) for t, p, q in zip(batch.tokens, batch.pos, batch.seq_id) if q == s]
             first = len(rows)
             for i, (p, t) in enumerate(rows):
-                if not (p <= ctx.seq_pos_max(s) and ctx.valid[s, p] and ctx.cell_tokens[s, p] == t):
+                if not ctx.holds(s, p, t):
                     first = i
                     break
             if first < len(rows):
@@ -276,8 +276,7 @@ class DraftSimple(SpeculativeImpl):
             return
         ctx, first = self.ctx, None
         for p, t in sorted(rows.items()):
-            if first is None and not self.reeval and p <= ctx.seq_pos_max(s) and ctx.valid[s, p] \
-                    and ctx.cell_tokens[s, p] == t:
+            if first is None and not self.reeval and ctx.holds(s, p, t):
                 continue                                   # the draft already holds this row
             if first is None:
                 first = p

@@ -24,7 +24,8 @@ ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run",
                  "--disable-dev-shm-usage"]
-SETTINGS = dict(prompt="Once upon a time", n_predict=24, draft_max=4, temp=0.0)
+# the notebook's settings (SPECNB_LV_SETTINGS): "spec" / "sampling" hold SpecParams / SamplerParams fields
+SETTINGS = dict(prompt="Once upon a time", n_predict=24, spec=dict(n_max=4))
 N_STEPS = 4
 # waits (seconds): the first render runs the notebook, which compiles the Numba kernels
 T_SERVER, T_RENDER, T_ROUND = 90, 900, 180
@@ -67,9 +68,12 @@ def models(pair_paths):
 def expected(models):
     """The same view stepped here: what the page must show after N_STEPS rounds."""
     from specnb.model import load_model
-    from specnb.view import LiveView
+    from specnb import LiveView, SamplerParams, SpecParams
     s = dict(SETTINGS)
-    view = LiveView(load_model(models[0]), load_model(models[1]), s.pop("prompt"), **s)
+    sampling = s.pop("sampling", None)
+    view = LiveView(load_model(models[0]), load_model(models[1]), s.pop("prompt"),
+                    spec=SpecParams(**s.pop("spec", {})),
+                    sampling=None if sampling is None else SamplerParams(**sampling), **s)
     for _ in range(N_STEPS):
         assert view.step() is not None
     states = [st for views in view.chip_states for sts in views.values() for st in sts]

@@ -15,6 +15,7 @@ from specnb import ParamError  # noqa: E402
 from specnb.run.context import Context  # noqa: E402
 from specnb.run.generate import generate  # noqa: E402
 from specnb.run.sampling import Sampler, SamplerParams  # noqa: E402
+from specnb.spec.speculative import SpecParams  # noqa: E402
 from specnb.spec.impl import impl_stats  # noqa: E402
 from specnb.view import CHIP_STATES, KV_STATES, LiveView  # noqa: E402
 
@@ -172,7 +173,7 @@ def run_checked(view, exact=True, max_rounds=200):
 # ---- the modes --------------------------------------------------------------------------------
 def test_exact_match_greedy(pair):
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0)
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, spec=SpecParams(n_max=4))
     assert view.counters["rounds"] == 0 and "ready" in view.w_status.value
     seen = run_checked(view)
     assert {"accepted", "rejected", "unexamined", "replaced", "bonus"} <= set(seen)
@@ -182,15 +183,16 @@ def test_exact_match_greedy(pair):
 
 def test_exact_match_sampled(pair):
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=3, temp=1.0, top_k=0, top_p=1.0, seed=3)
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, spec=SpecParams(n_max=3),
+                    sampling=SamplerParams(temp=1.0, top_k=0, top_p=1.0, seed=3))
     seen = run_checked(view)
     assert "rejected" in seen and "accepted" in seen
 
 
 def test_rejection_sampling(pair):
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=1.0, top_k=0, top_p=1.0,
-                    seed=3, verify="rejection")
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, spec=SpecParams(n_max=4, verify="rejection"),
+                    sampling=SamplerParams(temp=1.0, top_k=0, top_p=1.0, seed=3))
     seen = run_checked(view, exact=False)
     assert "accepted" in seen
     # the target's probability of every examined token is shown
@@ -205,7 +207,8 @@ def test_rejection_sampling(pair):
 def test_several_sequences(pair):
     tgt, dft = pair
     prompts = "Once upon a time\nthe cat\nhello world"
-    view = LiveView(tgt, dft, prompts, n_predict=16, draft_max=3, temp=0.8, top_k=0, top_p=1.0, seed=5)
+    view = LiveView(tgt, dft, prompts, n_predict=16, spec=SpecParams(n_max=3),
+                    sampling=SamplerParams(temp=0.8, top_k=0, top_p=1.0, seed=5))
     assert len(view.prompts) == 3 and len(view._slots_w) == 3
     run_checked(view)
     # one target call per round serves every sequence
@@ -219,7 +222,7 @@ def test_several_sequences(pair):
 
 def test_checkpoint_and_replay(pair):
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0, checkpoints=True)
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, spec=SpecParams(n_max=4), checkpoints=True)
     run_checked(view)
     recs = [(ev, r) for ev in view.events for r in ev.slots]
     restored = [i for i, (_, r) in enumerate(recs) if r.checkpoint == "restored"]
@@ -238,7 +241,7 @@ def test_checkpoint_and_replay(pair):
 
 def test_checkpoint_badges_rendered(pair):
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0, checkpoints=True)
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, spec=SpecParams(n_max=4), checkpoints=True)
     seen = set()
     for _ in range(40):
         ev = view.step()
@@ -260,7 +263,7 @@ def test_checkpoint_badges_rendered(pair):
 
 def test_p_min_at_work(pair):
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0, p_min=0.5)
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, spec=SpecParams(n_max=4, p_min=0.5))
     run_checked(view)
     drafted = [c for views in view.slot_views for sv in views.values() for c in sv.chips if c.is_draft]
     assert drafted and all(c.draft_p >= 0.5 for c in drafted)
@@ -286,7 +289,7 @@ def test_p_min_at_work(pair):
 
 def test_no_reeval_draft_strip(pair):
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=16, draft_max=4, temp=0.0, reeval=False)
+    view = LiveView(tgt, dft, PROMPT, n_predict=16, spec=SpecParams(n_max=4, reeval=False))
     run_checked(view)
     for ev, views in zip(view.events, view.slot_views):
         r = ev.slot
@@ -298,7 +301,7 @@ def test_no_reeval_draft_strip(pair):
 # ---- controls -----------------------------------------------------------------------------------
 def test_controls_restart_the_run(pair):
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0)
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, spec=SpecParams(n_max=4))
     changes = [("w_draft_max", 2), ("w_draft_min", 1), ("w_p_min", 0.1), ("w_temp", 0.7),
                ("w_top_k", 20), ("w_top_p", 0.9), ("w_seed", 9), ("w_verify", "rejection"),
                ("w_checkpoints", True), ("w_n_predict", 12), ("w_prompt", "the cat\nhello")]
@@ -329,9 +332,41 @@ def test_controls_restart_the_run(pair):
     assert view.loop.p.n_max == 3 and len(view.loop.slots) == 1
 
 
+def test_spec_and_sampling_params(pair):
+    """`spec` and `sampling` give the controls' initial values; their other fields (min_p,
+    reeval, ...) reach the loop and survive a restart; other types are refused."""
+    tgt, dft = pair
+    view = LiveView(tgt, dft, PROMPT, n_predict=8,
+                    spec=SpecParams(n_max=5, p_min=0.2, types="ngram-simple", reeval=False),
+                    sampling=SamplerParams(temp=0.7, top_k=20, min_p=0.1, seed=9))
+    s = view.settings
+    assert (s["draft_max"], s["p_min"], s["spec_type"]) == (5, 0.2, "ngram-simple")
+    assert (s["temp"], s["top_k"], s["top_p"], s["seed"]) == (0.7, 20, 0.95, 9)
+    assert (view.w_draft_max.value, view.w_p_min.value, view.w_spec_type.value) == (5, 0.2, "ngram-simple")
+    assert (view.w_temp.value, view.w_top_k.value, view.w_seed.value) == (0.7, 20, 9)
+    assert not view.error, view.error
+    p, sp = view.loop.p, view.loop.slots[0].sampler.params
+    assert (p.n_max, p.p_min, p.reeval) == (5, 0.2, False) and view.loop.spec.types == ["ngram-simple"]
+    assert (sp.temp, sp.top_k, sp.min_p, sp.seed) == (0.7, 20, 0.1, 9)
+    view.set(top_k=10)                       # a restart keeps the fields without a control
+    sp = view.loop.slots[0].sampler.params
+    assert (sp.top_k, sp.min_p) == (10, 0.1) and view.loop.p.reeval is False
+    # without them: LiveView's defaults (greedy, seed 1) and SamplerParams' other ones
+    view = LiveView(tgt, dft, PROMPT, n_predict=8)
+    assert {k: view.settings[k] for k in ("draft_max", "spec_type", "temp", "top_k", "top_p", "seed")} == \
+        dict(draft_max=3, spec_type="draft-simple", temp=0.0, top_k=40, top_p=0.95, seed=1)
+    assert view.loop.slots[0].sampler.params.min_p == SamplerParams().min_p
+    with pytest.raises(ParamError, match=r"spec=.*got dict"):
+        LiveView(tgt, dft, PROMPT, spec=dict(n_max=5))
+    with pytest.raises(ParamError, match=r"sampling=.*got SpecParams"):
+        LiveView(tgt, dft, PROMPT, sampling=SpecParams())
+    with pytest.raises(TypeError, match="draft_max"):
+        LiveView(tgt, dft, PROMPT, draft_max=4)
+
+
 def test_bad_settings_show_an_error(pair):
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=8, draft_max=3)
+    view = LiveView(tgt, dft, PROMPT, n_predict=8, spec=SpecParams(n_max=3))
     view.step()
     view.w_p_min.value = 1.5                 # raises ParamError inside: shown, not raised
     assert "draft_p_min" in view.error and "1.5" in view.error
@@ -367,7 +402,7 @@ def test_token_id_prompts(pair):
 def test_play_pause_and_run_to_end(pair):
     tgt, dft = pair
     # (f32: in that mode this pair's greedy text runs the full 40 tokens without an end token)
-    view = LiveView(tgt, dft, PROMPT, n_predict=40, draft_max=2, temp=0.0, speed=20.0, activations="f32")
+    view = LiveView(tgt, dft, PROMPT, n_predict=40, spec=SpecParams(n_max=2), speed=20.0, activations="f32")
     view.b_play.click()
     assert view.playing and "pause" in view.b_play.description
     deadline = time.time() + 60
@@ -395,7 +430,7 @@ def test_play_pause_and_run_to_end(pair):
 
 def test_detail_panel(pair):
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0, p_min=0.05)
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, spec=SpecParams(n_max=4, p_min=0.05))
     for _ in range(30):
         view.step()
         if "rejected" in view.chip_states[-1][0]:
@@ -429,7 +464,7 @@ def test_detail_panel(pair):
 
 def test_history_and_text(pair):
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0, history=3)
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, spec=SpecParams(n_max=4), history=3)
     for _ in range(5):
         view.step()
     h = view.w_history.value
@@ -464,7 +499,7 @@ def test_activations_are_honoured(pair, activations):
     """Both contexts compute with the activation mode given; the committed text is plain
     decoding's in that mode (the two modes give different text on this pair)."""
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0, activations=activations)
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, spec=SpecParams(n_max=4), activations=activations)
     assert (view.loop.ctx_tgt.activations, view.loop.ctx_dft.activations) == (activations,) * 2
     run_checked(view)
     tokens = [t for t, _ in view.committed[0]]
@@ -485,7 +520,7 @@ def test_backend_is_honoured(pair):
         LiveView(tgt, dft, PROMPT, activations="int4")
     from numba import cuda
     if cuda.is_available():
-        view = LiveView(tgt, dft, PROMPT, n_predict=12, draft_max=3, backend="cuda")
+        view = LiveView(tgt, dft, PROMPT, n_predict=12, spec=SpecParams(n_max=3), backend="cuda")
         assert view.loop.ctx_tgt.backend_name == view.loop.ctx_dft.backend_name == "cuda"
         run_checked(view)
     else:                                    # asked for, not silently replaced by the CPU
@@ -498,7 +533,7 @@ def test_draft_checkpoints_control(pair):
     """The draft-memory setting reaches the draft context (and only it), as a control and
     through set(); the status line names it."""
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=8, draft_max=3)
+    view = LiveView(tgt, dft, PROMPT, n_predict=8, spec=SpecParams(n_max=3))
     assert view.loop.ctx_dft.partial_seq_rm and view.loop.ctx_tgt.partial_seq_rm
     assert "draft checkpoints" not in view.w_status.value
     old = view.loop
@@ -519,8 +554,8 @@ def test_draft_checkpoints_run(pair, checkpoints):
     """A draft memory that refuses partial removal (DraftSimple's ckpt.update_dft / load_dft),
     with either target memory: plain decoding's tokens."""
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0,
-                    checkpoints=checkpoints, draft_checkpoints=True)
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, spec=SpecParams(n_max=4), checkpoints=checkpoints,
+                    draft_checkpoints=True)
     view.run_to_end()
     assert view.done and not view.error, view.error
     assert [t for t, _ in view.committed[0]] == _plain(tgt, view.prompts[0], 24)
@@ -534,7 +569,7 @@ def test_slot_view_without_candidates(pair):
 
     from specnb.view import slot_view
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0)
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, spec=SpecParams(n_max=4))
     for _ in range(30):
         ev = view.step()
         if ev is None or "rejected" in view.chip_states[-1][0]:
@@ -559,10 +594,10 @@ def test_view_does_not_import_the_figures():
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["exact", "rejection", "checkpoints", "two-sequences"])
 def test_default_pair(default_model, default_draft_model, mode):
-    kw = dict(n_predict=12, draft_max=4, temp=0.0)
+    kw = dict(n_predict=12, spec=SpecParams(n_max=4))
     prompt = "The capital of France is"
-    if mode == "rejection":
-        kw.update(temp=0.8, verify="rejection", seed=2)   # a seed whose draws accept some tokens
+    if mode == "rejection":       # a seed whose draws accept some tokens
+        kw.update(spec=SpecParams(n_max=4, verify="rejection"), sampling=SamplerParams(temp=0.8, seed=2))
     if mode == "checkpoints":
         kw.update(checkpoints=True)
     if mode == "two-sequences":
@@ -578,7 +613,7 @@ def test_draft_schedule_shows_the_chosen_length(pair, schedule):
     """--draft-max auto / heuristic in the view: each round's header says the chosen length (and,
     for auto, the expected gain behind it); the counters how often each length was chosen."""
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=24, draft_max=4, temp=0.0, draft_schedule=schedule)
+    view = LiveView(tgt, dft, PROMPT, n_predict=24, spec=SpecParams(n_max=4, schedule=schedule))
     assert view.loop.p.schedule == schedule
     heads = []
     for _ in range(200):

@@ -10,6 +10,7 @@ pytest.importorskip("ipywidgets")
 from specnb.view import LiveView  # noqa: E402
 from spec_checks import plain, repetitive_prompt  # noqa: E402
 from specnb.run.sampling import SamplerParams  # noqa: E402
+from specnb.spec.speculative import SpecParams  # noqa: E402
 from test_view import run_checked  # noqa: E402
 
 NGRAM = dict(ngram_size_n=2, ngram_size_m=8)
@@ -46,8 +47,8 @@ def test_chain_chips_name_their_impl(pair):
     chain's order, the header names the round's drafter, the output is plain decoding's."""
     tgt, dft = pair
     prompt = repetitive_prompt(tgt, 3)
-    view = LiveView(tgt, dft, [prompt], n_predict=24, draft_max=4, temp=0.0,
-                    spec_type="draft-simple,ngram-simple", **NGRAM)
+    view = LiveView(tgt, dft, [prompt], n_predict=24,
+                    spec=SpecParams(n_max=4, types="draft-simple,ngram-simple", **NGRAM))
     run_checked(view)
     assert view.loop.spec.types == ["ngram-simple", "draft-simple"]
     by = {impl: chips_of(view, impl) for impl in view.loop.spec.types}
@@ -76,8 +77,8 @@ def test_detail_panel_shows_the_ngram(pair):
     chip shows the draft's candidates and who proposed it."""
     tgt, dft = pair
     prompt = repetitive_prompt(tgt, 3)
-    view = LiveView(tgt, dft, [prompt], n_predict=24, draft_max=4, temp=0.0,
-                    spec_type="ngram-simple,draft-simple", **NGRAM)
+    view = LiveView(tgt, dft, [prompt], n_predict=24,
+                    spec=SpecParams(n_max=4, types="ngram-simple,draft-simple", **NGRAM))
     seen = set()
     for _ in range(40):
         if view.step() is None:
@@ -103,8 +104,7 @@ def test_ngram_only_view_needs_no_draft_context(pair):
     explains the one-hot q."""
     tgt, dft = pair
     prompt = repetitive_prompt(tgt, 3)
-    view = LiveView(tgt, dft, [prompt], n_predict=24, draft_max=4, temp=0.0,
-                    spec_type="ngram-simple", **NGRAM)
+    view = LiveView(tgt, dft, [prompt], n_predict=24, spec=SpecParams(n_max=4, types="ngram-simple", **NGRAM))
     run_checked(view)
     assert view.loop.ctx_dft is None
     assert "no draft context" in view._slots_w[0][3].value
@@ -129,7 +129,7 @@ def test_spec_type_control(pair):
     the cache), none (no drafts, the legend says so), a bad name (an error naming it)."""
     tgt, dft = pair
     prompt = repetitive_prompt(tgt, 3)
-    view = LiveView(tgt, dft, [prompt], n_predict=16, draft_max=4, temp=0.0, **NGRAM)
+    view = LiveView(tgt, dft, [prompt], n_predict=16, spec=SpecParams(n_max=4, **NGRAM))
     assert view.loop.spec.types == ["draft-simple"] and "spec-type" in view.w_spec_type.description
     view.set(spec_type="ngram-cache")
     assert view.loop.spec.types == ["ngram-cache"] and view.loop.ctx_dft is None

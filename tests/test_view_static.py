@@ -5,6 +5,7 @@ import re
 import pytest
 
 from specnb.figures import snapshot
+from specnb.spec.speculative import SpecParams
 from specnb.view import MARK, LiveView, visible
 from specnb.view.static import snapshot_html
 
@@ -13,7 +14,7 @@ PROMPT = "Once upon a time"
 
 def test_snapshot_html_holds_what_the_view_shows(pair):
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=16, draft_max=3, temp=0.0)
+    view = LiveView(tgt, dft, PROMPT, n_predict=16, spec=SpecParams(n_max=3))
     before = snapshot_html(view)
     assert "no round yet" in before
     view.run_to_end()
@@ -34,7 +35,7 @@ def test_snapshot_html_holds_what_the_view_shows(pair):
 
 def test_display_adds_a_png_only_when_static_pictures_are_on(pair, monkeypatch):
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=8, draft_max=2, temp=0.0)
+    view = LiveView(tgt, dft, PROMPT, n_predict=8, spec=SpecParams(n_max=2))
     view.run_to_end()
     monkeypatch.setitem(snapshot._STATIC, "on", False)
     assert "image/png" not in view._repr_mimebundle_()
@@ -56,7 +57,7 @@ def test_display_adds_a_png_only_when_static_pictures_are_on(pair, monkeypatch):
 def test_snapshot_png_is_a_picture_of_the_view(pair):
     from specnb.view.static import SNAPSHOT_WIDTH_PX, snapshot_png
     tgt, dft = pair
-    view = LiveView(tgt, dft, PROMPT, n_predict=8, draft_max=2, temp=0.0)
+    view = LiveView(tgt, dft, PROMPT, n_predict=8, spec=SpecParams(n_max=2))
     view.run_to_end()
     png = snapshot_png(view)
     assert png[:8] == b"\x89PNG\r\n\x1a\n"

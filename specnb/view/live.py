@@ -15,6 +15,8 @@ from ..errors import ParamError, SpecnbError, check_param
 from ..spec.draft_len import SCHEDULES
 from ..spec.verify import VERIFY_MODES
 from ..spec.loop import SpeculativeLoop
+from ..spec.speculative import SpecParams
+from ..run.sampling import SamplerParams
 from ..run.pair import open_pair
 from . import settings as S
 from .player import JOIN_TIMEOUT_S, Player
@@ -32,40 +34,43 @@ class LiveView:
 
     target, draft: loaded Models (`specnb.model.load_model`). prompt: text (one sequence per
     non-empty line; a line "ids: 1 2 3" gives token ids), a list of texts, a list of token ids
-    or a list of such lists. The other arguments are the initial settings; every one of them
-    is also a control, and changing a control restarts the run from the prompt.
-    `checkpoints=True` makes the target memory refuse partial removal (the checkpoint and
-    replay path); `draft_checkpoints=True` the draft memory. `spec_type` is --spec-type (one
-    type or a comma-separated list: draft-simple, ngram-simple, ngram-map-k, ngram-cache, none;
-    without draft-simple no draft context is built), `ngram_size_n` / `ngram_size_m` are
-    --spec-ngram-size-n / -m. `n_ctx=None` sizes the contexts to
-    the prompt, n_predict and draft-max. `backend` ("cpu", "cuda", "auto") and `activations`
+    or a list of such lists. `spec` (SpecParams) gives the initial draft-max (n_max), draft-min,
+    p-min, verify, spec-type (types; None: draft-simple), ngram-size-n / -m and schedule; its
+    other fields (reeval, synth_rates / synth_len: synthetic acceptance, ...) go to the loop as
+    given. `sampling` (SamplerParams) gives the initial temp, top-k, top-p and seed (sequence i
+    samples with seed + i); its other fields (min_p, ...) go to the loop as given. Without them:
+    draft-max 3, greedy (temp 0), top-k 40, top-p 0.95, seed 1 and SamplerParams' other defaults.
+    Every initial setting is also a control, and changing a control restarts the run from the
+    prompt. `checkpoints=True` makes the target memory refuse partial removal (the checkpoint
+    and replay path); `draft_checkpoints=True` the draft memory. `n_ctx=None` sizes the contexts
+    to the prompt, n_predict and draft-max. `backend` ("cpu", "cuda", "auto") and `activations`
     ("q8", the CPU default; "f32", the exact reference path; None: the backend's default) choose
-    how both contexts compute. `reeval`, `n_threads`,
-    `sampler_extra` (more SamplerParams fields, e.g. min_p) and `synth_rates` / `synth_len`
-    (synthetic acceptance: the output is not valid text) are passed through to the loop.
-    `speed` is the play speed in rounds per second; `history` how many earlier rounds are
-    listed under the current one.
+    how both contexts compute; `n_threads` goes to them. `speed` is the play speed in rounds per
+    second; `history` how many earlier rounds are listed under the current one.
     """
 
-    def __init__(self, target, draft, prompt="The capital of France is", *, n_predict: int = 32,
-                 draft_max: int = 3, draft_min: int = 0, p_min: float = 0.0, temp: float = 0.0,
-                 top_k: int = 40, top_p: float = 0.95, seed: int = 1, verify: str = "exact",
-                 checkpoints: bool = False, draft_checkpoints: bool = False, reeval: bool = True,
-                 spec_type: str = "draft-simple", ngram_size_n: int = 12, ngram_size_m: int = 48,
+    def __init__(self, target, draft, prompt="The capital of France is", *,
+                 spec: SpecParams | None = None, sampling: SamplerParams | None = None,
+                 n_predict: int = 32, checkpoints: bool = False, draft_checkpoints: bool = False,
                  n_ctx: int | None = None, n_threads: int | None = None, backend: str = "cpu",
-                 activations: str | None = None, speed: float = 2.0, history: int = 8,
-                 sampler_extra: dict | None = None, synth_rates=None, synth_len=None,
-                 draft_schedule: str = "fixed"):
+                 activations: str | None = None, speed: float = 2.0, history: int = 8):
+        for name, value, cls in (("spec", spec, SpecParams), ("sampling", sampling, SamplerParams)):
+            if value is not None and not isinstance(value, cls):
+                raise ParamError(f"invalid {name}={value!r}: expected a {cls.__name__} or None, "
+                                 f"got {type(value).__name__}")
         check_param(backend in BACKENDS, "backend", backend, "one of " + ", ".join(BACKENDS))
         check_param(activations is None or activations in ACTIVATIONS, "activations", activations,
                     "one of " + ", ".join(ACTIVATIONS) + " or None (the backend's default)")
+        spec = spec if spec is not None else SpecParams()
+        init = S.initial_settings(spec, sampling)
         self.target, self.draft = target, draft
         self.vocab = target.vocab
-        self.n_ctx_opt, self.n_threads, self.reeval = n_ctx, n_threads, bool(reeval)
+        self.n_ctx_opt, self.n_threads = n_ctx, n_threads
         self.backend, self.activations = backend, activations
-        self.sampler_extra = dict(sampler_extra or {})
-        self.synth_rates, self.synth_len = synth_rates, synth_len
+        self.spec_extra = S.spec_extra(spec)              # SpecParams fields without a control
+        self.sampler_extra = S.sampler_extra(sampling)    # SamplerParams fields without a control
+        self.reeval = bool(spec.reeval)
+        self.synth_rates, self.synth_len = spec.synth_rates, spec.synth_len
         self.history = int(history)
         self._lock = threading.RLock()
         self._suspend = False
@@ -74,9 +79,10 @@ class LiveView:
         self.prompts: list = []
         self.error = ""
         self.selected: Chip | None = None
-        self._build_widgets(prompt, n_predict, draft_max, draft_min, p_min, temp, top_k, top_p,
-                            seed, verify, checkpoints, draft_checkpoints, speed,
-                            spec_type, ngram_size_n, ngram_size_m, draft_schedule)
+        self._build_widgets(prompt, n_predict, init["draft_max"], init["draft_min"], init["p_min"],
+                            init["temp"], init["top_k"], init["top_p"], init["seed"], init["verify"],
+                            checkpoints, draft_checkpoints, speed, init["spec_type"],
+                            init["ngram_size_n"], init["ngram_size_m"], init["draft_schedule"])
         self._player = Player(self._lock, lambda: self._advance() is not None, self._render,
                               self._set_error, self._show_playing)
         self.restart()
@@ -238,7 +244,7 @@ class LiveView:
         self.prompts = prompts
         n = len(prompts)
         sps = S.sampler_params(s, n, self.sampler_extra)
-        spec = S.spec_params(s, self.reeval, self.synth_rates, self.synth_len)
+        spec = S.spec_params(s, self.spec_extra)
         n_ctx = S.context_size(prompts, s["n_predict"], s["draft_max"], self.n_ctx_opt)
         needs_draft = "draft-simple" in spec.resolved_types(True)    # n-gram types need none
         pair = open_pair(self.target, self.draft if needs_draft else False, n_ctx=n_ctx, n_seq=n, backend=self.backend,

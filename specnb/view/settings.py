@@ -6,8 +6,11 @@ non-empty line, where a line "ids: 1 2 3" gives token ids.
 """
 from __future__ import annotations
 
+from dataclasses import fields
+
 from ..errors import ParamError
 from ..spec.speculative import SpecParams
+from ..run.rng import LLAMA_DEFAULT_SEED
 from ..run.sampling import SamplerParams
 
 MAX_SEQUENCES = 8
@@ -58,17 +61,69 @@ def parse_prompts(text: str, vocab, n_vocab: int) -> list:
     return out
 
 
+# the controls' initial values without a `sampling` (LiveView's defaults: greedy, seed 1)
+SAMPLING_DEFAULTS = {"temp": 0.0, "top_k": 40, "top_p": 0.95, "seed": 1}
+# SamplerParams / SpecParams fields that a control holds (the others pass through as given)
+SAMPLING_CONTROLS = {"temp": "temp", "top_k": "top_k", "top_p": "top_p", "seed": "seed"}
+SPEC_CONTROLS = {"types": "spec_type", "n_max": "draft_max", "n_min": "draft_min",
+                 "p_min": "p_min", "verify": "verify", "ngram_size_n": "ngram_size_n",
+                 "ngram_size_m": "ngram_size_m", "schedule": "draft_schedule"}
+
+
+def _differs(value, default) -> bool:
+    if value is default:
+        return False
+    try:
+        return bool(value != default)
+    except (TypeError, ValueError):      # e.g. an array of rates: not the default
+        return True
+
+
+def _extra(params, controls) -> dict:
+    """The fields of a SpecParams / SamplerParams that no control holds and that differ from
+    the dataclass's defaults."""
+    base = type(params)()
+    return {f.name: getattr(params, f.name) for f in fields(params)
+            if f.name not in controls and _differs(getattr(params, f.name), getattr(base, f.name))}
+
+
+def spec_extra(spec: SpecParams | None) -> dict:
+    """SpecParams fields without a control (reeval, synth_rates, ...), where not the default."""
+    return {} if spec is None else _extra(spec, SPEC_CONTROLS)
+
+
+def sampler_extra(sampling: SamplerParams | None) -> dict:
+    """SamplerParams fields without a control (min_p, ...), where not the default."""
+    return {} if sampling is None else _extra(sampling, SAMPLING_CONTROLS)
+
+
+def initial_settings(spec: SpecParams | None, sampling: SamplerParams | None) -> dict:
+    """The controls' initial values (settings keys) from the SpecParams and SamplerParams."""
+    spec = spec if spec is not None else SpecParams()
+    out = {SPEC_CONTROLS[k]: getattr(spec, k) for k in SPEC_CONTROLS}
+    types = spec.types
+    out["spec_type"] = "draft-simple" if types is None else \
+        types if isinstance(types, str) else ",".join(str(t) for t in types)
+    out.update(SAMPLING_DEFAULTS if sampling is None else
+               {SAMPLING_CONTROLS[k]: getattr(sampling, k) for k in SAMPLING_CONTROLS})
+    return out
+
+
 def sampler_params(s: dict, n_seq: int, extra: dict | None = None) -> list:
-    """One validated SamplerParams per sequence; sequence i samples with seed + i."""
-    return [SamplerParams(temp=float(s["temp"]), top_k=int(s["top_k"]), top_p=float(s["top_p"]),
-                          seed=int(s["seed"]) + i, **(extra or {})).validate() for i in range(n_seq)]
+    """One validated SamplerParams per sequence; sequence i samples with seed + i (with
+    LLAMA_DEFAULT_SEED, each one a random seed)."""
+    seed = int(s["seed"])
+    return [SamplerParams(**(extra or {}), temp=float(s["temp"]), top_k=int(s["top_k"]),
+                          top_p=float(s["top_p"]),
+                          seed=seed if seed == LLAMA_DEFAULT_SEED else seed + i).validate()
+            for i in range(n_seq)]
 
 
-def spec_params(s: dict, reeval: bool, synth_rates=None, synth_len=None) -> SpecParams:
-    """SpecParams from the controls: --spec-type, --draft-max/min/p-min, the n-gram sizes."""
-    return SpecParams(types=s["spec_type"].strip(), n_max=s["draft_max"], n_min=s["draft_min"],
-                      p_min=float(s["p_min"]), reeval=reeval, verify=s["verify"],
-                      synth_rates=synth_rates, synth_len=synth_len,
+def spec_params(s: dict, extra: dict | None = None) -> SpecParams:
+    """SpecParams from the controls (--spec-type, --draft-max/min/p-min, the n-gram sizes, the
+    schedule) and the fields without a control (`extra`: reeval, synth_rates, ...)."""
+    return SpecParams(**(extra or {}), types=s["spec_type"].strip(), n_max=s["draft_max"],
+                      n_min=s["draft_min"], p_min=float(s["p_min"]), verify=s["verify"],
                       ngram_size_n=s["ngram_size_n"], ngram_size_m=s["ngram_size_m"],
                       schedule=s.get("draft_schedule", "fixed")).validate()
 

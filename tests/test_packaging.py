@@ -100,3 +100,16 @@ def test_wheel_ships_kernels_without_warnings(tmp_path):
     assert out[0].startswith(str(site)) and out[1] == str(site / "specnb" / "kernels" / "matmul.py")
     assert out[2] == "None"
 
+
+
+def test_environment_yml_matches_pyproject():
+    """environment.yml's pip list is pyproject's dependencies plus the notebook and test extras,
+    then specnb itself, so a conda user gets what ./run installs."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    want = (project["dependencies"] + project["optional-dependencies"]["notebook"]
+            + project["optional-dependencies"]["test"] + ["-e .[notebook,test,qwen]"])
+    text = (ROOT / "environment.yml").read_text()
+    pip = text.split("  - pip:\n", 1)[1]
+    got = [line.strip()[2:] for line in pip.splitlines() if line.strip().startswith("- ")]
+    assert got == want
+    assert "python>=" + project["requires-python"].lstrip(">=") in text

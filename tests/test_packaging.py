@@ -101,7 +101,6 @@ def test_wheel_ships_kernels_without_warnings(tmp_path):
     assert out[2] == "None"
 
 
-
 def test_environment_yml_matches_pyproject():
     """environment.yml's pip list is pyproject's dependencies plus the notebook and test extras,
     then specnb itself, so a conda user gets what ./run installs."""

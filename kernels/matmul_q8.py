@@ -44,7 +44,7 @@ from numba import njit, prange
 from . import blocks_q8 as B
 from . import qtypes as T
 from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS, matmul, matmul_ref
-from .qtypes import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, all_types, check_shapes
+from .qtypes import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, check_shapes, type_sel
 from .simd import _AVX512, vabs, vhmax, vhsum_i, vload, vmax, vrint, vstore_i8
 from .simd_wide import prefetch, vabs8, vgroups4, vsplat16, vstore_at
 from .tiles import (tbroadcast, tdot4, tdot4s, tfloat, tfma, tile_rows, tload_bytes, tload_f32,
@@ -495,13 +495,24 @@ def matmul_q8_sel(x, w, qtype, out, s):
         raise ValueError("specnb.kernels.matmul_q8: out must be [n_rows, n_out]")
     if not has_q8_kernel(qtype):
         raise ValueError("specnb.kernels.matmul_q8: no int8 kernel for this type:", qtype)
-    _matmul_q8_by(np.ascontiguousarray(x), np.ascontiguousarray(w), qtype, out, s, s.k, s.b)
+    # w as given: np.ascontiguousarray types its result writable, which would compile the whole
+    # int8 chain a second time beside the fused pass's read-only one (matmul_q8 passes a C array)
+    _matmul_q8_by(np.ascontiguousarray(x), w, qtype, out, s, s.k, s.b)
 
 
-@_jit
-def _matmul_q8(x, w, qtype, out):
-    # [n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out]; qtype in Q8_QTYPES (any of them)
-    matmul_q8_sel(x, w, qtype, out, all_types())
+# The selection of every int8 type, as the fused pass with every type has it (forward.fused_types):
+# the same TypeSel and read-only weights make a call from Python reuse the pass's int8 kernels.
+_Q8_SEL = type_sel(Q8_QTYPES)
+
+
+def _readonly_c(w: np.ndarray) -> np.ndarray:
+    # the weights typed as the fused pass types them (read-only, C-contiguous uint8), so that a
+    # call from Python reuses the kernels the pass compiled instead of compiling its own
+    if w.flags.c_contiguous and not w.flags.writeable:
+        return w
+    w = np.ascontiguousarray(w).view()
+    w.flags.writeable = False
+    return w
 
 
 def matmul_q8(x: np.ndarray, w: np.ndarray, qtype: int, out: np.ndarray) -> None:
@@ -510,7 +521,7 @@ def matmul_q8(x: np.ndarray, w: np.ndarray, qtype: int, out: np.ndarray) -> None
     `matmul`."""
     # (a Python-level switch: one jitted function holding both kernel sets compiles much longer)
     if int(qtype) in Q8_QTYPES:
-        _matmul_q8(x, w, int(qtype), out)
+        matmul_q8_sel(x, _readonly_c(w), int(qtype), out, _Q8_SEL)
     else:
         matmul(x, w, int(qtype), out)
 

@@ -137,3 +137,32 @@ def qwen_draft():
     from specnb.model.registry import REAL_DRAFT
     return _real_model(REAL_DRAFT)
 
+
+
+# ---- compile the shared kernels first, two processes at once --------------------------------
+def pytest_sessionstart(session):
+    """Before a run of a folder of tests (the whole suite), compile (or load) the two forward
+    passes and the kernels' entry points in two processes side by side (tests/warm_kernels.py):
+    on a fresh cache that halves the minutes the first tests would otherwise spend compiling on
+    one core. Runs once, in the process that starts pytest-xdist's workers (so that they find
+    the kernels cached), never for a run of single files. SPECNB_TEST_WARM=0 skips it."""
+    import subprocess
+    import sys
+    import time
+    cfg = session.config
+    if hasattr(cfg, "workerinput") or os.environ.get("SPECNB_TEST_WARM", "1") == "0":
+        return
+    args = [a.split("::")[0] for a in (cfg.args or [])]
+    if not any(os.path.isdir(a) for a in args):
+        return
+    t0 = time.perf_counter()
+    script = os.path.join(os.path.dirname(__file__), "warm_kernels.py")
+    procs = [subprocess.Popen([sys.executable, script, mode], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for mode in ("q8", "f32")]
+    said = []
+    for p in procs:
+        out, err = p.communicate()
+        said.append(out.strip() if p.returncode == 0 else f"failed ({err.strip().splitlines()[-1:]})")
+    tr = cfg.pluginmanager.get_plugin("terminalreporter")
+    msg = f"kernels compiled or loaded in two processes: {', '.join(said)} ({time.perf_counter() - t0:.0f} s)"
+    tr.write_line(msg) if tr is not None else print(msg)

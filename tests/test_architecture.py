@@ -170,3 +170,28 @@ def test_ls_specnb_is_short_and_has_no_link():
     entries = [p for p in PKG.iterdir() if p.name != "__pycache__"]
     assert len(entries) <= 15, sorted(p.name for p in entries)
     assert not any(p.is_symlink() for p in PKG.rglob("*")), "a link inside specnb/"
+
+
+def test_every_import_inside_the_package_resolves():
+    """Every `from specnb... import name`, module level or inside a function (a command's lazy
+    import), names something its module has: a moved name fails here, not when a user runs
+    the one command that imports it."""
+    import importlib
+    missing = []
+    for p in [*PKG.rglob("*.py"), *KERNELS.glob("*.py")]:
+        if "__pycache__" in p.parts or p.name == "__main__.py":
+            continue
+        name = module_name(p)
+        package = name if p.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) \
+                if node.level else (node.module or "")
+            if not (base == "specnb" or base.startswith("specnb.")):
+                continue
+            mod = importlib.import_module(base)
+            for a in node.names:
+                if a.name != "*" and not hasattr(mod, a.name) and file_of(f"{base}.{a.name}") is None:
+                    missing.append(f"{name}:{node.lineno} from {base} import {a.name}")
+    assert not missing, "imports of names that do not exist: " + "; ".join(missing)

@@ -78,21 +78,3 @@ def test_accepted_length_distribution(alpha, gamma):
         assert sum(probs[i + 1:]) == pytest.approx(alpha ** (i + 1), abs=1e-12)
     with pytest.raises(ParamError):
         cost.accepted_length_probs(alpha, -1)
-
-
-def test_moved_names_resolve():
-    """The statistics and experiments that moved out of cost and plots keep their old names."""
-    from specnb.measure import experiments
-    from specnb.figures import runs as plots
-    from specnb.measure import stats
-    for name in ("examined_counts", "alpha_from_events", "run_stats"):
-        assert getattr(cost, name) is getattr(stats, name)
-    for name in ("DecodeCounters", "cost_ratio_from_contexts", "measure_cost_ratio",
-                 "sweep_draft_max", "sweep_temperature"):
-        assert getattr(cost, name) is getattr(experiments, name)
-    assert plots.event_stats is stats.event_stats
-    from specnb.measure.cost import measure_cost_ratio, sweep_draft_max   # as spec_bench imports them
-    assert (measure_cost_ratio, sweep_draft_max) == (experiments.measure_cost_ratio,
-                                                     experiments.sweep_draft_max)
-    with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):
-        _ = cost.nonesuch

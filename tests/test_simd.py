@@ -202,22 +202,28 @@ print(json.dumps(out))
 LEVEL_TYPES = "Q4_K,Q6_K,Q8_0,Q4_1,Q5_0"
 
 
-def _run_level(level, tmp_path):
+def _start_level(level, tmp_path):
     env = dict(os.environ, SPECNB_SIMD=level, NUMBA_CACHE_DIR=str(tmp_path / level))
-    r = subprocess.run([sys.executable, "-c", _LEVEL_SCRIPT, LEVEL_TYPES], env=env,
-                       capture_output=True, text=True, timeout=1800)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return subprocess.Popen([sys.executable, "-c", _LEVEL_SCRIPT, LEVEL_TYPES], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _result(proc):
+    out, err = proc.communicate(timeout=1800)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
 
 
 @pytest.mark.slow
 def test_every_simd_level_gives_the_same_bits(tmp_path):
-    # compiles the int8 and float32 row kernels of five types afresh at each level (minutes)
+    # compiles the int8 and float32 row kernels of five types afresh at each level (minutes of
+    # one core each: the levels compile side by side, one process each)
     levels = ["generic"] + (["avx2"] if S.SIMD_LEVEL == "avx512" else [])
-    native = _run_level("auto", tmp_path)
+    procs = {level: _start_level(level, tmp_path) for level in ["auto", *levels]}
+    native = _result(procs.pop("auto"))
     assert native["level"] == S.SIMD_LEVEL
-    for level in levels:
-        got = _run_level(level, tmp_path)
+    for level, proc in procs.items():
+        got = _result(proc)
         assert got["level"] == level
         for name in LEVEL_TYPES.split(","):
             assert got[name] == native[name], (level, name)

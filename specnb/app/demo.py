@@ -243,7 +243,7 @@ def _beside_llama_cpp(say, exe, pair, runs, n_predict) -> dict:
 
 
 def _losing(say, pair, low_prompt, n_predict, draft_max, timing, kw) -> list:
-    from ..measure.cost import measure_cost_ratio
+    from ..measure.experiments import measure_cost_ratio
     label, text, chat = low_prompt
     ids = prompt_ids(pair.target.vocab, text, chat)
     say(f"\n== 2. where it loses: {label}, sampled ==")

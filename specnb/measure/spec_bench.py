@@ -98,7 +98,7 @@ def compare_types(ctx_t, ctx_d, prompts, n_predict: int, sp, n_max: int = 3) -> 
 def spec_bench(n_predict: int = 64, n_threads=None, backend: str = "cpu", sweep: bool = True,
                sweep_n_predict: int = 48, draft_max_values=(1, 2, 3, 4, 5, 6, 8),
                activations: str | None = None) -> dict:
-    from .cost import measure_cost_ratio, sweep_draft_max
+    from .experiments import measure_cost_ratio, sweep_draft_max
     from ..model import load_model
     from ..model.registry import default_draft_path, default_target_path
     tgt = load_model(default_target_path())

@@ -62,6 +62,8 @@ _API = {
     "fig_alpha_vs_temperature": "figures.sampling", "fig_p_q_overlap": "figures.sampling",
     "fig_slot_positions": "figures.sampling", "tv_distance": "figures.sampling",
     "static_figures": "figures.snapshot",
+    # prose from measurements and the exercise format
+    "say": "figures.prose", "check": "figures.prose", "measured_phrases": "figures.prose",
     # the live view (the notebook extra)
     "LiveView": "view", "kv_states": "view", "visible": "view", "MARK": "view",
 }

@@ -11,6 +11,9 @@ and any change to what the code does makes every notebook stale.
     python -m specnb.app.course              # execute every notebook in notebooks/, in order
     python -m specnb.app.course 03 05        # only those (by number or file name)
     python -m specnb.app.course --check      # list the stale ones (exit 1 if any)
+    python -m specnb.app.course --times      # rewrite docs/teaching.md's table of recorded times
+
+Executing also rewrites that table, so the guide's times are always the recorded ones.
 """
 from __future__ import annotations
 
@@ -27,6 +30,9 @@ PKG = Path(__file__).resolve().parents[1]          # specnb/
 ROOT = PKG.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 CELL_TIMEOUT_S = 900
+TEACHING_GUIDE = ROOT / "docs" / "teaching.md"
+TIMES_BEGIN = "<!-- recorded times: written by python -m specnb.app.course -->"
+TIMES_END = "<!-- end of recorded times -->"
 
 
 def _strip_docstrings(tree: ast.AST) -> ast.AST:
@@ -98,6 +104,20 @@ def stale(paths=None) -> list[tuple[Path, str]]:
     return out
 
 
+def cpu_model() -> str:
+    """The CPU as /proc/cpuinfo names it, with its family and model numbers (Linux), else
+    platform's word for it."""
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if ":" in line)
+    except OSError:
+        return platform.processor() or platform.machine()
+    info = {k.strip(): v.strip() for k, v in info.items()}
+    name = info.get("model name", platform.machine())
+    fam, mod = info.get("cpu family"), info.get("model")
+    return f"{name} (family {fam} model {mod})" if fam and mod else name
+
+
 def execute(path: Path, timeout: int = CELL_TIMEOUT_S) -> float:
     """Run a notebook in a fresh kernel in its own folder, save it with its outputs, stamp it."""
     import nbclient
@@ -109,17 +129,43 @@ def execute(path: Path, timeout: int = CELL_TIMEOUT_S) -> float:
     dt = time.perf_counter() - t0
     nb.metadata["specnb"] = {"library_hash": library_hash(), "executed_s": round(dt, 1),
                              "python": platform.python_version(),
-                             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs"}
+                             "machine": f"{cpu_model()}, {os.cpu_count()} CPUs"}
     nb.metadata.pop("widgets", None)     # live views are re-made by running, not restored
     nbformat.write(nb, str(path))
     return dt
+
+
+def times_table(paths=None) -> str:
+    """The notebooks' recorded execution times (metadata.specnb) as a Markdown table."""
+    rows = ["| notebook | executed in | on |", "|---|---|---|"]
+    for p in paths or notebooks():
+        st = stamp(p)
+        t = st.get("executed_s")
+        rows.append(f"| {p.stem} | {'never executed' if t is None else f'{t:.0f} s'} | "
+                    f"{st.get('machine', '')}, Python {st.get('python', '?')} |")
+    return "\n".join(rows) + "\n"
+
+
+def write_times(guide: Path = TEACHING_GUIDE) -> bool:
+    """Replace the recorded-times block of the teaching guide; False when it has none."""
+    text = guide.read_text(encoding="utf-8")
+    if TIMES_BEGIN not in text or TIMES_END not in text:
+        return False
+    head, rest = text.split(TIMES_BEGIN, 1)
+    tail = rest.split(TIMES_END, 1)[1]
+    guide.write_text(f"{head}{TIMES_BEGIN}\n{times_table()}{TIMES_END}{tail}", encoding="utf-8")
+    return True
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specnb.app.course", description=__doc__.split("\n")[0])
     ap.add_argument("names", nargs="*", help="notebooks by number (03), stem or file name")
     ap.add_argument("--check", action="store_true", help="list stale notebooks; exit 1 if any")
+    ap.add_argument("--times", action="store_true",
+                    help=f"only rewrite the recorded-times table in {TEACHING_GUIDE.relative_to(ROOT)}")
     a = ap.parse_args(argv)
+    if a.times:
+        return 0 if write_times() else 1
     paths = notebooks(a.names)
     if a.check:
         bad = stale(paths)
@@ -129,6 +175,7 @@ def main(argv=None) -> int:
     for p in paths:
         print(f"{p.name} ...", end=" ", flush=True)
         print(f"{execute(p):.1f} s", flush=True)
+    write_times()
     return 0
 
 

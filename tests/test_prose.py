@@ -17,6 +17,7 @@ def test_finds_quoted_measurements(text):
     "Qwen2.5-Coder-1.5B and 0.5B", "Q4_0 and Q4_K_M", "draft-max 2", "T = 0.7", "64 tokens",
     "a 2×2 table", "2d + 1 rows", "`c = 0.26` in code", "```\nspeedup 1.16x\n```",
     "[the paper](https://arxiv.org/abs/2211.17192?x=1.5x)", "n_max = 4, p_min = 0.3", "seed 7",
+    "β = 1 − TV(p, q)", "c = 1 - α",
 ])
 def test_leaves_settings_names_code_and_links_alone(text):
     assert measured_phrases(text) == [], text

@@ -30,7 +30,8 @@ _RANGE = rf"{_NUM}(?:\s*(?:-|–|to)\s*{_NUM})?"
 MEASURED = re.compile(
     rf"{_RANGE}\s*(?:×(?!\s*\d)|x(?![\w\d])|ms\b|µs\b|s\b|seconds?\b|minutes?\b|min\b"
     rf"|tok/s|tokens/s|GB/s|%)"
-    rf"|(?<![\w])(?:c\d?|α|alpha|β|beta|bc\(\d+\)|bc\[\d+\]|E\[tokens\])\s*(?:=|≈|~)\s*{_NUM}")
+    rf"|(?<![\w])(?:c\d?|α|alpha|β|beta|bc\(\d+\)|bc\[\d+\]|E\[tokens\])\s*(?:=|≈|~)\s*{_NUM}"
+    r"(?!\s*(?:[−+*/·^(]|-\s))")         # the start of a formula (β = 1 − TV) quotes nothing
 NOT_MEASURED = re.compile(r"<!--\s*not measured:(.*?)-->", re.S)
 _LINK_TARGET = re.compile(r"\]\([^)]*\)")
 _CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)

@@ -46,3 +46,39 @@ def test_static_figures_store_a_png_beside_the_interactive_figure():
     assert "application/vnd.plotly.v1+json" in bundle
     w, h = png_size(base64.b64decode(bundle["image/png"]))
     assert (w, h) == snapshot.FIGURE_SIZE
+
+
+def test_a_hung_export_is_left_behind_and_drawn_again(monkeypatch):
+    """A PNG export that never returns (kaleido's session browser stuck) costs PNG_TIMEOUT_S, not
+    the notebook: the session server is dropped and the figure drawn once more."""
+    pytest.importorskip("plotly")
+    import threading
+
+    import plotly.io as pio
+    stuck = threading.Event()
+    calls = []
+
+    def to_image(fig, **kw):
+        calls.append(kw)
+        if len(calls) == 1:
+            stuck.wait(5)                   # the first export hangs (released after the test)
+        return b"png"
+    dropped = []
+    monkeypatch.setattr(pio, "to_image", to_image)
+    monkeypatch.setattr(snapshot, "PNG_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(snapshot, "_drop_kaleido_server", lambda: dropped.append(True))
+    assert snapshot.figure_png({"data": [], "layout": {}}) == b"png"
+    assert len(calls) == 2 and dropped == [True]
+    stuck.set()
+
+
+def test_an_export_that_fails_gives_no_picture_and_one_warning(monkeypatch):
+    pytest.importorskip("plotly")
+    import plotly.io as pio
+
+    def to_image(fig, **kw):
+        raise RuntimeError("no browser")
+    monkeypatch.setattr(pio, "to_image", to_image)
+    monkeypatch.setattr(snapshot, "_warned", set())
+    with pytest.warns(UserWarning, match="no browser"):
+        assert snapshot.figure_png({"data": [], "layout": {}}) is None

@@ -104,13 +104,57 @@ def figure_png(fig, width: int | None = None, height: int | None = None) -> byte
     layout = (fig.get("layout", {}) if isinstance(fig, dict) else fig.layout.to_plotly_json())
     w = width or layout.get("width") or FIGURE_SIZE[0]
     h = height or layout.get("height") or FIGURE_SIZE[1]
-    try:
+    def render():
         with warnings.catch_warnings():     # kaleido's server ignores per-call options, and says so
             warnings.simplefilter("ignore", UserWarning)
             return pio.to_image(fig, format="png", width=w, height=h)
+
+    try:
+        png = _within(render, PNG_TIMEOUT_S)
+        if png is None:
+            # the session's browser stopped answering (seen on an overloaded machine): leave it,
+            # and draw this and later figures with a browser of their own
+            _drop_kaleido_server()
+            png = _within(render, PNG_TIMEOUT_S)
+        if png is None:
+            _warn_once("kaleido-timeout", f"kaleido drew no picture within {PNG_TIMEOUT_S} s; "
+                                          "figures are stored without one")
+        return png
     except Exception as e:       # kaleido missing, or no browser for it to drive
         _warn_once("kaleido", f"plotly figures are stored without a static picture ({e})")
         return None
+
+
+PNG_TIMEOUT_S = 120
+
+
+def _within(fn, timeout_s: float):
+    """fn()'s result, or None when it has not returned within timeout_s (it is left running in a
+    daemon thread); its exception is raised here."""
+    import threading
+    box = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as e:          # noqa: BLE001 (handed to the caller)
+            box["error"] = e
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _drop_kaleido_server() -> None:
+    """Forget kaleido's session-wide server without waiting for it (its thread is stuck), so
+    plotly's next export starts a browser of its own."""
+    try:
+        import kaleido
+        kaleido._global_server._initialized = False     # noqa: SLF001 (close() would wait forever)
+    except Exception:     # noqa: BLE001 (an older kaleido: nothing to drop)
+        pass
 
 
 _STATIC = {"on": False}

@@ -58,10 +58,15 @@ _API = {
     "fig_acceptance_per_position": "figures.runs", "fig_tokens_per_call": "figures.runs",
     "fig_round_timeline": "figures.runs", "fig_speedup_vs_draft_max": "figures.runs",
     "fig_rounds_by_impl": "figures.runs",
+    "fig_time_per_token": "figures.time_per_token",
     "fig_draft_confidence": "figures.sampling", "fig_draft_rows": "figures.sampling",
     "fig_alpha_vs_temperature": "figures.sampling", "fig_p_q_overlap": "figures.sampling",
     "fig_slot_positions": "figures.sampling", "tv_distance": "figures.sampling",
     "static_figures": "figures.snapshot",
+    "round_cost": "figures.cost_map", "engine_speedup": "figures.cost_map",
+    "coverage_speedup": "figures.cost_map", "best_speedup": "figures.cost_map",
+    "decode_roofline": "figures.cost_map", "streaming_gb_s": "figures.cost_map",
+    "fig_cost_map": "figures.cost_map",
     # prose from measurements and the exercise format
     "say": "figures.prose", "check": "figures.prose", "measured_phrases": "figures.prose",
     # the live view (the notebook extra)

@@ -1,0 +1,145 @@
+"""The engine's cost of a round, coverage, the decode against the memory floor, and the (α, c) map.
+
+Leviathan et al.'s speedup (`specnb.measure.cost.speedup`) charges a round γ draft steps at c
+each and one target call at the price of one row. This engine pays more, and all of it is
+measured. In one-row target calls, a round of llama.cpp's draft-simple (re-evaluation on) costs
+
+    round_cost(γ, c, bc_t, bc_d) = γ c + bc_t[γ+1] + c bc_d[γ+1]
+
+γ one-row draft steps while drafting (id_last, then each kept draft token but the last), the
+target's (γ+1)-row verification batch, and the draft's process() replay of that batch, at the
+draft's own batch cost. bc_t, bc_d: {rows: time} of the target's and the draft's k-row batches
+(seconds or already divided by one row: each is divided by its own one-row entry); without bc_d
+the draft's batches are taken to scale like the target's (bc_d = bc_t).
+
+A drafter that drafts in only part of the rounds (an n-gram lookup that finds no match) has a
+coverage φ, the share of rounds that drafted; the other rounds are plain one-row decodes:
+
+    coverage_speedup = (φ E + (1 - φ)) / (φ round_cost + (1 - φ)),   E = (1 - α^(γ+1)) / (1 - α)
+
+`decode_roofline` sets a one-row decode against the machine's streaming bandwidth: the weight bytes
+a step reads over the time per token. `fig_cost_map` draws the best predicted speedup over (α, c)
+with measured points on it.
+"""
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+
+from ..errors import check_param
+from ..measure.cost import expected_tokens_per_call
+from .runs import _layout
+
+GAMMAS = range(1, 9)                  # draft lengths the map's best speedup is taken over
+RED, YELLOW, GREEN = "#c62828", "#fff59d", "#2e7d32"
+
+
+def _norm(bc: dict, k: int) -> float:
+    check_param(isinstance(bc, dict) and 1 in bc and k in bc, "bc", sorted(bc) if isinstance(bc, dict) else bc,
+                f"batch costs holding 1 and {k} rows")
+    return float(bc[k]) / float(bc[1])
+
+
+def round_cost(gamma: int, c: float, bc: dict, bd: dict | None = None) -> float:
+    """One round in one-row target calls: γ c + bc_t[γ+1] + c bc_d[γ+1] (bd None: bc); γ = 0 is a
+    plain decoding step, 1."""
+    check_param(isinstance(gamma, int) and not isinstance(gamma, bool) and gamma >= 0, "gamma", gamma,
+                "an integer >= 0")
+    check_param(isinstance(c, (int, float)) and math.isfinite(c) and c >= 0, "c", c, "a number >= 0")
+    if gamma == 0:
+        return 1.0
+    return gamma * c + _norm(bc, gamma + 1) + c * _norm(bc if bd is None else bd, gamma + 1)
+
+
+def engine_speedup(tokens_per_call: float, gamma: int, c: float, bc: dict, bd: dict | None = None) -> float:
+    """Measured tokens per round (target call) over the round's cost in one-row target calls."""
+    return float(tokens_per_call) / round_cost(gamma, c, bc, bd)
+
+
+def coverage_speedup(alpha: float, gamma: int, c: float, bc: dict, coverage: float = 1.0,
+                     bd: dict | None = None) -> float:
+    """The engine model for a drafter that drafts γ tokens in a share `coverage` of the rounds
+    (accepted at α each) and decodes one plain token in the others."""
+    check_param(isinstance(coverage, (int, float)) and 0.0 <= coverage <= 1.0, "coverage", coverage,
+                "a share in [0, 1]")
+    e = expected_tokens_per_call(alpha, gamma)
+    cost = round_cost(gamma, c, bc, bd)
+    return (coverage * e + 1.0 - coverage) / (coverage * cost + 1.0 - coverage)
+
+
+def best_speedup(alpha: float, c: float, bc: dict, bd: dict | None = None, gammas=GAMMAS) -> tuple[float, int]:
+    """(speedup, γ): the best of coverage_speedup over the draft lengths (ties to the shorter)."""
+    best_s, best_g = -1.0, None
+    for g in gammas:
+        s = coverage_speedup(alpha, int(g), c, bc, 1.0, bd)
+        if s > best_s * (1 + 1e-12):
+            best_s, best_g = s, int(g)
+    return best_s, best_g
+
+
+# ---- the one-row decode against the memory floor ------------------------------------------------
+
+def _decode_bytes(model) -> int:
+    # every matrix once; the token embedding only as the output head (measure.bench.decode_bytes)
+    n = int(model.weight_bytes())
+    if not model.hparams.tied_output:
+        n -= int(model.tok_embd.data.nbytes)
+    return n
+
+
+def decode_roofline(model, t_token_s: float, gb_s: float) -> dict:
+    """A one-row decode of `model` at t_token_s seconds per token against a streaming bandwidth of
+    gb_s: {"bytes" read per token, "t_token_s", "gb_s" reached, "floor_s" (bytes / bandwidth, the
+    fastest any decode can be), "fraction" of the bandwidth}."""
+    check_param(t_token_s > 0, "t_token_s", t_token_s, "a time > 0")
+    check_param(gb_s > 0, "gb_s", gb_s, "a bandwidth > 0")
+    nb = _decode_bytes(model)
+    reached = nb / t_token_s / 1e9
+    return {"bytes": nb, "t_token_s": float(t_token_s), "gb_s": reached, "floor_s": nb / (gb_s * 1e9),
+            "fraction": reached / gb_s}
+
+
+def streaming_gb_s(gib: float = 0.25, reps: int = 2, n_threads: int | None = None) -> float:
+    """The machine's streaming bandwidth now, in GB/s: `specnb bench`'s probe, shorter."""
+    from ..measure.bench import streaming_bandwidth
+    return float(streaming_bandwidth(gib=gib, n_threads=n_threads, reps=reps)["gb_s"])
+
+
+# ---- the map ---------------------------------------------------------------------------------
+
+def fig_cost_map(bc: dict, points: dict | None = None, bd: dict | None = None, n: int = 40,
+                 gammas=GAMMAS, title: str = "Predicted speedup over (α, c)") -> go.Figure:
+    """The best speedup over γ that the engine model predicts at each (α, c) of an n x n grid
+    (every round drafting), the break-even contour, and measured points
+    {name: {"alpha", "c", "measured", "predicted"}} labelled with both speedups. The colour scale
+    runs from 0 (no speedup is below it) with plain decoding's 1 in its middle."""
+    alphas = [i / n for i in range(n)]
+    cs = [i / n for i in range(n + 1)]
+    z = [[max(best_speedup(a, x, bc, bd, gammas)[0], 0.0) for a in alphas] for x in cs]
+    fig = go.Figure()
+    fig.add_heatmap(x=alphas, y=cs, z=z, zmin=0.0, zmax=2.0, zmid=1.0,
+                    colorscale=[[0.0, RED], [0.5, YELLOW], [1.0, GREEN]],
+                    colorbar=dict(title=dict(text="speedup", side="right"), len=0.75, y=0.42,
+                                  tickvals=[0, 0.5, 1, 1.5, 2], ticktext=["0", "0.5", "1", "1.5", "≥ 2"]),
+                    hovertemplate="α %{x:.2f}, c %{y:.2f}: %{z:.2f}x<extra></extra>")
+    fig.add_contour(x=alphas, y=cs, z=z, contours=dict(start=1.0, end=1.0, size=1.0, coloring="none"),
+                    line=dict(color="black", width=2), showscale=False, name="break-even", showlegend=True,
+                    hoverinfo="skip")
+    for name, p in (points or {}).items():
+        parts = [f"measured {p['measured']:.2f}x" if p.get("measured") is not None else None,
+                 f"predicted {p['predicted']:.2f}x" if p.get("predicted") is not None else None]
+        label = f"{name}<br>" + ", ".join(s for s in parts if s)
+        # labels open towards the middle of the plot, never off its edges
+        side = "left" if p["alpha"] > 0.55 else "right"
+        level = "top" if p["c"] < 0.1 else ("bottom" if p["c"] > 0.9 else "middle")
+        fig.add_scatter(x=[p["alpha"]], y=[p["c"]], mode="markers+text", text=[label],
+                        textposition=f"{level} {side}", cliponaxis=False,
+                        textfont=dict(size=11), marker=dict(size=11, color="black", symbol="x"),
+                        showlegend=False, hovertemplate=f"{name}: α %{{x:.2f}}, c %{{y:.2f}}<extra></extra>")
+    fig.update_xaxes(range=[0, alphas[-1]])
+    fig.update_yaxes(range=[0, 1])
+    fig = _layout(fig, title, "α (accepted / examined)", "c (draft step / target step)")
+    fig.update_layout(height=540, margin=dict(l=60, r=30, t=90, b=50),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.01, x=0))
+    return fig

@@ -45,4 +45,6 @@ def warm(mode: str) -> float:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in ("f32", "q8"):
+        sys.exit("usage: python tests/warm_kernels.py f32|q8 (the activation mode to compile)")
     print(f"{sys.argv[1]}: {warm(sys.argv[1]):.0f} s")

@@ -101,7 +101,7 @@ def test_no_saved_widget_state(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_exercises_check_cells_and_folded_answers(path):
-    """Exercises: 2 or 3 numbered questions, a predict-then-check code cell with asserts below
+    """Exercises: 2 or 3 numbered questions, a predict-then-check code cell (check()) below
     them, and the answers in a folded <details> block after it (a static viewer shows it closed)."""
     cells = load(path)["cells"]
     heads = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown"
@@ -111,8 +111,8 @@ def test_exercises_check_cells_and_folded_answers(path):
     n = len(re.findall(r"^\s*\d+\.\s", ex.split("Exercises", 1)[1], re.M))
     assert 2 <= n <= 3, f"{path.name}: the exercises section has {n} numbered exercises (2 or 3)"
     after = cells[heads[-1] + 1:]
-    checks = [c for c in after if c["cell_type"] == "code" and re.search(r"^\s*assert\b", source(c), re.M)]
-    assert checks, f"{path.name}: no check cell with an assert after the exercises"
+    checks = [c for c in after if c["cell_type"] == "code" and re.search(r"\bcheck\(", source(c))]
+    assert checks, f"{path.name}: no check cell (calling check()) after the exercises"
     answers = [c for c in after if c["cell_type"] == "markdown" and "<details" in source(c)
                and "answer" in source(c).lower()]
     assert answers, f"{path.name}: no folded answers (<details> with the answers) after the exercises"
@@ -169,3 +169,108 @@ def test_committed_with_clean_outputs(path):
                     f"{path.name} cell {i}: a checked output shows a path: {ABS_PATH.search(t).group()}"
                 assert not re.search(r"0x[0-9a-f]{8,}", t), f"{path.name} cell {i}: a checked output shows an address"
     assert checked, f"{path.name}: no cell is marked # NBVAL_CHECK_OUTPUT"
+
+
+# ---- measure, then say -------------------------------------------------------------------
+
+def _code_ast(src: str):
+    import ast
+    lines = [ln for ln in src.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+    return ast.parse("\n".join(lines))
+
+
+def say_templates(src: str) -> list[str]:
+    """The literal text of every say(...) call in a code cell, each formatted value as {}."""
+    import ast
+    out = []
+    for node in ast.walk(_code_ast(src)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "say":
+            for arg in node.args[:1]:
+                parts = arg.values if isinstance(arg, ast.JoinedStr) else [arg]
+                out.append("".join(p.value if isinstance(p, ast.Constant) and isinstance(p.value, str)
+                                   else "{}" for p in parts))
+    return out
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_prose_quotes_no_number_that_no_cell_produced(path):
+    """A measured number (a speed-up, a time, a rate, a share, c, α, bc(k)) in a notebook's
+    prose comes from the cell that measured it: say(f"...") formats it. Hand-written Markdown and
+    the literal parts of say() templates quote none (a `not measured:` comment lists the
+    numbers that are chosen, defined or published)."""
+    from specnb.figures.prose import measured_phrases
+    bad = []
+    for i, cell in enumerate(load(path)["cells"]):
+        src = source(cell)
+        if cell["cell_type"] == "markdown":
+            bad += [f"cell {i} (Markdown): {p!r}" for p in measured_phrases(src)]
+        elif cell["cell_type"] == "code":
+            for t in say_templates(src):
+                bad += [f"cell {i} (say template): {p!r}" for p in measured_phrases(t)]
+    assert not bad, f"{path.name}: numbers typed into prose instead of formatted from a measurement: {bad}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_said_sentences_were_shown(path):
+    """A cell that says something stored what it said (Markdown output), so the static page has it."""
+    for i, cell in enumerate(load(path)["cells"]):
+        if cell["cell_type"] == "code" and say_templates(source(cell)):
+            kinds = {k for out in cell.get("outputs", []) for k in out.get("data", {})}
+            assert "text/markdown" in kinds, f"{path.name} cell {i}: calls say() but stored no Markdown output"
+
+
+EXERCISE_CELL = re.compile(r"^#\s*Exercise\s+(\d+)\b", re.I)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_exercises_have_one_format(path):
+    """Every exercise cell is predict-then-check through check(): committed with no prediction,
+    so its stored output asks for one and never states the answer."""
+    cells = [c for c in load(path)["cells"] if c["cell_type"] == "code"
+             and EXERCISE_CELL.match(source(c).lstrip())]
+    assert cells, f"{path.name}: no exercise cell ('# Exercise N: ...' calling check())"
+    for c in cells:
+        n = EXERCISE_CELL.match(source(c).lstrip()).group(1)
+        assert re.search(r"\bcheck\(", source(c)), f"{path.name} exercise {n}: does not call check()"
+        shown = "".join(text_of(o) for o in c.get("outputs", []))
+        assert "write your prediction" in shown, \
+            f"{path.name} exercise {n}: committed with a prediction written in, or check() never ran: {shown!r}"
+        assert not re.search(r"\bright:|not quite", shown), f"{path.name} exercise {n}: its output gives the answer"
+
+
+COURSE_MAX_S = 120
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_each_notebook_fits_its_time(path):
+    """The recorded execution (metadata.specnb.executed_s, written by python -m specnb.app.course
+    on the 2-core machine that executed it) stays within a class's patience."""
+    t = load(path)["metadata"].get("specnb", {}).get("executed_s")
+    assert t is not None and t <= COURSE_MAX_S, \
+        f"{path.name}: recorded execution {t} s, over {COURSE_MAX_S} s"
+
+
+def test_teaching_guide_quotes_the_recorded_times():
+    """docs/teaching.md's table of run times is the one specnb.app.course writes from metadata."""
+    from specnb.app.course import TIMES_BEGIN, TIMES_END, times_table
+    text = (ROOT / "docs" / "teaching.md").read_text(encoding="utf-8")
+    assert TIMES_BEGIN in text and TIMES_END in text, "docs/teaching.md has no recorded-times block"
+    block = text.split(TIMES_BEGIN, 1)[1].split(TIMES_END, 1)[0].strip()
+    assert block == times_table().strip(), \
+        "docs/teaching.md's times are not the notebooks' recorded ones: run python -m specnb.app.course --times"
+
+
+@pytest.mark.parametrize("doc", ["docs/teaching.md", "README.md"])
+def test_course_docs_quote_no_hand_typed_measurement(doc):
+    """The README's course section and the teaching guide quote no measured number by hand
+    (the guide's times come from the recorded block)."""
+    from specnb.app.course import TIMES_BEGIN, TIMES_END
+    from specnb.figures.prose import measured_phrases
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    if doc == "README.md":
+        start = text.find(README_SECTION)
+        nxt = re.search(r"^## ", text[start + len(README_SECTION):], re.M)
+        text = text[start: start + len(README_SECTION) + nxt.start()] if nxt else text[start:]
+    if TIMES_BEGIN in text:
+        text = text.split(TIMES_BEGIN, 1)[0] + text.split(TIMES_END, 1)[1]
+    assert measured_phrases(text) == [], f"{doc}: measured numbers typed by hand: {measured_phrases(text)}"

@@ -80,21 +80,14 @@ def best_speedup(alpha: float, c: float, bc: dict, bd: dict | None = None, gamma
 
 # ---- the one-row decode against the memory floor ------------------------------------------------
 
-def _decode_bytes(model) -> int:
-    # every matrix once; the token embedding only as the output head (measure.bench.decode_bytes)
-    n = int(model.weight_bytes())
-    if not model.hparams.tied_output:
-        n -= int(model.tok_embd.data.nbytes)
-    return n
-
-
 def decode_roofline(model, t_token_s: float, gb_s: float) -> dict:
     """A one-row decode of `model` at t_token_s seconds per token against a streaming bandwidth of
     gb_s: {"bytes" read per token, "t_token_s", "gb_s" reached, "floor_s" (bytes / bandwidth, the
     fastest any decode can be), "fraction" of the bandwidth}."""
     check_param(t_token_s > 0, "t_token_s", t_token_s, "a time > 0")
     check_param(gb_s > 0, "gb_s", gb_s, "a bandwidth > 0")
-    nb = _decode_bytes(model)
+    from ..measure.bench import decode_bytes
+    nb = int(decode_bytes(model))
     reached = nb / t_token_s / 1e9
     return {"bytes": nb, "t_token_s": float(t_token_s), "gb_s": reached, "floor_s": nb / (gb_s * 1e9),
             "fraction": reached / gb_s}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from ..errors import check_param
 from .runs import GREY, MS_PER_S, TARGET, _layout
 
 PARTS = (("draft", "#f9a825"), ("target call", TARGET), ("process", "#00838f"),
@@ -28,8 +29,7 @@ PARTS = (("draft", "#f9a825"), ("target call", TARGET), ("process", "#00838f"),
 def _parts(run: dict) -> dict:
     """{part: ms per committed token} of one run (see the module's docstring for the keys)."""
     n = run.get("n_tokens", 0)
-    if not n:
-        raise ValueError("fig_time_per_token: a run with no committed token")
+    check_param(n > 0, "n_tokens", n, "a run with at least one committed token")
     if "events" in run:
         evs = list(run["events"])
         draft = sum(ev.t_draft for ev in evs)

@@ -11,7 +11,7 @@ from specnb.run.context import Context
 from specnb.measure.cost import speedup
 from specnb.spec.draft_len import (AUTO_CAP, HEURISTIC_CAP, HEURISTIC_START, Acceptance, AutoDraftLen,
     BatchCost, Decision, HeuristicDraftLen, best_length, best_length_leviathan, expected_tokens,
-    format_chosen, parse_draft_max)
+    PROBE_FIRST, PROBE_MAX, expected_tokens_upto, format_chosen, parse_draft_max)
 from specnb.spec.events import RoundEvent, SlotRound
 from specnb.spec.speculative import SpecParams
 from specnb.spec.loop import SpeculativeLoop
@@ -246,6 +246,9 @@ def test_auto_skips_the_draft_model_on_rounds_without_a_draft(pair):
     prompt = repetitive_prompt(tgt, 3)
     loop = _loop(tgt, dft, prompt, 30, SAMPLERS["greedy"], SpecParams(n_max="auto:4"))
     ds = loop.spec.impl_of("draft-simple")
+    # the forged draft model costs about what its target does: judged from the prompt's decodes it
+    # would never draft; without that estimate the second round is a start-up draft
+    loop.policy.observe_prefill = lambda n, t_target, t_draft=None: None
     events = []
     for ev in loop.rounds():
         events.append(ev)
@@ -276,3 +279,75 @@ def test_rejection_mode_with_auto(pair):
                      SpecParams(n_max="auto:4", verify="rejection"))
         events = list(loop.rounds())
     assert sum(len(ev.slot.committed) for ev in events) == 20
+
+
+def test_auto_judges_a_hopeless_draft_from_the_prompt_decodes_without_a_start_up_draft():
+    """The loop times both models' decode of the prompt rows: a draft model whose decode of them
+    costs 0.9 of the target's, with a target whose 5-row decode costs 1.5 one-row decodes, cannot
+    pay at full acceptance, so no round drafts (not even a start-up draft) within PROBE_MAX rounds."""
+    pol = AutoDraftLen(8)
+    pol.observe_prefill(5, 1.5, 0.9 * 1.5)
+    assert pol.prefill_ratio == pytest.approx(0.9)
+    pol.observe(_event(0, 0, 1.0))
+    ds = []
+    for _ in range(PROBE_MAX - 1):
+        dec = pol.choose(remaining=1000)
+        pol.record(dec)
+        ds.append(dec)
+        pol.observe(_event(dec.d, 0, 1.0 + 0.125 * dec.d, dec=dec))
+    assert all(x.d == 0 and x.reason == "no gain" for x in ds)
+    dec = pol.choose(remaining=1000)          # the estimate is checked by one real draft
+    assert dec.reason == "probe" and dec.d == 2
+    # a cheap draft model (0.2 of the target) on the same prompt: start-up draft as before
+    cheap = AutoDraftLen(8)
+    cheap.observe_prefill(5, 1.5, 0.2 * 1.5)
+    cheap.observe(_event(0, 0, 1.0))
+    assert cheap.choose(remaining=1000).reason == "start-up"
+
+
+def test_auto_draft_costs_come_from_the_prefill_ratio_until_the_draft_model_has_drafted():
+    pol = AutoDraftLen(8)
+    pol.observe_prefill(9, 3.0, 1.2)                      # ratio 0.4
+    pol.observe(_event(0, 0, 1.0))
+    k = 1 + round(expected_tokens(pol.rates("draft-simple"), 1))   # the seed batch's rows
+    assert k == 3 and pol.target_cost(3) == pytest.approx(1.5)   # between (1, 1.0) and (9, 3.0)
+    assert pol.draft_cost(1) == pytest.approx(0.4 * 1.5)
+    assert pol.draft_cost(3) == pytest.approx(0.4 * pol.target_cost(1 + round(
+        expected_tokens(pol.rates("draft-simple"), 3))) + 2 * 0.4 * 1.0)
+    pol.observe(_event(2, 0, 1.2, dft=[(3, 0.3), (1, 0.25)]))
+    k = 1 + round(expected_tokens(pol.rates("draft-simple"), 1))
+    assert pol.draft_cost(1) == pytest.approx(pol.t_draft_rows(k))   # measured from now on
+    assert 0.25 <= pol.draft_cost(1) <= 0.3
+
+
+def test_auto_probes_only_while_enough_tokens_remain_to_use_what_the_probe_finds():
+    """A start-up draft or a probe pays only in the rounds after it: with fewer tokens left than
+    PROBE_FIRST (start-up) or than the probe interval, the round does not draft ("budget")."""
+    pol = AutoDraftLen(8)
+    pol.observe(_event(0, 0, 1.0))
+    assert pol.choose(remaining=PROBE_FIRST - 1).reason == "budget"
+    assert pol.choose(remaining=PROBE_FIRST).reason == "start-up"
+    pol.observe(_event(2, 0, 1.2, dft=[(3, 0.1), (1, 0.1)]))
+    for _ in range(20):                                     # never accepted: d = 0 wins
+        pol.observe(_event(1, 0, 1.1, dft=[(2, 0.1)]))
+    decs = [pol.choose(remaining=3) for _ in range(3 * PROBE_FIRST)]
+    assert all(d.d == 0 for d in decs) and "budget" in {d.reason for d in decs}
+    decs = [pol.choose(remaining=1000) for _ in range(PROBE_FIRST)]
+    assert any(d.reason == "probe" and d.d > 0 for d in decs)
+
+
+def test_batch_cost_medians_follow_every_new_sample():
+    bc = BatchCost()
+    bc.add(1, 1.0)
+    assert bc(1) == 1.0
+    bc.add(1, 3.0)
+    bc.add(1, 5.0)
+    assert bc(1) == 3.0 and bc.points() == [(1, 3.0)]
+    bc.add(3, 7.0)
+    assert bc(2) == 5.0
+
+
+def test_expected_tokens_upto_agrees_with_expected_tokens():
+    a = [0.9, 0.5, 0.25, 0.1]
+    assert expected_tokens_upto(a, 4) == pytest.approx([expected_tokens(a, d) for d in range(5)])
+    assert expected_tokens_upto(0.5, 3) == pytest.approx([1.0, 1.5, 1.75, 1.875])

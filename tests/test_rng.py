@@ -62,3 +62,17 @@ def test_default_seed_is_random():
     seeds = {get_rng_seed(LLAMA_DEFAULT_SEED) for _ in range(8)}
     assert len(seeds) > 1 and all(0 <= s < 2 ** 32 for s in seeds)
     assert get_rng_seed(123) == 123
+
+
+def test_a_seed_seen_before_restarts_the_standard_stream_however_far_others_have_drawn():
+    """Seeding reuses init_genrand's state for a seed seen before (a draft sampler reseeds every
+    round): two generators of one seed, one drawn far (past the 624-word state), then reseeded,
+    both give std::mt19937(42)'s outputs, and other seeds in between change nothing."""
+    a, b = Mt19937(42), Mt19937(42)
+    for _ in range(2000):
+        a.u32()
+    for s in range(100):                       # more seeds than the cache keeps
+        Mt19937(s)
+    a.seed(42)
+    want = [1608637542, 3421126067, 4083286876, 787846414, 3143890026]
+    assert [a.u32() for _ in range(5)] == want == [b.u32() for _ in range(5)]

@@ -33,6 +33,21 @@ def get_rng_seed(seed: int) -> int:
     return secrets.randbits(32) if seed == LLAMA_DEFAULT_SEED else int(seed)
 
 
+_SEEDED: dict = {}                   # seed -> init_genrand's state (a draft sampler reseeds every round)
+_SEEDED_MAX = 64
+
+
+def _seeded_state(seed: int) -> dict:
+    st = _SEEDED.get(seed)
+    if st is None:
+        _, key, pos = np.random.RandomState(seed).get_state()[:3]
+        key.flags.writeable = False
+        if len(_SEEDED) >= _SEEDED_MAX:
+            _SEEDED.pop(next(iter(_SEEDED)))
+        st = _SEEDED[seed] = {"key": key, "pos": int(pos)}
+    return st
+
+
 class Mt19937:
     """std::mt19937 with libstdc++'s uniform and discrete draws (see the module docstring)."""
 
@@ -41,9 +56,8 @@ class Mt19937:
 
     def seed(self, seed: int) -> None:
         """std::mt19937::seed(seed): init_genrand, the same as RandomState(seed)."""
-        _, key, pos = np.random.RandomState(int(seed) & 0xFFFFFFFF).get_state()[:3]
         self._bits = np.random.MT19937()
-        self._bits.state = {"bit_generator": "MT19937", "state": {"key": key, "pos": pos}}
+        self._bits.state = {"bit_generator": "MT19937", "state": _seeded_state(int(seed) & 0xFFFFFFFF)}
 
     def u32(self) -> int:
         """One 32-bit output (operator())."""

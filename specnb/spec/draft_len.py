@@ -18,13 +18,17 @@ schedule, or `auto`, chosen before every round from the costs this run measures.
              (verification batch, sampling, rollback: running medians per k, linear in k
              between the measured sizes, the prefill as the start-up point), t_draft(d) the
              draft model's measured decodes (its seed batch with the rows it must catch up,
-             then d - 1 one-row steps). d = 0 is plain decoding of one token: T(0) =
-             t_target(1). An n-gram draft costs nothing to make: for it only t_target counts.
-             While d = 0 wins, a probe (a short draft) runs now and then, its interval doubling
-             (PROBE_FIRST, PROBE_FIRST*2, ... PROBE_MAX rounds), so a change (acceptance, load)
-             is noticed; the probes' count and time are kept. No probe runs while d = 0 would
-             win even at full acceptance (a draft model as costly as its target): the reason
-             is then "no gain".
+             then d - 1 one-row steps; before it has drafted, the target's times the ratio of
+             the two models' measured decodes of the prompt). d = 0 is plain decoding of one
+             token: T(0) = t_target(1). An n-gram draft costs nothing to make: for it only
+             t_target counts. While d = 0 wins, a probe (a short draft) runs now and then, its
+             interval doubling (PROBE_FIRST, PROBE_FIRST*2, ... PROBE_MAX rounds), so a change
+             (acceptance, load) is noticed; the probes' count and time are kept. No probe runs
+             while d = 0 would win even at full acceptance (a draft model as costly as its
+             target): the reason is then "no gain"; judged from the prompt's decodes alone, the
+             first round already says so, without a start-up draft (one probe per PROBE_MAX
+             rounds checks it). A start-up draft or a probe pays only through the rounds after
+             it: none runs when fewer tokens remain than those rounds ("budget").
 
 `expected_tokens(a, d)` and `best_length(...)` are the decision as plain functions, usable on a
 grid (alpha, c) without a run. The policy only chooses each round's n_max: the target's sampler
@@ -92,14 +96,24 @@ def expected_tokens(accept, d: int) -> float:
     return e
 
 
+def expected_tokens_upto(accept, n_max: int) -> list:
+    """[E(0), E(1), ..., E(n_max)] in one pass (expected_tokens for every length)."""
+    out, e, run = [1.0], 1.0, 1.0
+    for j in range(n_max):
+        run *= float(accept if isinstance(accept, (int, float)) else accept[j])
+        e += run
+        out.append(e)
+    return out
+
+
 def best_length(accept, t_target, t_draft, n_max: int) -> tuple[int, list]:
     """argmax_d E(d) / (t_draft(d) + t_target(1 + d)) over d in 0..n_max, and the rates
     [tokens per second for each d]. accept: a number or per-position rates (len >= n_max);
     t_target(k), t_draft(d): seconds (t_draft(0) is ignored). Ties go to the shorter draft."""
     rates = []
-    for d in range(n_max + 1):
+    for d, e in enumerate(expected_tokens_upto(accept, n_max)):
         t = t_target(1 + d) + (t_draft(d) if d > 0 else 0.0)
-        rates.append(expected_tokens(accept, d) / t if t > 0 else math.inf)
+        rates.append(e / t if t > 0 else math.inf)
     best = 0
     for d, r in enumerate(rates):
         if r > rates[best] * (1 + 1e-9):
@@ -122,17 +136,31 @@ class BatchCost:
     def __init__(self, window: int = WINDOW):
         self.window = window
         self.samples: dict[int, deque] = {}
+        self._points: list | None = None          # the medians, until the next add()
+        self._table: list = []                    # upto()'s values, until the next add()
 
     def add(self, k: int, seconds: float) -> None:
         if k >= 1 and seconds > 0 and math.isfinite(seconds):
             self.samples.setdefault(int(k), deque(maxlen=self.window)).append(float(seconds))
+            self._points = None
+            self._table = []
+
+    def upto(self, n: int) -> list:
+        """[self(0), self(1), ..., self(n)], kept until the next add() (a policy reads them
+        several times per round)."""
+        tab = self._table
+        if len(tab) <= n:
+            tab = self._table = [self(k) for k in range(n + 1)]
+        return tab
 
     @property
     def known(self) -> bool:
         return bool(self.samples)
 
     def points(self) -> list[tuple[int, float]]:
-        return sorted((k, statistics.median(v)) for k, v in self.samples.items())
+        if self._points is None:
+            self._points = sorted((k, statistics.median(v)) for k, v in self.samples.items())
+        return self._points
 
     def __call__(self, k: int) -> float:
         pts = self.points()
@@ -210,8 +238,9 @@ class DraftLenPolicy:
         self.chosen: dict[int, int] = {}          # how often each length was chosen
         self.last: Decision | None = None
 
-    def choose(self, source: str = "draft-simple") -> Decision:
-        """This round's decision for a draft from `source` (an impl type)."""
+    def choose(self, source: str = "draft-simple", remaining: int | None = None) -> Decision:
+        """This round's decision for a draft from `source` (an impl type); `remaining`: the
+        tokens still to generate (None: unknown)."""
         return Decision(self.n_max, "schedule")
 
     def record(self, dec: Decision) -> None:
@@ -221,7 +250,7 @@ class DraftLenPolicy:
 
     def observe(self, ev) -> None: ...
 
-    def observe_prefill(self, n_rows: int, t_target: float) -> None: ...
+    def observe_prefill(self, n_rows: int, t_target: float, t_draft: float | None = None) -> None: ...
 
     def stats(self) -> dict:
         return {"schedule": self.schedule, "n_max": self.n_max,
@@ -241,7 +270,7 @@ class HeuristicDraftLen(DraftLenPolicy):
         super().__init__(n_max)
         self.n = float(min(start, n_max))
 
-    def choose(self, source: str = "draft-simple") -> Decision:
+    def choose(self, source: str = "draft-simple", remaining: int | None = None) -> Decision:
         return Decision(int(self.n), "schedule")
 
     def observe(self, ev) -> None:
@@ -273,6 +302,7 @@ class AutoDraftLen(DraftLenPolicy):
         self._probe: dict[str, list] = {}         # per source: [rounds of d = 0, probe interval]
         self.n_probes = 0
         self.t_probes = 0.0                       # seconds of the rounds that probed
+        self.prefill_ratio: float | None = None   # draft / target seconds on the same prompt rows
 
     # ---- the model of a round ------------------------------------------------------------
     def rates(self, source: str) -> list:
@@ -284,46 +314,66 @@ class AutoDraftLen(DraftLenPolicy):
         if d <= 0 or source != "draft-simple":
             return 0.0
         e = expected_tokens(accept if accept is not None else self.rates(source), d)
-        return self.t_draft_rows(1 + round(e)) + (d - 1) * self.t_draft_rows(1)
+        return self._draft_cost_e(d, e)
+
+    def _draft_cost_e(self, d: int, e: float) -> float:
+        k = 1 + round(e)
+        if self.t_draft_rows.known:
+            tab = self.t_draft_rows.upto(self.n_max + 2)
+            return tab[k] + (d - 1) * tab[1]
+        return self._draft_from_prefill(k) + (d - 1) * self._draft_from_prefill(1)
+
+    def _draft_from_prefill(self, k: int) -> float:
+        """Before the draft model has drafted: its k-row decode estimated as the target's, times
+        the ratio of the two models' measured decodes of the same prompt rows."""
+        return self.prefill_ratio * self.target_cost(k)
 
     def target_cost(self, k: int) -> float:
-        return self.t_target(k)
+        tab = self.t_target.upto(self.n_max + 2)
+        return tab[k] if 0 <= k < len(tab) else self.t_target(k)
 
     def decide(self, source: str = "draft-simple") -> Decision:
         """The argmax decision from the current estimates, without counting it."""
         a = self.rates(source)
-        d, rates = best_length(a, self.target_cost, lambda d: self.draft_cost(d, source, a), self.n_max)
-        return Decision(d, "best", expected_tokens(a, d), rates[d], rates[0], rates)
+        es = expected_tokens_upto(a, self.n_max)
+        cost = (lambda d: self._draft_cost_e(d, es[d])) if source == "draft-simple" else (lambda d: 0.0)
+        d, rates = best_length(a, self.target_cost, cost, self.n_max)
+        return Decision(d, "best", es[d], rates[d], rates[0], rates)
 
     def hopeless(self, source: str = "draft-simple") -> bool:
         """True when no length beats plain decoding even if every draft token were accepted."""
-        d, _ = best_length(1.0, self.target_cost, lambda d: self.draft_cost(d, source, [1.0] * d),
-                           self.n_max)
-        return d == 0
+        cost = (lambda d: self._draft_cost_e(d, 1.0 + d)) if source == "draft-simple" else (lambda d: 0.0)
+        return best_length(1.0, self.target_cost, cost, self.n_max)[0] == 0
 
-    def ready(self, source: str) -> bool:
-        if source == "draft-simple" and not self.t_draft_rows.known:
-            return False
-        return 1 in self.t_target.samples
-
-    def choose(self, source: str = "draft-simple") -> Decision:
+    def choose(self, source: str = "draft-simple", remaining: int | None = None) -> Decision:
         """This round's decision for a draft from `source` (an impl type); not yet counted
-        (`record` counts the decision that applied)."""
+        (`record` counts the decision that applied). `remaining`, the tokens still to generate:
+        a start-up draft or a probe pays only through the rounds after it, so none runs when
+        fewer tokens remain than the rounds its measurement would govern ("budget")."""
         if 1 not in self.t_target.samples:
             return Decision(0, "start-up")                        # measure a plain round first
-        if not self.ready(source):
+        if source == "draft-simple" and not self.t_draft_rows.known:
+            # the draft model has not drafted yet: with the prompt's decodes measured, a draft model
+            # that could not pay even at full acceptance is judged without a start-up draft
+            if self.prefill_ratio is not None and self.hopeless(source):
+                return self._no_gain(source, remaining, self.decide(source))
+            if remaining is not None and remaining < self.probe_first:
+                return Decision(0, "budget")
             return Decision(min(max(self.probe_len, 2), self.n_max), "start-up")
         dec = self.decide(source)
         st = self._probe.setdefault(source, [0, self.probe_first])   # [rounds of d = 0, interval]
         if dec.d == 0 and self.hopeless(source):
             # even a draft accepted in full would not pay at the measured costs: a probe could only
             # confirm it, at the price of the draft model's catch-up; the costs are re-read every
-            # round, so a change of load brings the probes back
-            st[0] = 0
-            return Decision(0, "no gain", dec.expected_tokens, dec.expected_rate, dec.plain_rate,
-                            dec.rates)
+            # round, so a change of load brings the probes back. Judged from the prompt's decodes
+            # alone (the draft model has not drafted yet), one probe per PROBE_MAX rounds checks
+            # the estimate against a real draft.
+            return self._no_gain(source, remaining, dec)
         if dec.d == 0:
             st[0] += 1
+            if st[0] >= st[1] and remaining is not None and remaining < st[1]:
+                return Decision(0, "budget", dec.expected_tokens, dec.expected_rate,
+                                dec.plain_rate, dec.rates)
             if st[0] >= st[1]:
                 st[0], st[1] = 0, min(st[1] * 2, self.probe_max)
                 d = min(self.probe_len, self.n_max)
@@ -333,11 +383,26 @@ class AutoDraftLen(DraftLenPolicy):
             st[0], st[1] = 0, self.probe_first
         return dec
 
+    def _no_gain(self, source: str, remaining, dec: Decision) -> Decision:
+        st = self._probe.setdefault(source, [0, self.probe_first])
+        st[0] = st[0] + 1 if source == "draft-simple" and not self.t_draft_rows.known else 0
+        if st[0] >= self.probe_max and (remaining is None or remaining >= self.probe_max):
+            st[0] = 0
+            d = min(max(self.probe_len, 2), self.n_max)       # as a start-up draft
+            return Decision(d, "probe", expected_tokens(self.rates(source), d), dec.rates[d],
+                            dec.plain_rate, dec.rates)
+        return Decision(0, "no gain", dec.expected_tokens, dec.expected_rate, dec.plain_rate,
+                        dec.rates)
+
     # ---- measurements --------------------------------------------------------------------
-    def observe_prefill(self, n_rows: int, t_target: float) -> None:
-        """The prompt's target decode: a start-up point for t_target (while above any round's size)."""
-        if n_rows > self.n_max + 1:
+    def observe_prefill(self, n_rows: int, t_target: float, t_draft: float | None = None) -> None:
+        """The prompt's decodes: a start-up point for t_target (one sample among the rounds' at
+        that size, whose median soon outvotes it), and, with the draft model's decode of the same
+        rows (t_draft), the ratio that estimates the draft's costs until it has drafted."""
+        if n_rows >= 2:
             self.t_target.add(n_rows, t_target)
+        if t_draft is not None and t_draft > 0 and t_target > 0 and math.isfinite(t_draft):
+            self.prefill_ratio = t_draft / t_target
 
     def observe(self, ev) -> None:
         rows = sum(1 + len(r.draft) for r in ev.slots)

@@ -144,7 +144,11 @@ class DraftSimple(SpeculativeImpl):
 
     def seq_rm(self, seq: int, p0: int) -> None:
         """Drop positions >= p0 of seq (llama_memory_seq_rm(ctx_dft, seq, p0, -1))."""
-        self._pending[seq] = [(t, p) for t, p in self._pending[seq] if p < p0 and p0 > 0]
+        pend = self._pending[seq]          # in position order: drop the rows at p >= p0
+        if p0 <= 0:
+            pend.clear()
+        while pend and pend[-1][1] >= p0:
+            pend.pop()
         if self.ctx.seq_pos_max(seq) < p0:
             return
         if p0 <= 0:                            # the whole sequence: every memory can do that
@@ -161,7 +165,10 @@ class DraftSimple(SpeculativeImpl):
         """Keep the draft KV in sync with a target batch, no logits."""
         if self.defer and self.partial:
             for t, p, s in zip(batch.tokens, batch.pos, batch.seq_id):
-                self._pending[s].append((int(t), int(p)))
+                pend = self._pending[s]        # kept in position order: a row at p replaces
+                while pend and pend[-1][1] >= p:   # the rows from p on
+                    pend.pop()
+                pend.append((int(t), int(p)))
             return True
         if not self.partial:
             for s in sorted(set(batch.seq_id)):

@@ -201,8 +201,11 @@ class SpeculativeLoop:
             if len(b):
                 t0 = time.perf_counter()
                 self.ctx_tgt.decode(b)
-                self.policy.observe_prefill(len(b), time.perf_counter() - t0)
+                t1 = time.perf_counter()
                 self.spec.process(b)
+                ds = self.spec.impl_of("draft-simple")
+                self.policy.observe_prefill(len(b), t1 - t0, None if ds is None else
+                                            time.perf_counter() - t1)
             for sl in self.slots:
                 self.spec.begin(sl.seq, sl.prompt)
         ds = self.spec.impl_of("draft-simple")
@@ -290,7 +293,8 @@ class SpeculativeLoop:
         if self.p.schedule == "fixed":
             self.policy.record(self.policy.choose())
             return None
-        decs = {t: self.policy.choose(t) for t in self.spec.types}
+        remaining = min(sl.n_predict - len(sl.generated) for sl in active)
+        decs = {t: self.policy.choose(t, remaining) for t in self.spec.types}
         return decs
 
     def _verify_batch(self, active: list, recs: dict, ev: RoundEvent) -> dict:

@@ -43,6 +43,7 @@ def check_invariants(loop, events):
         for sl in loop.slots:       # its KV and the rows it will catch up: the committed history
             ahead = sorted({p for _, p in ds._pending[sl.seq]})
             held = loop.ctx_dft.seq_pos_max(sl.seq)
+            held += ds.offset(sl.seq) if held >= 0 else 0   # in the target's positions
             assert not ahead or (ahead[0] <= held + 1 and ahead == list(range(ahead[0], ahead[-1] + 1)))
             assert max([held] + ahead) == loop.ctx_tgt.seq_pos_max(sl.seq)
     for ev in events:

@@ -9,9 +9,9 @@ import pytest
 from specnb import ParamError
 from specnb.run.context import Context
 from specnb.measure.cost import speedup
-from specnb.spec.draft_len import (AUTO_CAP, HEURISTIC_CAP, HEURISTIC_START, Acceptance, AutoDraftLen,
+from specnb.spec.draft_len import (AUTO_CAP, CATCH_UP_WINDOW, HEURISTIC_CAP, HEURISTIC_START, Acceptance, AutoDraftLen,
     BatchCost, Decision, HeuristicDraftLen, best_length, best_length_leviathan, expected_tokens,
-    PROBE_FIRST, PROBE_MAX, expected_tokens_upto, format_chosen, parse_draft_max)
+    PROBE_FIRST, PROBE_LEN, PROBE_MAX, expected_tokens_upto, format_chosen, parse_draft_max)
 from specnb.spec.events import RoundEvent, SlotRound
 from specnb.spec.speculative import SpecParams
 from specnb.spec.loop import SpeculativeLoop
@@ -90,8 +90,8 @@ def _run_auto(t_draft_row, rounds=200):
     assert pol.choose().reason == "start-up" and pol.choose().d == 0
     pol.observe(_event(0, 0, 1.0))
     dec = pol.choose()
-    assert dec.reason == "start-up" and dec.d == 2          # measure the draft model once
-    pol.observe(_event(2, 0, 1.2, dec=dec, dft=[(3, t_draft_row), (1, t_draft_row)]))
+    assert dec.reason == "start-up" and dec.d == PROBE_LEN   # measure the draft model once
+    pol.observe(_event(1, 0, 1.1, dec=dec, dft=[(2, t_draft_row)]))
     ds = []
     for _ in range(rounds):
         dec = pol.choose()
@@ -277,8 +277,16 @@ def test_rejection_mode_with_auto(pair):
         warnings.simplefilter("ignore")
         loop = _loop(tgt, dft, prompts(tgt, 1, 2)[0], 20, SAMPLERS["temp0.8-topk40"].replace(seed=5),
                      SpecParams(n_max="auto:4", verify="rejection"))
+        # the forged draft model would not pay (auto would not draft): the lengths are scripted,
+        # so rejection sampling runs under auto's deferred catch-up
+        loop.policy = _Scripted([(0, "start-up"), (1, "start-up")])
         events = list(loop.rounds())
-    assert sum(len(ev.slot.committed) for ev in events) == 20
+    res = loop.results()[0]
+    assert sum(len(ev.slot.committed) for ev in events) == len(res.tokens)
+    assert len(res.tokens) == 20 or res.stop_reason == "eog"
+    assert sum(1 for ev in events if ev.slot.draft) >= min(3, len(events) - 1)
+    assert loop.spec.impl_of("draft-simple").defer
+    check_invariants(loop, events)
 
 
 def test_auto_judges_a_hopeless_draft_from_the_prompt_decodes_without_a_start_up_draft():
@@ -297,7 +305,7 @@ def test_auto_judges_a_hopeless_draft_from_the_prompt_decodes_without_a_start_up
         pol.observe(_event(dec.d, 0, 1.0 + 0.125 * dec.d, dec=dec))
     assert all(x.d == 0 and x.reason == "no gain" for x in ds)
     dec = pol.choose(remaining=1000)          # the estimate is checked by one real draft
-    assert dec.reason == "probe" and dec.d == 2
+    assert dec.reason == "probe" and dec.d == PROBE_LEN
     # a cheap draft model (0.2 of the target) on the same prompt: start-up draft as before
     cheap = AutoDraftLen(8)
     cheap.observe_prefill(5, 1.5, 0.2 * 1.5)
@@ -351,3 +359,49 @@ def test_expected_tokens_upto_agrees_with_expected_tokens():
     a = [0.9, 0.5, 0.25, 0.1]
     assert expected_tokens_upto(a, 4) == pytest.approx([expected_tokens(a, d) for d in range(5)])
     assert expected_tokens_upto(0.5, 3) == pytest.approx([1.0, 1.5, 1.75, 1.875])
+
+
+class _Scripted(AutoDraftLen):
+    """auto's machinery with the lengths and reasons given in advance (then 2, "best")."""
+
+    def __init__(self, script):
+        super().__init__(4)
+        self.script = list(script)
+
+    def choose(self, source="draft-simple", remaining=None):
+        d, why = self.script.pop(0) if self.script else (2, "best")
+        return Decision(d, why)
+
+
+@pytest.mark.parametrize("reeval", [True, False])
+def test_a_probe_after_idle_rounds_catches_up_only_the_last_rows(pair, reeval):
+    """After 10 rounds without a draft, a probe's seed batch holds the last CATCH_UP_WINDOW missed
+    rows and the seed row, placed right after what the draft KV holds (its positions now run
+    behind the target's by the rows left out); drafting goes on from there, the bookkeeping holds
+    and the output is plain decoding's."""
+    tgt, dft = pair
+    prompt = repetitive_prompt(tgt, 3)
+    sp = SAMPLERS["greedy"]
+    want = plain(tgt, prompt, sp, 30, penalize_prompt=False)
+    script = [(0, "start-up")] + [(0, "best")] * 9 + [(1, "probe")]
+    loop = _loop(tgt, dft, prompt, 30, sp, SpecParams(n_max="auto:4"))
+    loop.policy = _Scripted(script)
+    ds = loop.spec.impl_of("draft-simple")
+    ds.reeval = reeval
+    events = list(loop.rounds())
+    probe = events[10]
+    assert probe.slot.draft_len.reason == "probe" and len(probe.slot.draft) == 1
+    missed = probe.slot.n_past - (len(prompt) - 1)       # the rows since the prompt
+    assert missed == 10 > CATCH_UP_WINDOW
+    assert probe.dft_decodes[0][0] == CATCH_UP_WINDOW + 1
+    assert ds.offset(0) == missed - CATCH_UP_WINDOW
+    assert all(len(ev.slot.draft) for ev in events[11:])            # drafting from then on
+    assert all(ev.dft_decodes[0][0] <= 1 + 4 for ev in events[12:])   # no more rows left out
+    check_invariants(loop, events)
+    assert loop.results()[0].tokens == want
+    # what the draft KV holds: the prompt's rows, then the window's and the later ones
+    held = [int(t) for t in loop.ctx_dft.cell_tokens[0, :loop.ctx_dft.seq_pos_max(0) + 1]]
+    history = list(prompt) + loop.results()[0].tokens
+    n0 = len(prompt) - 1 + 1                  # the prompt's rows and the first round's id_last
+    assert held[:len(prompt) - 1] == history[:len(prompt) - 1]
+    assert held[n0 - 1:] == history[n0 - 1 + ds.offset(0):len(held) + ds.offset(0)]

@@ -28,7 +28,10 @@ schedule, or `auto`, chosen before every round from the costs this run measures.
              target): the reason is then "no gain"; judged from the prompt's decodes alone, the
              first round already says so, without a start-up draft (one probe per PROBE_MAX
              rounds checks it). A start-up draft or a probe pays only through the rounds after
-             it: none runs when fewer tokens remain than those rounds ("budget").
+             it: none runs when fewer tokens remain than those rounds ("budget"). A probe
+             costs the draft model the rows it missed while idle: it catches up only the last
+             CATCH_UP_WINDOW of them (placed right after what its memory holds, so it sees the
+             prompt and the recent tokens; DraftSimple.offset), not every skipped token.
 
 `expected_tokens(a, d)` and `best_length(...)` are the decision as plain functions, usable on a
 grid (alpha, c) without a run. The policy only chooses each round's n_max: the target's sampler
@@ -53,6 +56,7 @@ WINDOW = 15                   # running median over the last WINDOW timings per 
 PROBE_FIRST = 8               # rounds of d = 0 before the first probe ...
 PROBE_MAX = 128               # ... the interval doubling up to this
 PROBE_LEN = 1                 # draft tokens of a probe
+CATCH_UP_WINDOW = 4           # a probe's draft model decodes at most this many of the rows it missed
 
 
 def parse_draft_max(value) -> tuple[str, int]:
@@ -359,7 +363,7 @@ class AutoDraftLen(DraftLenPolicy):
                 return self._no_gain(source, remaining, self.decide(source))
             if remaining is not None and remaining < self.probe_first:
                 return Decision(0, "budget")
-            return Decision(min(max(self.probe_len, 2), self.n_max), "start-up")
+            return Decision(min(self.probe_len, self.n_max), "start-up")
         dec = self.decide(source)
         st = self._probe.setdefault(source, [0, self.probe_first])   # [rounds of d = 0, interval]
         if dec.d == 0 and self.hopeless(source):
@@ -388,7 +392,7 @@ class AutoDraftLen(DraftLenPolicy):
         st[0] = st[0] + 1 if source == "draft-simple" and not self.t_draft_rows.known else 0
         if st[0] >= self.probe_max and (remaining is None or remaining >= self.probe_max):
             st[0] = 0
-            d = min(max(self.probe_len, 2), self.n_max)       # as a start-up draft
+            d = min(self.probe_len, self.n_max)                # as a start-up draft
             return Decision(d, "probe", expected_tokens(self.rates(source), d), dec.rates[d],
                             dec.plain_rate, dec.rates)
         return Decision(0, "no gain", dec.expected_tokens, dec.expected_rate, dec.plain_rate,

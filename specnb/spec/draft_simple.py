@@ -104,6 +104,12 @@ class DraftSimple(SpeculativeImpl):
         # model nothing and catching up costs one batched decode
         self.defer = False
         self._pending: list[list] = [[] for _ in range(n_seq)]
+        # with `catch_up_window` W (the loop sets it with defer), a catch-up of more than W rows
+        # decodes only the last W, placed right after what the draft KV holds: the draft model
+        # then sees the prompt and the recent tokens, with the rows between left out, and its
+        # positions run `offset` behind the target's (target position = draft position + offset)
+        self.catch_up_window: int | None = None
+        self._off: list[int] = [0] * n_seq
         self.decodes: list = []               # (rows, seconds) of every decode of draft()
 
     # ---- the draft memory's checkpoint (only when it cannot drop part of a sequence) -------
@@ -132,6 +138,11 @@ class DraftSimple(SpeculativeImpl):
                 self._since[s].append((t, p))
 
     # ---- specnb's rollback hooks ----------------------------------------------------------
+    def offset(self, seq: int) -> int:
+        """Target position minus draft position of seq's recent rows (0 unless a windowed
+        catch-up left rows out)."""
+        return self._off[seq]
+
     def before_verify(self, seq: int, n_past: int) -> None:
         """Undo the draft() decodes: ckpt.load_dft or seq_rm(n_past) (speculative-simple.cpp:206-213 @34af94cd)."""
         if seq not in self._drafted:
@@ -140,7 +151,7 @@ class DraftSimple(SpeculativeImpl):
         if not self.partial:
             self._restore(seq, n_past)
         elif self.reeval:
-            self.ctx.seq_rm(seq, n_past, -1)
+            self.ctx.seq_rm(seq, n_past - self._off[seq], -1)
 
     def seq_rm(self, seq: int, p0: int) -> None:
         """Drop positions >= p0 of seq (llama_memory_seq_rm(ctx_dft, seq, p0, -1))."""
@@ -149,14 +160,17 @@ class DraftSimple(SpeculativeImpl):
             pend.clear()
         while pend and pend[-1][1] >= p0:
             pend.pop()
-        if self.ctx.seq_pos_max(seq) < p0:
+        off = self._off[seq]
+        if p0 <= 0:
+            self._off[seq] = 0
+        if self.ctx.seq_pos_max(seq) < p0 - off:
             return
         if p0 <= 0:                            # the whole sequence: every memory can do that
             self.ctx.seq_rm(seq, -1, -1)
             self._ckpt[seq], self._since[seq] = None, []
             self._drafted.discard(seq)
         elif self.partial:
-            self.ctx.seq_rm(seq, p0, -1)
+            self.ctx.seq_rm(seq, max(p0 - off, 0), -1)
         else:
             self._restore(seq, p0)
 
@@ -222,7 +236,7 @@ class DraftSimple(SpeculativeImpl):
             dp.result.clear()
             self._catch_up(s, batch)
             i_batch[s] = len(batch)
-            batch.add(dp.id_last, dp.n_past, s, True)            # the seed row
+            batch.add(dp.id_last, dp.n_past - self._off[s], s, True)   # the seed row
             active.append(s)
         if not active:
             return
@@ -256,7 +270,7 @@ class DraftSimple(SpeculativeImpl):
                 if len(dp.result) >= cap:
                     continue
                 i_batch[s] = len(batch)
-                batch.add(tok, dp.n_past + i + 1, s, True)         # next input row
+                batch.add(tok, dp.n_past + i + 1 - self._off[s], s, True)   # next input row
                 still.append(s)
             active = still
             if not len(batch):
@@ -281,14 +295,21 @@ class DraftSimple(SpeculativeImpl):
         self._pending[s] = []
         if not rows:
             return
-        ctx, first = self.ctx, None
-        for p, t in sorted(rows.items()):
-            if first is None and not self.reeval and ctx.holds(s, p, t):
-                continue                                   # the draft already holds this row
-            if first is None:
-                first = p
-                ctx.seq_rm(s, p, -1)
-            batch.add(t, p, s, False)
+        ctx, off = self.ctx, self._off[s]
+        todo = sorted(rows.items())
+        i = 0
+        while i < len(todo) and not self.reeval and ctx.holds(s, todo[i][0] - off, todo[i][1]):
+            i += 1                                         # the draft already holds this row
+        todo = todo[i:]
+        if not todo:
+            return
+        ctx.seq_rm(s, todo[0][0] - off, -1)
+        w = self.catch_up_window
+        if w is not None and len(todo) > w:                # leave the older rows out
+            off = self._off[s] = off + len(todo) - w
+            todo = todo[-w:]
+        for p, t in todo:
+            batch.add(t, p - off, s, False)
             self.n_eval_process += 1
             self.n_eval_draft -= 1                         # counted as process() work
 

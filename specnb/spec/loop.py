@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..run.context import Batch, Context
-from .draft_len import DraftLenPolicy, format_chosen, make_policy
+from .draft_len import CATCH_UP_WINDOW, DraftLenPolicy, format_chosen, make_policy
 from ..errors import ContextFullError, ParamError, check_param
 from .events import RoundEvent, SlotRound, timed
 from ..run.generate import check_n_predict, check_prompt
@@ -247,6 +247,10 @@ class SpeculativeLoop:
         """Phase 1: one draft call for every slot with no replay pending (:170-213)."""
         dps = [DraftParams() for _ in range(self.spec.n_seq)]
         decs = self._choose_lengths(active)
+        ds = self.spec.impl_of("draft-simple")
+        if ds is not None and ds.defer:         # a probe after idle rounds: a short catch-up
+            ds.catch_up_window = CATCH_UP_WINDOW if decs and any(
+                d.reason in ("probe", "start-up") for d in decs.values()) else None
         longest = max((impl.n_max for impl in self.spec.impls), default=0)
         for sl in active:
             if sl.draft:                       # a replay is pending: reuse it (:214-219)

@@ -186,7 +186,13 @@ class SpeculativeLoop:
         return self.ctx_tgt.seq_pos_max(seq)
 
     def _kv_dft(self, seq: int) -> int:
-        return self.ctx_dft.seq_pos_max(seq) if self.ctx_dft is not None else -1
+        """The draft KV's last position, in the target's positions (a probe's windowed catch-up
+        leaves rows out: DraftSimple.offset)."""
+        if self.ctx_dft is None:
+            return -1
+        p = self.ctx_dft.seq_pos_max(seq)
+        ds = self.spec.impl_of("draft-simple")
+        return p + ds.offset(seq) if p >= 0 and ds is not None and ds.ctx is self.ctx_dft else p
 
     # ---- prefill -------------------------------------------------------------------------
     def _prefill(self) -> None:

@@ -49,6 +49,7 @@ _API = {
     "DraftSimple": "spec.draft_simple", "DraftParams": "spec.impl",
     "SpeculativeImpl": "spec.impl", "ngram_simple_draft": "spec.ngram",
     "rejection_verify": "spec.verify", "speculative_step": "spec.verify",
+    "AutoDraftLen": "spec.draft_len", "CATCH_UP_WINDOW": "spec.draft_len",
     # measuring
     "event_stats": "measure.stats", "run_stats": "measure.stats",
     "examined_counts": "measure.stats", "batch_costs": "measure.bench",

@@ -395,6 +395,9 @@ def test_a_probe_after_idle_rounds_catches_up_only_the_last_rows(pair, reeval):
     assert missed == 10 > CATCH_UP_WINDOW
     assert probe.dft_decodes[0][0] == CATCH_UP_WINDOW + 1
     assert ds.offset(0) == missed - CATCH_UP_WINDOW
+    # the round's record gives the draft KV's end in the target's positions: after drafting and
+    # rolling back, [0, n_past) (llama.cpp's re-evaluation) or also the drafted row (kept)
+    assert probe.slot.kv_dft[1] == probe.slot.n_past - 1 + (0 if reeval else 1)
     assert all(len(ev.slot.draft) for ev in events[11:])            # drafting from then on
     assert all(ev.dft_decodes[0][0] <= 1 + 4 for ev in events[12:])   # no more rows left out
     check_invariants(loop, events)

@@ -64,6 +64,7 @@ def test_a_hung_export_is_left_behind_and_drawn_again(monkeypatch):
             stuck.wait(5)                   # the first export hangs (released after the test)
         return b"png"
     dropped = []
+    monkeypatch.setattr(snapshot, "kaleido_browser", lambda: "/usr/bin/chromium")
     monkeypatch.setattr(pio, "to_image", to_image)
     monkeypatch.setattr(snapshot, "PNG_TIMEOUT_S", 0.2)
     monkeypatch.setattr(snapshot, "_drop_kaleido_server", lambda: dropped.append(True))
@@ -78,7 +79,28 @@ def test_an_export_that_fails_gives_no_picture_and_one_warning(monkeypatch):
 
     def to_image(fig, **kw):
         raise RuntimeError("no browser")
+    monkeypatch.setattr(snapshot, "kaleido_browser", lambda: "/usr/bin/chromium")
     monkeypatch.setattr(pio, "to_image", to_image)
     monkeypatch.setattr(snapshot, "_warned", set())
     with pytest.warns(UserWarning, match="no browser"):
         assert snapshot.figure_png({"data": [], "layout": {}}) is None
+
+
+def test_without_a_browser_a_figure_gets_no_picture_at_once(monkeypatch):
+    """kaleido without a browser waits for one (PNG_TIMEOUT_S per notebook, seen on a fresh
+    machine): figure_png asks kaleido's own finder first and, finding none, never calls it."""
+    pytest.importorskip("plotly")
+    import plotly.io as pio
+    calls = []
+    monkeypatch.setattr(snapshot, "kaleido_browser", lambda: None)
+    monkeypatch.setattr(pio, "to_image", lambda fig, **kw: calls.append(kw) or b"png")
+    monkeypatch.setattr(snapshot, "_warned", set())
+    with pytest.warns(UserWarning, match="no Chromium or Chrome for kaleido"):
+        assert snapshot.figure_png({"data": [], "layout": {}}) is None
+    assert calls == []
+
+
+@needs_chromium
+def test_kaleido_finds_the_browser_the_pictures_need():
+    pytest.importorskip("kaleido")
+    assert snapshot.kaleido_browser() is not None

@@ -98,16 +98,34 @@ def png_bundle(png: bytes | None) -> dict:
 
 
 # ---- plotly figures ---------------------------------------------------------------------------
+def kaleido_browser() -> str | None:
+    """The Chromium-based browser kaleido would drive (its own finder: a downloaded Chrome, then
+    the usual names and places), or None."""
+    try:
+        from choreographer.browsers.chromium import Chromium
+        return Chromium.find_browser(skip_local=False)
+    except Exception:           # noqa: BLE001 (another kaleido: look for Chromium ourselves)
+        return find_chromium()
+
+
 def figure_png(fig, width: int | None = None, height: int | None = None) -> bytes | None:
-    """A PNG of a plotly figure (or its dict) through kaleido, or None (with one warning)."""
+    """A PNG of a plotly figure (or its dict) through kaleido, or None (with one warning).
+    Without a browser for kaleido it returns None at once (kaleido would wait for one)."""
     import plotly.io as pio
+    if kaleido_browser() is None:
+        _warn_once("kaleido-browser", "no Chromium or Chrome for kaleido (apt-get install -y chromium): "
+                                      "plotly figures are stored without a static picture")
+        return None
     layout = (fig.get("layout", {}) if isinstance(fig, dict) else fig.layout.to_plotly_json())
     w = width or layout.get("width") or FIGURE_SIZE[0]
     h = height or layout.get("height") or FIGURE_SIZE[1]
+    # kaleido's server ignores per-call options, and says so on every call; the filter is set once
+    # and for good (catch_warnings in the render thread would restore the process's filters
+    # whenever a stuck export finally returns, over whatever was set meanwhile)
+    warnings.filterwarnings("ignore", message="The kopts argument is ignored", category=UserWarning)
+
     def render():
-        with warnings.catch_warnings():     # kaleido's server ignores per-call options, and says so
-            warnings.simplefilter("ignore", UserWarning)
-            return pio.to_image(fig, format="png", width=w, height=h)
+        return pio.to_image(fig, format="png", width=w, height=h)
 
     try:
         png = _within(render, PNG_TIMEOUT_S)

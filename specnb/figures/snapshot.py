@@ -119,11 +119,6 @@ def figure_png(fig, width: int | None = None, height: int | None = None) -> byte
     layout = (fig.get("layout", {}) if isinstance(fig, dict) else fig.layout.to_plotly_json())
     w = width or layout.get("width") or FIGURE_SIZE[0]
     h = height or layout.get("height") or FIGURE_SIZE[1]
-    # kaleido's server ignores per-call options, and says so on every call; the filter is set once
-    # and for good (catch_warnings in the render thread would restore the process's filters
-    # whenever a stuck export finally returns, over whatever was set meanwhile)
-    warnings.filterwarnings("ignore", message="The kopts argument is ignored", category=UserWarning)
-
     def render():
         return pio.to_image(fig, format="png", width=w, height=h)
 
@@ -144,6 +139,10 @@ def figure_png(fig, width: int | None = None, height: int | None = None) -> byte
 
 
 PNG_TIMEOUT_S = 120
+# kaleido's server ignores per-call options, and says so on every call; the filter is set once
+# and for good (catch_warnings in the render thread would restore the process's filters whenever
+# a stuck export finally returns, over whatever was set meanwhile)
+warnings.filterwarnings("ignore", message="The kopts argument is ignored", category=UserWarning)
 
 
 def _within(fn, timeout_s: float):

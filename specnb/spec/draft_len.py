@@ -369,9 +369,7 @@ class AutoDraftLen(DraftLenPolicy):
         if dec.d == 0 and self.hopeless(source):
             # even a draft accepted in full would not pay at the measured costs: a probe could only
             # confirm it, at the price of the draft model's catch-up; the costs are re-read every
-            # round, so a change of load brings the probes back. Judged from the prompt's decodes
-            # alone (the draft model has not drafted yet), one probe per PROBE_MAX rounds checks
-            # the estimate against a real draft.
+            # round, so a change of load brings the probes back
             return self._no_gain(source, remaining, dec)
         if dec.d == 0:
             st[0] += 1
@@ -380,23 +378,26 @@ class AutoDraftLen(DraftLenPolicy):
                                 dec.plain_rate, dec.rates)
             if st[0] >= st[1]:
                 st[0], st[1] = 0, min(st[1] * 2, self.probe_max)
-                d = min(self.probe_len, self.n_max)
-                return Decision(d, "probe", expected_tokens(self.rates(source), d), dec.rates[d],
-                                dec.plain_rate, dec.rates)
+                return self._probe_decision(source, dec)
         else:
             st[0], st[1] = 0, self.probe_first
         return dec
 
     def _no_gain(self, source: str, remaining, dec: Decision) -> Decision:
+        """d = 0, "no gain". Judged from the prompt's decodes alone (the draft model has not
+        drafted yet), one probe per PROBE_MAX such rounds checks the estimate against a real draft."""
         st = self._probe.setdefault(source, [0, self.probe_first])
         st[0] = st[0] + 1 if source == "draft-simple" and not self.t_draft_rows.known else 0
         if st[0] >= self.probe_max and (remaining is None or remaining >= self.probe_max):
             st[0] = 0
-            d = min(self.probe_len, self.n_max)                # as a start-up draft
-            return Decision(d, "probe", expected_tokens(self.rates(source), d), dec.rates[d],
-                            dec.plain_rate, dec.rates)
+            return self._probe_decision(source, dec)
         return Decision(0, "no gain", dec.expected_tokens, dec.expected_rate, dec.plain_rate,
                         dec.rates)
+
+    def _probe_decision(self, source: str, dec: Decision) -> Decision:
+        d = min(self.probe_len, self.n_max)
+        return Decision(d, "probe", expected_tokens(self.rates(source), d), dec.rates[d],
+                        dec.plain_rate, dec.rates)
 
     # ---- measurements --------------------------------------------------------------------
     def observe_prefill(self, n_rows: int, t_target: float, t_draft: float | None = None) -> None:

@@ -137,6 +137,12 @@ class DraftSimple(SpeculativeImpl):
             for t, p, s in zip(batch.tokens, batch.pos, batch.seq_id):
                 self._since[s].append((t, p))
 
+    def _drop_pending(self, seq: int, p0: int) -> None:
+        """Forget the deferred rows at positions >= p0 (the list is kept in position order)."""
+        pend = self._pending[seq]
+        while pend and pend[-1][1] >= p0:
+            pend.pop()
+
     # ---- specnb's rollback hooks ----------------------------------------------------------
     def offset(self, seq: int) -> int:
         """Target position minus draft position of seq's recent rows (0 unless a windowed
@@ -155,11 +161,7 @@ class DraftSimple(SpeculativeImpl):
 
     def seq_rm(self, seq: int, p0: int) -> None:
         """Drop positions >= p0 of seq (llama_memory_seq_rm(ctx_dft, seq, p0, -1))."""
-        pend = self._pending[seq]          # in position order: drop the rows at p >= p0
-        if p0 <= 0:
-            pend.clear()
-        while pend and pend[-1][1] >= p0:
-            pend.pop()
+        self._drop_pending(seq, p0)
         off = self._off[seq]
         if p0 <= 0:
             self._off[seq] = 0
@@ -179,10 +181,8 @@ class DraftSimple(SpeculativeImpl):
         """Keep the draft KV in sync with a target batch, no logits."""
         if self.defer and self.partial:
             for t, p, s in zip(batch.tokens, batch.pos, batch.seq_id):
-                pend = self._pending[s]        # kept in position order: a row at p replaces
-                while pend and pend[-1][1] >= p:   # the rows from p on
-                    pend.pop()
-                pend.append((int(t), int(p)))
+                self._drop_pending(s, p)       # a row at p replaces the rows from p on
+                self._pending[s].append((int(t), int(p)))
             return True
         if not self.partial:
             for s in sorted(set(batch.seq_id)):

@@ -136,6 +136,7 @@ class SpeculativeLoop:
                                       sample_draft=self.p.verify == "rejection", draft_temp=temp,
                                       seed=draft_seed)
         self.spec = chain
+        self.draft_simple = chain.impl_of("draft-simple")     # the draft-model impl, if any
         # each round's draft length (--draft-max N | auto | heuristic): specnb.spec.draft_len
         self.policy = policy or make_policy(self.p.schedule, self.p.n_max)
         synth = self.p.synth_probs()
@@ -180,7 +181,7 @@ class SpeculativeLoop:
     @property
     def impl(self):
         """The draft-simple impl, or the first impl of the chain (None without speculation)."""
-        return self.spec.impl_of("draft-simple") or (self.spec.impls[0] if self.spec.impls else None)
+        return self.draft_simple or (self.spec.impls[0] if self.spec.impls else None)
 
     def _kv_tgt(self, seq: int) -> int:
         return self.ctx_tgt.seq_pos_max(seq)
@@ -191,7 +192,7 @@ class SpeculativeLoop:
         if self.ctx_dft is None:
             return -1
         p = self.ctx_dft.seq_pos_max(seq)
-        ds = self.spec.impl_of("draft-simple")
+        ds = self.draft_simple
         return p + ds.offset(seq) if p >= 0 and ds is not None and ds.ctx is self.ctx_dft else p
 
     # ---- prefill -------------------------------------------------------------------------
@@ -209,12 +210,11 @@ class SpeculativeLoop:
                 self.ctx_tgt.decode(b)
                 t1 = time.perf_counter()
                 self.spec.process(b)
-                ds = self.spec.impl_of("draft-simple")
-                self.policy.observe_prefill(len(b), t1 - t0, None if ds is None else
+                self.policy.observe_prefill(len(b), t1 - t0, None if self.draft_simple is None else
                                             time.perf_counter() - t1)
             for sl in self.slots:
                 self.spec.begin(sl.seq, sl.prompt)
-        ds = self.spec.impl_of("draft-simple")
+        ds = self.draft_simple
         if ds is not None and self.p.schedule == "auto":
             ds.defer = True        # rounds that draft nothing leave the draft model idle
         self._started = True
@@ -242,7 +242,7 @@ class SpeculativeLoop:
                 ev.slots.append(recs[sl.seq])
         self.n_rounds += 1
         ev.n_dft_eval = self.spec.n_eval - n_eval0
-        ds = self.spec.impl_of("draft-simple")
+        ds = self.draft_simple
         if ds is not None:
             ev.dft_decodes, ds.decodes = ds.decodes, []
         self.policy.observe(ev)
@@ -253,7 +253,7 @@ class SpeculativeLoop:
         """Phase 1: one draft call for every slot with no replay pending (:170-213)."""
         dps = [DraftParams() for _ in range(self.spec.n_seq)]
         decs = self._choose_lengths(active)
-        ds = self.spec.impl_of("draft-simple")
+        ds = self.draft_simple
         if ds is not None and ds.defer:         # a probe after idle rounds: a short catch-up
             ds.catch_up_window = CATCH_UP_WINDOW if decs and any(
                 d.reason in ("probe", "start-up") for d in decs.values()) else None

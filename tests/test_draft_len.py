@@ -11,7 +11,7 @@ from specnb.run.context import Context
 from specnb.measure.cost import speedup
 from specnb.spec.draft_len import (AUTO_CAP, CATCH_UP_WINDOW, HEURISTIC_CAP, HEURISTIC_START, Acceptance, AutoDraftLen,
     BatchCost, Decision, HeuristicDraftLen, best_length, best_length_leviathan, expected_tokens,
-    PROBE_FIRST, PROBE_LEN, PROBE_MAX, expected_tokens_upto, format_chosen, parse_draft_max)
+    PROBE_FIRST, PROBE_LEN, PROBE_MAX, expected_tokens_upto, format_chosen, monotone, parse_draft_max)
 from specnb.spec.events import RoundEvent, SlotRound
 from specnb.spec.speculative import SpecParams
 from specnb.spec.loop import SpeculativeLoop
@@ -65,6 +65,52 @@ def test_batch_cost_interpolates_and_extrapolates():
     for t in (5.0, 2.0, 2.0):             # a running median: one slow spell does not count
         bc.add(3, t)
     assert bc(3) == 2.0
+
+
+def _isotonic_minmax(y, w):
+    """Weighted isotonic regression by its min-max formula (Barlow, Bartholomew, Bremner & Brunk,
+    1972): the fit at i is max over j <= i of min over k >= i of the weighted mean of y[j..k]."""
+    def mean(j, k):
+        return sum(y[t] * w[t] for t in range(j, k + 1)) / sum(w[j:k + 1])
+    n = len(y)
+    return [max(min(mean(j, k) for k in range(i, n)) for j in range(i + 1)) for i in range(n)]
+
+
+@pytest.mark.parametrize("y,w", [([1.0, 3.0, 2.0, 4.0], [1, 1, 1, 1]),
+                                 ([30.0, 26.0, 27.0, 40.0], [1, 15, 15, 3]),
+                                 ([5.0, 4.0, 3.0, 2.0, 1.0], [1, 2, 3, 4, 5]),
+                                 ([1.0, 2.0, 3.0], [3, 1, 2]),
+                                 ([2.0, 1.0, 2.0, 1.0, 3.0, 0.5], [2, 1, 1, 3, 1, 1])])
+def test_monotone_is_the_weighted_isotonic_regression(y, w):
+    assert monotone(y, w) == pytest.approx(_isotonic_minmax(y, w))
+    assert all(a <= b + 1e-12 for a, b in zip(monotone(y, w), monotone(y, w)[1:]))
+
+
+def test_batch_cost_never_falls_with_k():
+    """One stale, slow 1-row sample against fifteen 2-row ones: the 2-row median is the better
+    estimate of both (a 2-row step cannot cost less than a 1-row one)."""
+    bc = BatchCost()
+    bc.add(1, 0.030)
+    for _ in range(15):
+        bc.add(2, 0.026)
+    assert bc(1) == bc(2) == pytest.approx((0.030 + 15 * 0.026) / 16)
+    bc.add(3, 0.028)
+    assert bc(1) <= bc(2) <= bc(3) == 0.028
+
+
+def test_auto_is_not_fooled_by_a_stale_one_row_cost():
+    """The low-acceptance poem on the real pair: t_target(1) measured once, at start-up, slower
+    than the many 2-row verifications since; read as measured, d = 1 would look faster than
+    plain decoding ((1 + a) / (11 + 26) ms > 1 / 30 ms) though it costs a draft token for a
+    third of a token. Monotone costs say d = 0."""
+    pol = AutoDraftLen(4)
+    pol.observe(_event(0, 0, 0.030))
+    for i in range(40):
+        pol.observe(_event(1, int((7 * i) % 20 < 7), 0.026, dft=[(2, 0.011), (1, 0.010)]))
+    a = pol.rates("draft-simple")[0]
+    assert 0.3 < a < 0.4
+    assert (1 + a) / (0.011 + 0.026) > 1 / 0.030             # the unpooled reading
+    assert pol.decide().d == 0
 
 
 def test_acceptance_counts_only_examined_positions():

@@ -15,8 +15,9 @@ schedule, or `auto`, chosen before every round from the costs this run measures.
 
              a_i the conditional acceptance of draft position i (running Beta estimates, a weak
              prior), t_target(k) the measured time of a round's target side with k rows
-             (verification batch, sampling, rollback: running medians per k, linear in k
-             between the measured sizes, the prefill as the start-up point), t_draft(d) the
+             (verification batch, sampling, rollback: running medians per k, pooled where
+             they fall with k, linear in k between the measured sizes, the prefill as the
+             start-up point), t_draft(d) the
              draft model's measured decodes (its seed batch with the rows it must catch up,
              then d - 1 one-row steps; before it has drafted, the target's times the ratio of
              the two models' measured decodes of the prompt). d = 0 is plain decoding of one
@@ -132,10 +133,27 @@ def best_length_leviathan(alpha: float, c: float, n_max: int) -> int:
 
 
 # ---- measured costs ------------------------------------------------------------------------------
+def monotone(points: list, weights: list) -> list:
+    """The non-decreasing sequence closest to `points` (values in order of k) in weighted least
+    squares: pool-adjacent-violators (isotonic regression). A k-row step cannot be cheaper than
+    a smaller one; measured medians that say so (a few noisy samples at one size against many at
+    the next) are pooled, each size weighted by its sample count."""
+    blocks: list = []                         # [value, weight, count of sizes]
+    for v, w in zip(points, weights):
+        blocks.append([float(v), float(w), 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            v1, w1, n1 = blocks.pop()
+            v0, w0, n0 = blocks.pop()
+            blocks.append([(v0 * w0 + v1 * w1) / (w0 + w1), w0 + w1, n0 + n1])
+    return [v for v, _, n in blocks for _ in range(n)]
+
+
 class BatchCost:
     """Seconds of a k-row step, from measurements: the running median of the last WINDOW times at
-    each measured k; between measured sizes linear in k; above the largest, the slope of the last
-    two points (never negative); below the smallest, the smallest's value."""
+    each measured k, made non-decreasing in k (`monotone`: sizes whose medians fall with k are
+    pooled, weighted by their sample counts); between measured sizes linear in k; above the
+    largest, the slope of the last two points (never negative); below the smallest, the
+    smallest's value."""
 
     def __init__(self, window: int = WINDOW):
         self.window = window
@@ -163,7 +181,10 @@ class BatchCost:
 
     def points(self) -> list[tuple[int, float]]:
         if self._points is None:
-            self._points = sorted((k, statistics.median(v)) for k, v in self.samples.items())
+            ks = sorted(self.samples)
+            med = monotone([statistics.median(self.samples[k]) for k in ks],
+                           [len(self.samples[k]) for k in ks])
+            self._points = list(zip(ks, med))
         return self._points
 
     def __call__(self, k: int) -> float:

@@ -172,3 +172,27 @@ def test_default_model_against_reference(default_model):
     assert (got.argmax(-1) == ref.argmax(-1)).mean() == 1.0
     # float32 accumulation over 30 layers: logits of order 10-20 agree to about 1e-2
     assert np.abs(got - ref).max() < 5e-2
+
+
+def test_plain_generation_times_one_decode_per_token_as_the_loop_does(tiny_model):
+    """generate() decodes the prompt but its last token as the prompt, then the last prompt token
+    as generation's first 1-row decode: n tokens cost n decodes inside the generation clock, as
+    speculative-simple's rounds (id_last first) and llama-bench's tg do. The tokens are those of
+    sampling after the whole prompt in one batch (greedy, by hand)."""
+    from specnb.run.generate import generate
+    from specnb.run.sampling import Sampler, SamplerParams
+    prompt = np.random.default_rng(5).integers(0, tiny_model.n_vocab, 9).tolist()
+    ctx = Context(tiny_model, n_ctx=64)
+    calls = []
+    decode = ctx.decode
+    ctx.decode = lambda b: calls.append(len(b)) or decode(b)
+    out = generate(ctx, Sampler(SamplerParams(temp=0.0)), prompt, 6, penalize_prompt=False).tokens
+    assert calls == [8] + [1] * 6               # prompt[:-1]; its last token; 5 more tokens
+    ref, toks = Context(tiny_model, n_ctx=64), []
+    logits = ref.decode(Batch.from_tokens(prompt, 0, 0, "last"))[-1]
+    for i in range(6):
+        toks.append(int(np.argmax(logits)))
+        logits = ref.decode(Batch().add(toks[-1], len(prompt) + i, 0, True))[-1]
+    assert out == toks
+    one = generate(Context(tiny_model, n_ctx=64), Sampler(SamplerParams(temp=0.0)), prompt[:1], 3)
+    assert len(one.tokens) == 3                  # a one-token prompt: no prompt batch at all

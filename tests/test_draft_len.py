@@ -11,7 +11,7 @@ from specnb.run.context import Context
 from specnb.measure.cost import speedup
 from specnb.spec.draft_len import (AUTO_CAP, CATCH_UP_WINDOW, HEURISTIC_CAP, HEURISTIC_START, Acceptance, AutoDraftLen,
     BatchCost, Decision, HeuristicDraftLen, best_length, best_length_leviathan, expected_tokens,
-    PROBE_FIRST, PROBE_LEN, PROBE_MAX, expected_tokens_upto, format_chosen, monotone, parse_draft_max)
+    PROBE_FIRST, PROBE_LEN, PROBE_MAX, PROBE_SHARE, expected_tokens_upto, format_chosen, monotone, parse_draft_max)
 from specnb.spec.events import RoundEvent, SlotRound
 from specnb.spec.speculative import SpecParams
 from specnb.spec.loop import SpeculativeLoop
@@ -125,7 +125,8 @@ def test_acceptance_counts_only_examined_positions():
 
 def _event(d, n_acc, t_verify, impl="draft-simple", dec=None, dft=()):
     draft = list(range(d))
-    rec = SlotRound(0, 10, 1, draft, impl=impl if d else "", n_accepted=n_acc, draft_len=dec)
+    rec = SlotRound(0, 10, 1, draft, impl=impl if d else "", n_accepted=n_acc, draft_len=dec,
+                    committed=list(range(n_acc + 1)))
     return RoundEvent(0, [rec], t_verify=t_verify, t_round=t_verify, dft_decodes=list(dft))
 
 
@@ -171,6 +172,34 @@ def test_auto_drafts_nothing_when_it_cannot_pay_and_probes_with_back_off():
     assert pol.stats()["n_probes"] >= len(probes)
     assert pol.chosen[0] > 180
     assert "0: " in format_chosen(pol.stats())
+
+
+def _run_costly_probes(share, rounds=1500, t_probe_round=5.0):
+    """A draft that could pay (cheap decodes) but is never accepted, whose probe rounds take
+    t_probe_round seconds (a plain round 1): each probe's net cost is t_probe_round - 1."""
+    pol = AutoDraftLen(4)
+    pol.probe_share = share
+    pol.observe(_event(0, 0, 1.0))
+    probes = []
+    for i in range(rounds):
+        dec = pol.choose()
+        pol.record(dec)
+        ev = _event(dec.d, 0, 1.0 + 0.1 * dec.d, dec=dec, dft=[(2, 0.1)] if dec.d else [])
+        if dec.d:
+            ev.t_round = t_probe_round
+            probes.append(i)
+        pol.observe(ev)
+        assert pol.t_probes_net <= share * pol.t_run + (t_probe_round - 1.0) + 1e-9
+    return pol, probes
+
+
+def test_auto_keeps_the_probes_net_cost_within_its_share_of_the_run():
+    pol, probes = _run_costly_probes(PROBE_SHARE)
+    free, free_probes = _run_costly_probes(1.0)            # no limit: the doubling schedule alone
+    assert len(free_probes) > len(probes) >= 3
+    assert pol.t_probes_net == pytest.approx(4.0 * pol.n_probes)
+    assert pol.t_probes_net <= PROBE_SHARE * pol.t_run + 4.0
+    assert not pol.hopeless() and all(pol.chosen.get(d, 0) == 0 for d in (2, 3, 4))
 
 
 def test_auto_drafts_long_when_acceptance_is_high_and_the_draft_cheap():
@@ -399,6 +428,41 @@ def test_batch_cost_medians_follow_every_new_sample():
     assert bc(1) == 3.0 and bc.points() == [(1, 3.0)]
     bc.add(3, 7.0)
     assert bc(2) == 5.0
+
+
+def test_batch_cost_table_equals_its_values():
+    import random
+    rnd = random.Random(3)
+    for _ in range(500):
+        bc = BatchCost()
+        for _ in range(rnd.randint(1, 30)):
+            bc.add(rnd.choice([1, 2, 3, 5, 9, 17, rnd.randint(1, 60)]), rnd.random())
+        n = rnd.randint(0, 70)
+        assert bc.upto(n) == pytest.approx([bc(k) for k in range(n + 1)], rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_auto_decision_is_best_length_of_its_costs(seed):
+    """decide() and hopeless() read the cost tables in one pass; they equal the plain functions
+    best_length(accept, target_cost, draft_cost) on the same estimates."""
+    import random
+    rnd = random.Random(seed)
+    pol = AutoDraftLen(rnd.choice([1, 4, 8, 16]))
+    pol.observe_prefill(rnd.randint(2, 40), 0.02 + 0.02 * rnd.random(), 0.002 + 0.03 * rnd.random())
+    pol.observe(_event(0, 0, 0.02 + 0.01 * rnd.random()))
+    for source in ("draft-simple", "ngram-simple"):
+        for _ in range(rnd.randint(0, 30)):
+            d = rnd.randint(1, pol.n_max)
+            dft = [(rnd.randint(1, 6), 0.004 + 0.01 * rnd.random())] if source == "draft-simple" and rnd.random() < 0.7 else []
+            pol.observe(_event(d, rnd.randint(0, d), 0.02 + 0.004 * d * rnd.random(), impl=source, dft=dft))
+        a = pol.rates(source)
+        want = best_length(a, pol.target_cost, lambda d: pol.draft_cost(d, source, a), pol.n_max)
+        dec = pol.decide(source)
+        assert dec.d == want[0] and dec.rates == pytest.approx(want[1], rel=1e-12)
+        full = best_length(1.0, pol.target_cost,
+                           lambda d: pol._draft_cost_e(d, 1.0 + d) if source == "draft-simple" else 0.0,
+                           pol.n_max)
+        assert pol.hopeless(source) == (full[0] == 0)
 
 
 def test_expected_tokens_upto_agrees_with_expected_tokens():

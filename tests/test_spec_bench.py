@@ -1,4 +1,6 @@
 """spec_bench: the n-gram types beside draft-simple (same outputs), and the code-editing request."""
+import pytest
+
 from specnb.run.context import Context
 from specnb.run.sampling import SamplerParams
 from specnb.measure.spec_bench import (CODE_EDIT_FUNCTION, NGRAM_TYPES, code_edit_prompt, compare_types,
@@ -44,11 +46,16 @@ def test_compare_policies_table(pair_paths):
     t, d = pair_paths
     prompts = [("a", "the cat sat on the mat, the cat sat on", False, "greedy", SamplerParams(temp=0.0)),
                ("b", "once upon a time", False, "sampled", SamplerParams(temp=0.8, seed=7))]
-    r = compare_policies(t, d, prompts, ("plain", "2", "heuristic:6", "auto:6"), n_predict=16)
-    assert r["identical"]
+    r = compare_policies(t, d, prompts, ("plain", "2", "heuristic:6", "auto:6"), n_predict=16,
+                         repeats=2)
+    assert r["identical"] and r["repeats"] == 2
     assert [row["prompt"] for row in r["rows"]] == ["a", "b"]
     for row in r["rows"]:
         assert set(row["policies"]) == {"plain", "2", "heuristic:6", "auto:6"}
         assert sum(row["policies"]["auto:6"]["chosen"].values()) >= 1
+        for cell in row["policies"].values():          # the median of the runs taking turns
+            assert len(cell["runs"]) == 2 and cell["tok_s"] == pytest.approx(sum(cell["runs"]) / 2)
+        plain = row["policies"]["plain"]
+        assert plain["speedup"] == pytest.approx(1.0) and plain["plain_tok_s"] == plain["tok_s"]
     out = format_policies(r)
     assert "auto:6" in out and "identical to plain decoding: yes" in out

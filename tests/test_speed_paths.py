@@ -60,6 +60,35 @@ def test_fused_forward_equals_step_by_step(tiny_path, qtype, arch, tied, activat
     assert np.array_equal(fused.view(np.uint32), steps.view(np.uint32))
 
 
+def test_the_fused_pass_is_called_without_the_dispatcher_after_the_first_call(tiny_path):
+    """After a first decode, the backend calls the compiled pass's own wrapper (no typing of the
+    arguments per call); the logits are the dispatcher's, bit for bit, and arguments of other
+    types (read-only token ids) get their own entry."""
+    from specnb.kernels import forward as F
+    from specnb.run.backend_cpu import compiled_entry
+    m = load_model(tiny_path("Q4_K", arch="qwen2"))
+    ctx = Context(m, n_ctx=64, n_seq_max=3)
+    first = ctx.decode(_mixed_batch(m))
+    be = ctx.backend
+    assert len(be._entries) == 1
+    (entry,) = be._entries.values()
+    assert entry is not F.forward and callable(entry)
+    ctx.clear()
+    again = ctx.decode(_mixed_batch(m))                       # through the entry
+    assert np.array_equal(first.view(np.uint32), again.view(np.uint32))
+    ro = np.array(_ids(m, 3, 4), np.int64)
+    ro.flags.writeable = False
+    be.forward(ro, np.arange(3), np.zeros(3, np.int64), be_valid(ctx), np.arange(3))
+    assert len(be._entries) == 2
+    assert compiled_entry(F.forward, (1, 2)) is F.forward      # no overload for such types
+
+
+def be_valid(ctx):
+    v = np.zeros_like(ctx.valid)
+    v[0, :3] = True
+    return v
+
+
 def test_fused_forward_with_head_dim_64(tmp_path):
     # head_dim 64 takes the 8-lane attention path (the tiny models above have 16)
     m = load_model(tiny_model(tmp_path / "hd64.gguf", qtype="Q4_1", n_embd=128, n_head=2,

@@ -15,6 +15,7 @@ import sys
 from ..errors import SpecnbError
 
 EXIT_BAD_INPUT = 2
+POLICY_REPEATS = 5             # demo --policies: runs per cell (the median is kept)
 
 
 def _add_model(p, flag="-m", dest="model",
@@ -421,7 +422,10 @@ def cmd_demo(a):
             if n != "plain":
                 parse_draft_max(n)                    # a bad name is refused before any run
         labels = [x.strip() for x in a.prompts.split(",")] if a.prompts else None
-        return policies(names, prompt_labels=labels, **kw)
+        if a.repeats < 1:
+            from ..errors import ParamError
+            raise ParamError(f"invalid --repeats={a.repeats}: expected at least 1 run per cell")
+        return policies(names, prompt_labels=labels, repeats=a.repeats, **kw)
     if a.sweep:
         from ..errors import ParamError
         try:
@@ -697,6 +701,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", default=None, metavar="LABEL,...",
                    help="--policies: only these prompts (write a function, edit a function, "
                         "complete code, a poem)")
+    p.add_argument("--repeats", type=int, default=POLICY_REPEATS, metavar="N",
+                   help="--policies: runs per cell, the policies taking turns; a cell is the "
+                        f"median (default {POLICY_REPEATS})")
     _add_common(p)
     p.set_defaults(func=cmd_demo)
 

@@ -273,58 +273,66 @@ POLICIES = ("plain", "1", "2", "4", "8", "heuristic", "auto")
 def compare_policies(target, draft, prompts, policies=POLICIES, n_predict: int = 64,
                      n_threads=None, activations: str | None = None, backend: str = "cpu",
                      repeats: int = 1, say=None) -> dict:
-    """Per prompt (label, text, chat, sampling name, SamplerParams) and policy: tok/s, speed-up over plain decoding,
-    the lengths chosen, and whether the output equals plain decoding's. Every run of a prompt
-    uses the same pair, contexts and prompt; each policy's run is taken `repeats` times (the
-    fastest kept), plain decoding rerun before every policy so each ratio compares runs made
-    seconds apart (`specnb demo --policies` runs it on the demo's prompts)."""
+    """Per prompt (label, text, chat, sampling name, SamplerParams) and policy: tok/s, speed-up over
+    plain decoding, the lengths chosen, and whether the output equals plain decoding's. Every run
+    of a prompt uses the same pair, contexts and prompt. The policies take turns: each of the
+    `repeats` passes runs every policy once (plain decoding among them), the order rotated by one
+    each pass, so a slow spell of a shared machine falls on all of them alike; a cell is the
+    median of its runs, its speed-up the ratio of its median to plain decoding's
+    (`specnb demo --policies` runs it on the demo's prompts)."""
     from ..run.pair import open_pair, warm_up
     say = say or (lambda *a: None)
     pair = open_pair(target, draft, n_ctx=1024, backend=backend, n_threads=n_threads,
                      activations=activations)
     warm_up(pair.ctx_tgt, pair.ctx_dft)
+    policies = list(policies)
     rows = []
     for label, text, chat, sname, sp in prompts:
         if chat:
             text = pair.target.vocab.apply_chat_template([{"role": "user", "content": text}])
         ids = pair.target.vocab.tokenize(text)
-        row = {"prompt": label, "sampling": sname, "policies": {}}
-        plain_tok = None
-        for pol in policies:
-            best_plain = best = None
-            for _ in range(max(repeats, 1)):
-                g = generate(pair.ctx_tgt, Sampler(sp, pair.target.n_vocab), ids, n_predict)
-                best_plain = g.tok_per_s if best_plain is None else max(best_plain, g.tok_per_s)
-                plain_tok = g.tokens
+        plain_tok = generate(pair.ctx_tgt, Sampler(sp, pair.target.n_vocab), ids, n_predict).tokens
+        runs: dict = {pol: [] for pol in policies}
+        for rep in range(max(repeats, 1)):
+            for pol in policies[rep % len(policies):] + policies[:rep % len(policies)]:
                 if pol == "plain":
-                    best = {"tok_s": g.tok_per_s, "identical": True}
+                    g = generate(pair.ctx_tgt, Sampler(sp, pair.target.n_vocab), ids, n_predict)
+                    runs[pol].append({"tok_s": g.tok_per_s, "identical": g.tokens == plain_tok})
                     continue
                 loop = SpeculativeLoop(pair.ctx_tgt, pair.ctx_dft, ids, n_predict, sp,
                                        SpecParams(n_max=pol))
                 r = loop.run()[0]
-                tok_s = len(r.tokens) / r.t_gen_s if r.t_gen_s else 0.0
-                if best is None or tok_s > best["tok_s"]:
-                    st = loop.policy.stats()
-                    best = {"tok_s": tok_s, "identical": r.tokens == plain_tok,
-                            "accept_rate": r.accept_rate, "n_rounds": r.n_rounds,
-                            "chosen": st["chosen"], "n_probes": st.get("n_probes", 0)}
-            best["plain_tok_s"] = best_plain
-            best["speedup"] = best["tok_s"] / best_plain if best_plain else 0.0
-            row["policies"][pol] = best
-            say(f"  {label} [{sname}] {pol}: {best['tok_s']:.2f} tok/s, {best['speedup']:.2f}x plain"
-                + ("" if best["identical"] else "  OUTPUT DIFFERS"))
+                st = loop.policy.stats()
+                runs[pol].append({"tok_s": len(r.tokens) / r.t_gen_s if r.t_gen_s else 0.0,
+                                  "identical": r.tokens == plain_tok, "accept_rate": r.accept_rate,
+                                  "n_rounds": r.n_rounds, "chosen": st["chosen"],
+                                  "n_probes": st.get("n_probes", 0)})
+        plain_med = statistics.median(x["tok_s"] for x in runs["plain"]) if "plain" in runs else None
+        row = {"prompt": label, "sampling": sname, "policies": {}}
+        for pol in policies:
+            xs = runs[pol]
+            med = statistics.median(x["tok_s"] for x in xs)
+            cell = dict(min(xs, key=lambda x: abs(x["tok_s"] - med)))     # the median run's details
+            cell.update(tok_s=med, identical=all(x["identical"] for x in xs),
+                        runs=[x["tok_s"] for x in xs], plain_tok_s=plain_med,
+                        speedup=med / plain_med if plain_med else 0.0)
+            row["policies"][pol] = cell
+            say(f"  {label} [{sname}] {pol}: {med:.2f} tok/s (median of {len(xs)}), "
+                f"{cell['speedup']:.2f}x plain" + ("" if cell["identical"] else "  OUTPUT DIFFERS"))
         fixed = [row["policies"][p]["speedup"] for p in policies if p.isdigit()]
         row["best_fixed"] = max(fixed) if fixed else None
         rows.append(row)
     return {"target": str(target), "draft": str(draft), "n_predict": n_predict,
             "activations": pair.ctx_tgt.activations, "policies": list(policies), "rows": rows,
+            "repeats": max(repeats, 1),
             "identical": all(p["identical"] for r in rows for p in r["policies"].values())}
 
 
 def format_policies(r: dict) -> str:
     pols = r["policies"]
     L = [f"draft-length policies, {r['draft']} drafting for {r['target']}, {r['n_predict']} tokens, "
-         f"activations {r['activations']}: tok/s (speed-up over plain decoding run beside it)",
+         f"activations {r['activations']}: median tok/s of {r.get('repeats', 1)} runs taking turns "
+         f"(speed-up over plain decoding's median)",
          f"{'prompt':<26} | " + " | ".join(f"{p:>13}" for p in pols) + " | auto / best fixed"]
     for row in r["rows"]:
         cells = [f"{row['policies'][p]['tok_s']:5.1f} ({row['policies'][p]['speedup']:4.2f}x)"

@@ -1,7 +1,12 @@
 """Plain autoregressive decoding: the baseline speculative decoding must reproduce token for token.
 
-`generate` decodes the prompt in one batch, then one token per decode, sampling each token
-with the target's sampler chain. As llama-cli and llama-server do, the prompt's tokens first
+`generate` decodes the prompt but its last token in one batch, then one token per decode (the
+prompt's last token first), sampling each token with the target's sampler chain. The clock of
+generation so starts where speculative-simple's does (it evaluates the prompt's last token as
+id_last in its first verification, speculative-simple.cpp:141-150 @34af94cd) and where
+llama-bench's tg does (one decode per generated token): plain and speculative decoding of n
+tokens are timed over the same n decodes' worth of rows. With batch-invariant kernels the last
+prompt row's logits are the same either way, so the tokens are too. As llama-cli and llama-server do, the prompt's tokens first
 enter the sampler's penalty window (common_sampler_accept on every prompt token:
 examples/main/main.cpp:696 and examples/server/server.cpp:3084 @c392e50), so repetition
 penalties see the prompt; `penalize_prompt=False` leaves them out, as speculative-simple does.
@@ -67,9 +72,11 @@ def generate(ctx: Context, sampler: Sampler, prompt, n_predict: int, seq: int = 
             sampler.accept(t)
     ctx.seq_rm(seq, -1, -1)
     t0 = time.perf_counter()
-    ctx.decode(Batch.from_tokens(prompt, 0, seq, "last"))
+    if len(prompt) > 1:
+        ctx.decode(Batch.from_tokens(prompt[:-1], 0, seq, "none"))
     t1 = time.perf_counter()
-    n_past, out, idx, stop, msg = len(prompt), [], len(prompt) - 1, "n_predict", ""
+    ctx.decode(Batch().add(prompt[-1], len(prompt) - 1, seq, True))      # generation's first decode
+    n_past, out, idx, stop, msg = len(prompt), [], 0, "n_predict", ""
     while True:
         tok = sampler.sample(ctx, idx)
         sampler.accept(tok)

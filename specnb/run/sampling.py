@@ -391,6 +391,8 @@ class Sampler:
         c = self.cur
         if c is None:
             return 0.0
+        if 0 <= c.selected < len(c.ids) and c.ids[c.selected] == token:
+            return float(c.p[c.selected])                 # the sampled token itself: no search
         hit = np.nonzero(c.ids == token)[0]
         return float(c.p[hit[0]]) if len(hit) else 0.0
 

@@ -24,7 +24,9 @@ schedule, or `auto`, chosen before every round from the costs this run measures.
              token: T(0) = t_target(1). An n-gram draft costs nothing to make: for it only
              t_target counts. While d = 0 wins, a probe (a short draft) runs now and then, its
              interval doubling (PROBE_FIRST, PROBE_FIRST*2, ... PROBE_MAX rounds), so a change
-             (acceptance, load) is noticed; the probes' count and time are kept. No probe runs
+             (acceptance, load) is noticed; the probes' count and time are kept, and a due
+             probe waits while their net cost (their rounds' time less the plain rounds that
+             would have committed the same tokens) exceeds PROBE_SHARE of the run. No probe runs
              while d = 0 would win even at full acceptance (a draft model as costly as its
              target): the reason is then "no gain"; judged from the prompt's decodes alone, the
              first round already says so, without a start-up draft (one probe per PROBE_MAX
@@ -41,7 +43,6 @@ still decides every token, so the output is plain decoding's, token for token.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -57,6 +58,7 @@ WINDOW = 15                   # running median over the last WINDOW timings per 
 PROBE_FIRST = 8               # rounds of d = 0 before the first probe ...
 PROBE_MAX = 128               # ... the interval doubling up to this
 PROBE_LEN = 1                 # draft tokens of a probe
+PROBE_SHARE = 0.015           # the probes' measured net cost kept within this share of the run
 CATCH_UP_WINDOW = 4           # a probe's draft model decodes at most this many of the rows it missed
 
 
@@ -148,6 +150,13 @@ def monotone(points: list, weights: list) -> list:
     return [v for v, _, n in blocks for _ in range(n)]
 
 
+def _median(xs) -> float:
+    """statistics.median, without its generality (a policy takes medians every round)."""
+    v = sorted(xs)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
 class BatchCost:
     """Seconds of a k-row step, from measurements: the running median of the last WINDOW times at
     each measured k, made non-decreasing in k (`monotone`: sizes whose medians fall with k are
@@ -172,8 +181,29 @@ class BatchCost:
         several times per round)."""
         tab = self._table
         if len(tab) <= n:
-            tab = self._table = [self(k) for k in range(n + 1)]
+            tab = self._table = self._interpolate(n)
         return tab
+
+    def _interpolate(self, n: int) -> list:
+        # [self(0), ..., self(n)] in one walk over the points
+        pts = self.points()
+        if not pts:
+            return [math.nan] * (n + 1)
+        out, j = [], 0
+        k_last, t_last = pts[-1]
+        slope = 0.0 if len(pts) == 1 else max((t_last - pts[-2][1]) / (k_last - pts[-2][0]), 0.0)
+        for k in range(n + 1):
+            while j + 1 < len(pts) and pts[j + 1][0] < k:
+                j += 1
+            (k0, t0) = pts[j]
+            if k <= k0:                         # (only below the smallest size)
+                out.append(t0)
+            elif j + 1 < len(pts):
+                k1, t1 = pts[j + 1]
+                out.append(t0 + (t1 - t0) * (k - k0) / (k1 - k0))
+            else:                               # above the largest: the last two points' slope
+                out.append(t_last + slope * (k - k_last))
+        return out
 
     @property
     def known(self) -> bool:
@@ -182,8 +212,7 @@ class BatchCost:
     def points(self) -> list[tuple[int, float]]:
         if self._points is None:
             ks = sorted(self.samples)
-            med = monotone([statistics.median(self.samples[k]) for k in ks],
-                           [len(self.samples[k]) for k in ks])
+            med = monotone([_median(self.samples[k]) for k in ks], [len(self.samples[k]) for k in ks])
             self._points = list(zip(ks, med))
         return self._points
 
@@ -210,10 +239,12 @@ class Acceptance:
     exa: list = field(default_factory=list)
     decay: float = DECAY
     prior: float = PRIOR_STRENGTH
+    _cache: tuple | None = field(default=None, repr=False, compare=False)
 
     def observe(self, n_draft: int, n_accepted: int) -> None:
         if n_draft <= 0:
             return
+        self._cache = None
         self.acc = [x * self.decay for x in self.acc]
         self.exa = [x * self.decay for x in self.exa]
         n_exa = min(n_accepted + 1, n_draft)
@@ -228,9 +259,19 @@ class Acceptance:
         return (sum(self.acc) + 1.0) / (sum(self.exa) + 2.0)
 
     def rates(self, n: int) -> list:
+        c = self._cache                              # (n, rates, E(0..n)) until the next observe
+        if c is not None and c[0] == n and c[3] == (self.prior, self.decay):
+            return c[1]
         m = self.pooled()
-        return [((self.acc[i] if i < len(self.acc) else 0.0) + self.prior * m) /
-                ((self.exa[i] if i < len(self.exa) else 0.0) + self.prior) for i in range(n)]
+        r = [((self.acc[i] if i < len(self.acc) else 0.0) + self.prior * m) /
+             ((self.exa[i] if i < len(self.exa) else 0.0) + self.prior) for i in range(n)]
+        self._cache = (n, r, expected_tokens_upto(r, n), (self.prior, self.decay))
+        return r
+
+    def expected_upto(self, n: int) -> list:
+        """expected_tokens_upto(self.rates(n), n), kept with the rates."""
+        self.rates(n)
+        return self._cache[2]
 
 
 @dataclass
@@ -327,6 +368,9 @@ class AutoDraftLen(DraftLenPolicy):
         self._probe: dict[str, list] = {}         # per source: [rounds of d = 0, probe interval]
         self.n_probes = 0
         self.t_probes = 0.0                       # seconds of the rounds that probed
+        self.t_probes_net = 0.0                   # ... less what plain rounds would have taken
+        self.t_run = 0.0                          # seconds of every round observed
+        self.probe_share = PROBE_SHARE
         self.prefill_ratio: float | None = None   # draft / target seconds on the same prompt rows
 
     # ---- the model of a round ------------------------------------------------------------
@@ -357,18 +401,42 @@ class AutoDraftLen(DraftLenPolicy):
         tab = self.t_target.upto(self.n_max + 2)
         return tab[k] if 0 <= k < len(tab) else self.t_target(k)
 
+    def _rates(self, source: str, es: list) -> list:
+        """E(d) / T(d) for d in 0..n_max from the cost tables: best_length's rates, computed in one
+        pass (the policy decides every round, so its own cost counts)."""
+        n = self.n_max
+        tt = self.t_target.upto(n + 2)
+        rates = [es[0] / tt[1] if tt[1] > 0 else math.inf]
+        if source == "draft-simple":
+            dt = self.t_draft_rows.upto(n + 2) if self.t_draft_rows.known else \
+                [self.prefill_ratio * x for x in tt]
+            for d in range(1, n + 1):
+                t = tt[1 + d] + dt[1 + round(es[d])] + (d - 1) * dt[1]
+                rates.append(es[d] / t if t > 0 else math.inf)
+        else:
+            for d in range(1, n + 1):
+                rates.append(es[d] / tt[1 + d] if tt[1 + d] > 0 else math.inf)
+        return rates
+
+    @staticmethod
+    def _argmax(rates: list) -> int:
+        best = 0                                  # ties go to the shorter draft (best_length's rule)
+        for d, r in enumerate(rates):
+            if r > rates[best] * (1 + 1e-9):
+                best = d
+        return best
+
     def decide(self, source: str = "draft-simple") -> Decision:
-        """The argmax decision from the current estimates, without counting it."""
-        a = self.rates(source)
-        es = expected_tokens_upto(a, self.n_max)
-        cost = (lambda d: self._draft_cost_e(d, es[d])) if source == "draft-simple" else (lambda d: 0.0)
-        d, rates = best_length(a, self.target_cost, cost, self.n_max)
+        """The argmax decision from the current estimates, without counting it: best_length's,
+        with target_cost and draft_cost, from the tables in one pass."""
+        es = self.acc.setdefault(source, Acceptance()).expected_upto(self.n_max)
+        rates = self._rates(source, es)
+        d = self._argmax(rates)
         return Decision(d, "best", es[d], rates[d], rates[0], rates)
 
     def hopeless(self, source: str = "draft-simple") -> bool:
         """True when no length beats plain decoding even if every draft token were accepted."""
-        cost = (lambda d: self._draft_cost_e(d, 1.0 + d)) if source == "draft-simple" else (lambda d: 0.0)
-        return best_length(1.0, self.target_cost, cost, self.n_max)[0] == 0
+        return self._argmax(self._rates(source, [1.0 + d for d in range(self.n_max + 1)])) == 0
 
     def choose(self, source: str = "draft-simple", remaining: int | None = None) -> Decision:
         """This round's decision for a draft from `source` (an impl type); not yet counted
@@ -397,7 +465,7 @@ class AutoDraftLen(DraftLenPolicy):
             if st[0] >= st[1] and remaining is not None and remaining < st[1]:
                 return Decision(0, "budget", dec.expected_tokens, dec.expected_rate,
                                 dec.plain_rate, dec.rates)
-            if st[0] >= st[1]:
+            if st[0] >= st[1] and self._probe_affordable():
                 st[0], st[1] = 0, min(st[1] * 2, self.probe_max)
                 return self._probe_decision(source, dec)
         else:
@@ -409,11 +477,20 @@ class AutoDraftLen(DraftLenPolicy):
         drafted yet), one probe per PROBE_MAX such rounds checks the estimate against a real draft."""
         st = self._probe.setdefault(source, [0, self.probe_first])
         st[0] = st[0] + 1 if source == "draft-simple" and not self.t_draft_rows.known else 0
-        if st[0] >= self.probe_max and (remaining is None or remaining >= self.probe_max):
+        if st[0] >= self.probe_max and (remaining is None or remaining >= self.probe_max) \
+                and self._probe_affordable():
             st[0] = 0
             return self._probe_decision(source, dec)
         return Decision(0, "no gain", dec.expected_tokens, dec.expected_rate, dec.plain_rate,
                         dec.rates)
+
+    def _probe_affordable(self) -> bool:
+        """A due probe runs when the probes' measured net cost so far (their rounds' time less the
+        plain rounds that would have committed the same tokens), with one more at their mean,
+        stays within probe_share of the run's time; else it waits (still d = 0, "best")."""
+        if self.n_probes == 0:
+            return True
+        return self.t_probes_net * (1 + 1 / self.n_probes) <= self.probe_share * self.t_run
 
     def _probe_decision(self, source: str, dec: Decision) -> Decision:
         d = min(self.probe_len, self.n_max)
@@ -436,10 +513,14 @@ class AutoDraftLen(DraftLenPolicy):
         self.t_target.add(rows, t_tgt)
         for n, t in getattr(ev, "dft_decodes", ()):
             self.t_draft_rows.add(n, t)
+        self.t_run += ev.t_round
         if any(r.draft_len is not None and r.draft_len.reason in ("probe", "start-up") and r.draft
                for r in ev.slots):
             self.n_probes += 1
             self.t_probes += ev.t_round
+            n = len(ev.slots)                     # a plain round: n rows, one token per slot
+            plain = sum(len(r.committed) for r in ev.slots) / n * self.target_cost(n)
+            self.t_probes_net += max(ev.t_round - plain, 0.0)
         for r in ev.slots:
             if r.replay or not r.draft:
                 continue
@@ -447,7 +528,7 @@ class AutoDraftLen(DraftLenPolicy):
 
     def stats(self) -> dict:
         st = super().stats()
-        st.update(n_probes=self.n_probes, t_probes_s=self.t_probes,
+        st.update(n_probes=self.n_probes, t_probes_s=self.t_probes, t_probes_net_s=self.t_probes_net,
                   t_target={k: t for k, t in self.t_target.points()},
                   t_draft_rows={k: t for k, t in self.t_draft_rows.points()},
                   acceptance={s: a.rates(min(self.n_max, 8)) for s, a in self.acc.items()})

@@ -61,7 +61,9 @@ def test_batch_cost_interpolates_and_extrapolates():
     bc.add(1, 1.0)
     assert bc(5) == 1.0
     bc.add(3, 2.0)
-    assert bc(2) == 1.5 and bc(5) == 3.0 and bc(1) == 1.0
+    # between two sizes: the roofline max(t0, t1 k / k1) under the straight line; cautious: the line
+    assert bc(2) == pytest.approx(4 / 3) and bc.upto(2, cautious=True)[2] == 1.5
+    assert bc(5) == 3.0 and bc(1) == 1.0
     for t in (5.0, 2.0, 2.0):             # a running median: one slow spell does not count
         bc.add(3, t)
     assert bc(3) == 2.0
@@ -393,8 +395,8 @@ def test_auto_draft_costs_come_from_the_prefill_ratio_until_the_draft_model_has_
     pol.observe_prefill(9, 3.0, 1.2)                      # ratio 0.4
     pol.observe(_event(0, 0, 1.0))
     k = 1 + round(expected_tokens(pol.rates("draft-simple"), 1))   # the seed batch's rows
-    assert k == 3 and pol.target_cost(3) == pytest.approx(1.5)   # between (1, 1.0) and (9, 3.0)
-    assert pol.draft_cost(1) == pytest.approx(0.4 * 1.5)
+    assert k == 3 and pol.target_cost(3) == pytest.approx(1.0)   # max(1.0, 3.0 * 3 / 9)
+    assert pol.draft_cost(1) == pytest.approx(0.4 * pol.target_cost(3))
     assert pol.draft_cost(3) == pytest.approx(0.4 * pol.target_cost(1 + round(
         expected_tokens(pol.rates("draft-simple"), 3))) + 2 * 0.4 * 1.0)
     pol.observe(_event(2, 0, 1.2, dft=[(3, 0.3), (1, 0.25)]))
@@ -427,7 +429,7 @@ def test_batch_cost_medians_follow_every_new_sample():
     bc.add(1, 5.0)
     assert bc(1) == 3.0 and bc.points() == [(1, 3.0)]
     bc.add(3, 7.0)
-    assert bc(2) == 5.0
+    assert bc(2) == pytest.approx(7.0 * 2 / 3)
 
 
 def test_batch_cost_table_equals_its_values():
@@ -459,8 +461,9 @@ def test_auto_decision_is_best_length_of_its_costs(seed):
         want = best_length(a, pol.target_cost, lambda d: pol.draft_cost(d, source, a), pol.n_max)
         dec = pol.decide(source)
         assert dec.d == want[0] and dec.rates == pytest.approx(want[1], rel=1e-12)
-        full = best_length(1.0, pol.target_cost,
-                           lambda d: pol._draft_cost_e(d, 1.0 + d) if source == "draft-simple" else 0.0,
+        full = best_length(1.0, lambda k: pol.t_target.upto(pol.n_max + 2, cautious=True)[k],
+                           lambda d: (pol._draft_cost_e(d, 1.0 + d, cautious=True)
+                                      if source == "draft-simple" else 0.0),
                            pol.n_max)
         assert pol.hopeless(source) == (full[0] == 0)
 

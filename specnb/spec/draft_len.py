@@ -16,7 +16,8 @@ schedule, or `auto`, chosen before every round from the costs this run measures.
              a_i the conditional acceptance of draft position i (running Beta estimates, a weak
              prior), t_target(k) the measured time of a round's target side with k rows
              (verification batch, sampling, rollback: running medians per k, pooled where
-             they fall with k, linear in k between the measured sizes, the prefill as the
+             they fall with k, between the measured sizes the roofline of the two (`between`:
+             optimistic, so untried sizes get tried), the prefill as the
              start-up point), t_draft(d) the
              draft model's measured decodes (its seed batch with the rows it must catch up,
              then d - 1 one-row steps; before it has drafted, the target's times the ratio of
@@ -150,6 +151,19 @@ def monotone(points: list, weights: list) -> list:
     return [v for v, _, n in blocks for _ in range(n)]
 
 
+def between(k: int, k0: int, t0: float, k1: int, t1: float) -> float:
+    """A k-row step's time between two measured sizes k0 < k < k1 (t0 <= t1): the roofline of
+    the two, max(t0, t1 k / k1) (the weights are read once, whatever the rows; the rows' work
+    grows with k at the larger size's rate per row), where it is under the straight line between
+    them. A batch cost curve is flat, then rises: the straight line from a one-row step to the
+    prompt's batch lies above it everywhere between, and would make every size nobody has tried
+    look dearer than it is, so that no round tries it. The roofline is the optimistic reading:
+    a size looks as cheap as it may be, a round that wants it measures it, and the measurement
+    then replaces the estimate."""
+    chord = t0 + (t1 - t0) * (k - k0) / (k1 - k0)
+    return min(chord, max(t0, t1 * k / k1))
+
+
 def _median(xs) -> float:
     """statistics.median, without its generality (a policy takes medians every round)."""
     v = sorted(xs)
@@ -160,7 +174,8 @@ def _median(xs) -> float:
 class BatchCost:
     """Seconds of a k-row step, from measurements: the running median of the last WINDOW times at
     each measured k, made non-decreasing in k (`monotone`: sizes whose medians fall with k are
-    pooled, weighted by their sample counts); between measured sizes linear in k; above the
+    pooled, weighted by their sample counts); between measured sizes `between` (the roofline of
+    the two, at most the straight line); above the
     largest, the slope of the last two points (never negative); below the smallest, the
     smallest's value."""
 
@@ -169,22 +184,28 @@ class BatchCost:
         self.samples: dict[int, deque] = {}
         self._points: list | None = None          # the medians, until the next add()
         self._table: list = []                    # upto()'s values, until the next add()
+        self._cautious: list = []                 # upto(n, cautious=True)'s
 
     def add(self, k: int, seconds: float) -> None:
         if k >= 1 and seconds > 0 and math.isfinite(seconds):
             self.samples.setdefault(int(k), deque(maxlen=self.window)).append(float(seconds))
             self._points = None
-            self._table = []
+            self._table, self._cautious = [], []
 
-    def upto(self, n: int) -> list:
+    def upto(self, n: int, cautious: bool = False) -> list:
         """[self(0), self(1), ..., self(n)], kept until the next add() (a policy reads them
-        several times per round)."""
+        several times per round). cautious: the straight line between measured sizes instead of
+        their roofline (the dearer reading: every unmeasured size at its most)."""
+        if cautious:
+            if len(self._cautious) <= n:
+                self._cautious = self._interpolate(n, True)
+            return self._cautious
         tab = self._table
         if len(tab) <= n:
             tab = self._table = self._interpolate(n)
         return tab
 
-    def _interpolate(self, n: int) -> list:
+    def _interpolate(self, n: int, cautious: bool = False) -> list:
         # [self(0), ..., self(n)] in one walk over the points
         pts = self.points()
         if not pts:
@@ -200,7 +221,8 @@ class BatchCost:
                 out.append(t0)
             elif j + 1 < len(pts):
                 k1, t1 = pts[j + 1]
-                out.append(t0 + (t1 - t0) * (k - k0) / (k1 - k0))
+                out.append(t0 + (t1 - t0) * (k - k0) / (k1 - k0) if cautious else
+                           between(k, k0, t0, k1, t1))
             else:                               # above the largest: the last two points' slope
                 out.append(t_last + slope * (k - k_last))
         return out
@@ -224,7 +246,7 @@ class BatchCost:
             return pts[0][1]
         for (k0, t0), (k1, t1) in zip(pts, pts[1:]):
             if k <= k1:
-                return t0 + (t1 - t0) * (k - k0) / (k1 - k0)
+                return between(k, k0, t0, k1, t1)
         if len(pts) == 1:
             return pts[0][1]
         (k0, t0), (k1, t1) = pts[-2], pts[-1]
@@ -385,30 +407,28 @@ class AutoDraftLen(DraftLenPolicy):
         e = expected_tokens(accept if accept is not None else self.rates(source), d)
         return self._draft_cost_e(d, e)
 
-    def _draft_cost_e(self, d: int, e: float) -> float:
+    def _draft_cost_e(self, d: int, e: float, cautious: bool = False) -> float:
         k = 1 + round(e)
         if self.t_draft_rows.known:
-            tab = self.t_draft_rows.upto(self.n_max + 2)
+            tab = self.t_draft_rows.upto(self.n_max + 2, cautious)
             return tab[k] + (d - 1) * tab[1]
-        return self._draft_from_prefill(k) + (d - 1) * self._draft_from_prefill(1)
-
-    def _draft_from_prefill(self, k: int) -> float:
-        """Before the draft model has drafted: its k-row decode estimated as the target's, times
-        the ratio of the two models' measured decodes of the same prompt rows."""
-        return self.prefill_ratio * self.target_cost(k)
+        # before the draft model has drafted: its decodes estimated as the target's, times the
+        # ratio of the two models' measured decodes of the same prompt rows
+        tab = self.t_target.upto(self.n_max + 2, cautious)
+        return self.prefill_ratio * (tab[k] + (d - 1) * tab[1])
 
     def target_cost(self, k: int) -> float:
         tab = self.t_target.upto(self.n_max + 2)
         return tab[k] if 0 <= k < len(tab) else self.t_target(k)
 
-    def _rates(self, source: str, es: list) -> list:
+    def _rates(self, source: str, es: list, cautious: bool = False) -> list:
         """E(d) / T(d) for d in 0..n_max from the cost tables: best_length's rates, computed in one
         pass (the policy decides every round, so its own cost counts)."""
         n = self.n_max
-        tt = self.t_target.upto(n + 2)
+        tt = self.t_target.upto(n + 2, cautious)
         rates = [es[0] / tt[1] if tt[1] > 0 else math.inf]
         if source == "draft-simple":
-            dt = self.t_draft_rows.upto(n + 2) if self.t_draft_rows.known else \
+            dt = self.t_draft_rows.upto(n + 2, cautious) if self.t_draft_rows.known else \
                 [self.prefill_ratio * x for x in tt]
             for d in range(1, n + 1):
                 t = tt[1 + d] + dt[1 + round(es[d])] + (d - 1) * dt[1]
@@ -435,8 +455,12 @@ class AutoDraftLen(DraftLenPolicy):
         return Decision(d, "best", es[d], rates[d], rates[0], rates)
 
     def hopeless(self, source: str = "draft-simple") -> bool:
-        """True when no length beats plain decoding even if every draft token were accepted."""
-        return self._argmax(self._rates(source, [1.0 + d for d in range(self.n_max + 1)])) == 0
+        """True when no length beats plain decoding even if every draft token were accepted, at
+        the cautious reading of the costs (unmeasured sizes on the straight line between measured
+        ones): a draft model is tried, and probed for, only where it pays in that reading, while
+        the lengths of a model that drafts are chosen on the hopeful one (`between`)."""
+        full = [1.0 + d for d in range(self.n_max + 1)]
+        return self._argmax(self._rates(source, full, cautious=True)) == 0
 
     def choose(self, source: str = "draft-simple", remaining: int | None = None) -> Decision:
         """This round's decision for a draft from `source` (an impl type); not yet counted

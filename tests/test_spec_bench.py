@@ -57,5 +57,7 @@ def test_compare_policies_table(pair_paths):
             assert len(cell["runs"]) == 2 and cell["tok_s"] == pytest.approx(sum(cell["runs"]) / 2)
         plain = row["policies"]["plain"]
         assert plain["speedup"] == pytest.approx(1.0) and plain["plain_tok_s"] == plain["tok_s"]
+        auto = row["policies"]["auto:6"]                 # the median of the passes' ratios
+        assert auto["speedup"] == pytest.approx(sum(a / p for a, p in zip(auto["runs"], plain["runs"])) / 2)
     out = format_policies(r)
     assert "auto:6" in out and "identical to plain decoding: yes" in out

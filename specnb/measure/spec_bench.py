@@ -278,8 +278,9 @@ def compare_policies(target, draft, prompts, policies=POLICIES, n_predict: int =
     of a prompt uses the same pair, contexts and prompt. The policies take turns: each of the
     `repeats` passes runs every policy once (plain decoding among them), the order rotated by one
     each pass, so a slow spell of a shared machine falls on all of them alike; a cell is the
-    median of its runs, its speed-up the ratio of its median to plain decoding's
-    (`specnb demo --policies` runs it on the demo's prompts)."""
+    median of its runs, its speed-up the median over the passes of its run's speed over the
+    same pass's plain run (each ratio compares runs made within one pass; a shared machine's
+    load moves between passes) (`specnb demo --policies` runs it on the demo's prompts)."""
     from ..run.pair import open_pair, warm_up
     say = say or (lambda *a: None)
     pair = open_pair(target, draft, n_ctx=1024, backend=backend, n_threads=n_threads,
@@ -313,9 +314,10 @@ def compare_policies(target, draft, prompts, policies=POLICIES, n_predict: int =
             xs = runs[pol]
             med = statistics.median(x["tok_s"] for x in xs)
             cell = dict(min(xs, key=lambda x: abs(x["tok_s"] - med)))     # the median run's details
+            ratios = [x["tok_s"] / p["tok_s"] for x, p in zip(xs, runs.get("plain", ())) if p["tok_s"]]
             cell.update(tok_s=med, identical=all(x["identical"] for x in xs),
                         runs=[x["tok_s"] for x in xs], plain_tok_s=plain_med,
-                        speedup=med / plain_med if plain_med else 0.0)
+                        speedup=statistics.median(ratios) if ratios else 0.0)
             row["policies"][pol] = cell
             say(f"  {label} [{sname}] {pol}: {med:.2f} tok/s (median of {len(xs)}), "
                 f"{cell['speedup']:.2f}x plain" + ("" if cell["identical"] else "  OUTPUT DIFFERS"))
@@ -332,7 +334,7 @@ def format_policies(r: dict) -> str:
     pols = r["policies"]
     L = [f"draft-length policies, {r['draft']} drafting for {r['target']}, {r['n_predict']} tokens, "
          f"activations {r['activations']}: median tok/s of {r.get('repeats', 1)} runs taking turns "
-         f"(speed-up over plain decoding's median)",
+         f"(speed-up: the median over the passes of the run's speed / that pass's plain run)",
          f"{'prompt':<26} | " + " | ".join(f"{p:>13}" for p in pols) + " | auto / best fixed"]
     for row in r["rows"]:
         cells = [f"{row['policies'][p]['tok_s']:5.1f} ({row['policies'][p]['speedup']:4.2f}x)"

@@ -11,7 +11,7 @@ from specnb.run.context import Context
 from specnb.measure.cost import speedup
 from specnb.spec.draft_len import (AUTO_CAP, CATCH_UP_WINDOW, HEURISTIC_CAP, HEURISTIC_START, Acceptance, AutoDraftLen,
     BatchCost, Decision, HeuristicDraftLen, best_length, best_length_leviathan, expected_tokens,
-    PROBE_FIRST, PROBE_LEN, PROBE_MAX, PROBE_SHARE, expected_tokens_upto, format_chosen, monotone, parse_draft_max)
+    NO_GAIN_RECHECK, PROBE_FIRST, PROBE_LEN, PROBE_MAX, PROBE_SHARE, expected_tokens_upto, format_chosen, monotone, parse_draft_max)
 from specnb.spec.events import RoundEvent, SlotRound
 from specnb.spec.speculative import SpecParams
 from specnb.spec.loop import SpeculativeLoop
@@ -388,6 +388,27 @@ def test_auto_judges_a_hopeless_draft_from_the_prompt_decodes_without_a_start_up
     cheap.observe_prefill(5, 1.5, 0.2 * 1.5)
     cheap.observe(_event(0, 0, 1.0))
     assert cheap.choose(remaining=1000).reason == "start-up"
+
+
+def test_a_no_gain_verdict_holds_for_a_few_rounds_then_is_read_again():
+    """In the "no gain" regime the costs are read once per NO_GAIN_RECHECK rounds (the decision is
+    a round's one expense beyond plain decoding); a change in them is seen at the next reading."""
+    pol = AutoDraftLen(8)
+    pol.observe_prefill(5, 1.5, 0.9 * 1.5)                  # the teaching pair: no length pays
+    pol.observe(_event(0, 0, 1.0))
+    calls = []
+    decide = pol.decide
+    pol.decide = lambda source="draft-simple": calls.append(1) or decide(source)
+    for _ in range(4 * NO_GAIN_RECHECK):
+        dec = pol.choose(remaining=1000)
+        pol.record(dec)
+        pol.observe(_event(0, 0, 1.0))
+        assert dec.d == 0 and dec.reason == "no gain"
+    assert len(calls) == 4
+    assert pol.choose(remaining=1000).reason == "no gain" and len(calls) == 5   # read again
+    pol.prefill_ratio = 0.05                                # the draft model became cheap
+    decs = [pol.choose(remaining=1000) for _ in range(NO_GAIN_RECHECK)]
+    assert decs[-1].reason == "start-up" and all(d.reason == "no gain" for d in decs[:-1])
 
 
 def test_auto_draft_costs_come_from_the_prefill_ratio_until_the_draft_model_has_drafted():

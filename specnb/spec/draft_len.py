@@ -60,6 +60,7 @@ PROBE_FIRST = 8               # rounds of d = 0 before the first probe ...
 PROBE_MAX = 128               # ... the interval doubling up to this
 PROBE_LEN = 1                 # draft tokens of a probe
 PROBE_SHARE = 0.015           # the probes' measured net cost kept within this share of the run
+NO_GAIN_RECHECK = 8           # a "no gain" verdict is read again from the costs every N rounds
 CATCH_UP_WINDOW = 4           # a probe's draft model decodes at most this many of the rows it missed
 
 
@@ -393,6 +394,7 @@ class AutoDraftLen(DraftLenPolicy):
         self.t_probes_net = 0.0                   # ... less what plain rounds would have taken
         self.t_run = 0.0                          # seconds of every round observed
         self.probe_share = PROBE_SHARE
+        self._held: dict = {}                     # per source: ["no gain" Decision, rounds it holds]
         self.prefill_ratio: float | None = None   # draft / target seconds on the same prompt rows
 
     # ---- the model of a round ------------------------------------------------------------
@@ -469,6 +471,14 @@ class AutoDraftLen(DraftLenPolicy):
         fewer tokens remain than the rounds its measurement would govern ("budget")."""
         if 1 not in self.t_target.samples:
             return Decision(0, "start-up")                        # measure a plain round first
+        held = self._held.get(source)
+        if held is not None and held[1] > 0:
+            # a "no gain" verdict holds for NO_GAIN_RECHECK rounds: the costs move slowly, and in
+            # a round that drafts nothing the decision is the round's one expense beyond plain
+            # decoding (read right after a decode, its tables are cache misses: 60 us on a 3.6 ms
+            # step of the 135M)
+            held[1] -= 1
+            return self._no_gain(source, remaining, held[0], hold=False)
         if source == "draft-simple" and not self.t_draft_rows.known:
             # the draft model has not drafted yet: with the prompt's decodes measured, a draft model
             # that could not pay even at full acceptance is judged without a start-up draft
@@ -496,17 +506,23 @@ class AutoDraftLen(DraftLenPolicy):
             st[0], st[1] = 0, self.probe_first
         return dec
 
-    def _no_gain(self, source: str, remaining, dec: Decision) -> Decision:
-        """d = 0, "no gain". Judged from the prompt's decodes alone (the draft model has not
-        drafted yet), one probe per PROBE_MAX such rounds checks the estimate against a real draft."""
+    def _no_gain(self, source: str, remaining, dec: Decision, hold: bool = True) -> Decision:
+        """d = 0, "no gain" (held for NO_GAIN_RECHECK rounds). Judged from the prompt's decodes
+        alone (the draft model has not drafted yet), one probe per PROBE_MAX such rounds checks
+        the estimate against a real draft."""
         st = self._probe.setdefault(source, [0, self.probe_first])
         st[0] = st[0] + 1 if source == "draft-simple" and not self.t_draft_rows.known else 0
         if st[0] >= self.probe_max and (remaining is None or remaining >= self.probe_max) \
                 and self._probe_affordable():
             st[0] = 0
+            self._held.pop(source, None)
             return self._probe_decision(source, dec)
-        return Decision(0, "no gain", dec.expected_tokens, dec.expected_rate, dec.plain_rate,
-                        dec.rates)
+        if not hold:
+            return dec
+        out = Decision(0, "no gain", dec.expected_tokens, dec.expected_rate, dec.plain_rate,
+                       dec.rates)
+        self._held[source] = [out, NO_GAIN_RECHECK - 1]
+        return out
 
     def _probe_affordable(self) -> bool:
         """A due probe runs when the probes' measured net cost so far (their rounds' time less the
@@ -538,6 +554,8 @@ class AutoDraftLen(DraftLenPolicy):
         for n, t in getattr(ev, "dft_decodes", ()):
             self.t_draft_rows.add(n, t)
         self.t_run += ev.t_round
+        if self._held and any(r.draft for r in ev.slots):
+            self._held.clear()                    # new draft measurements: judge again
         if any(r.draft_len is not None and r.draft_len.reason in ("probe", "start-up") and r.draft
                for r in ev.slots):
             self.n_probes += 1

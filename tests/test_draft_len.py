@@ -11,7 +11,8 @@ from specnb.run.context import Context
 from specnb.measure.cost import speedup
 from specnb.spec.draft_len import (AUTO_CAP, CATCH_UP_WINDOW, HEURISTIC_CAP, HEURISTIC_START, Acceptance, AutoDraftLen,
     BatchCost, Decision, HeuristicDraftLen, best_length, best_length_leviathan, expected_tokens,
-    NO_GAIN_RECHECK, PROBE_FIRST, PROBE_LEN, PROBE_MAX, PROBE_SHARE, expected_tokens_upto, format_chosen, monotone, parse_draft_max)
+    NO_GAIN_RECHECK, PROBE_FIRST, PROBE_LEN, PROBE_MAX, PROBE_SHARE, expected_tokens_upto, format_chosen, monotone,
+    parse_draft_max)
 from specnb.spec.events import RoundEvent, SlotRound
 from specnb.spec.speculative import SpecParams
 from specnb.spec.loop import SpeculativeLoop
@@ -473,11 +474,7 @@ def test_auto_decision_is_best_length_of_its_costs(seed):
     pol = AutoDraftLen(rnd.choice([1, 4, 8, 16]))
     pol.observe_prefill(rnd.randint(2, 40), 0.02 + 0.02 * rnd.random(), 0.002 + 0.03 * rnd.random())
     pol.observe(_event(0, 0, 0.02 + 0.01 * rnd.random()))
-    for source in ("draft-simple", "ngram-simple"):
-        for _ in range(rnd.randint(0, 30)):
-            d = rnd.randint(1, pol.n_max)
-            dft = [(rnd.randint(1, 6), 0.004 + 0.01 * rnd.random())] if source == "draft-simple" and rnd.random() < 0.7 else []
-            pol.observe(_event(d, rnd.randint(0, d), 0.02 + 0.004 * d * rnd.random(), impl=source, dft=dft))
+    def check(source):
         a = pol.rates(source)
         want = best_length(a, pol.target_cost, lambda d: pol.draft_cost(d, source, a), pol.n_max)
         dec = pol.decide(source)
@@ -487,6 +484,13 @@ def test_auto_decision_is_best_length_of_its_costs(seed):
                                       if source == "draft-simple" else 0.0),
                            pol.n_max)
         assert pol.hopeless(source) == (full[0] == 0)
+    for source in ("draft-simple", "ngram-simple"):
+        for _ in range(rnd.randint(0, 30)):
+            d = rnd.randint(1, pol.n_max)
+            dft = ([(rnd.randint(1, 6), 0.004 + 0.01 * rnd.random())]
+                   if source == "draft-simple" and rnd.random() < 0.7 else [])
+            pol.observe(_event(d, rnd.randint(0, d), 0.02 + 0.004 * d * rnd.random(), impl=source, dft=dft))
+        check(source)
 
 
 def test_expected_tokens_upto_agrees_with_expected_tokens():

@@ -6,10 +6,11 @@ generation so starts where speculative-simple's does (it evaluates the prompt's 
 id_last in its first verification, speculative-simple.cpp:141-150 @34af94cd) and where
 llama-bench's tg does (one decode per generated token): plain and speculative decoding of n
 tokens are timed over the same n decodes' worth of rows. With batch-invariant kernels the last
-prompt row's logits are the same either way, so the tokens are too. As llama-cli and llama-server do, the prompt's tokens first
-enter the sampler's penalty window (common_sampler_accept on every prompt token:
-examples/main/main.cpp:696 and examples/server/server.cpp:3084 @c392e50), so repetition
-penalties see the prompt; `penalize_prompt=False` leaves them out, as speculative-simple does.
+prompt row's logits are the same either way, so the tokens are too. As llama-cli and
+llama-server do, the prompt's tokens first enter the sampler's penalty window
+(common_sampler_accept on every prompt token: examples/main/main.cpp:696 and
+examples/server/server.cpp:3084 @c392e50), so repetition penalties see the prompt;
+`penalize_prompt=False` leaves them out, as speculative-simple does.
 """
 from __future__ import annotations
 

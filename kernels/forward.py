@@ -34,7 +34,10 @@ N_MATS = 7
 # [n_vocab, row_bytes] (type output_qtype)
 FusedWeights = namedtuple("FusedWeights", "tok_embd tok_qtype attn_norm ffn_norm mats qtypes bias_q "
                           "bias_k bias_v has_bias output_norm output output_qtype")
-FusedShape = namedtuple("FusedShape", "n_head n_head_kv head_dim n_ff norm_eps rope_mode")
+# FusedShape: the layers' shape, and ahead: how many bytes ahead of the int8 kernels the weights
+# are prefetched (tuning.prefetch_ahead(), measured once per machine; -1: not at all). A hint to
+# the memory system only: every value gives the same bits.
+FusedShape = namedtuple("FusedShape", "n_head n_head_kv head_dim n_ff norm_eps rope_mode ahead")
 
 
 FusedTypes = namedtuple("FusedTypes", "emb f i")
@@ -55,11 +58,11 @@ def fused_types(emb_qtypes, mat_qtypes, q8: bool) -> FusedTypes:
 # The pass therefore calls the int8 driver directly (the weights' shapes were checked when the
 # model loaded, and every operand here is C-contiguous), and _mm is inlined into the pass.
 @njit(cache=True)
-def _mm_by(x, w, qtype, out, sf, si, f_any, i_any, i_k, i_b):
+def _mm_by(x, w, qtype, out, sf, si, f_any, i_any, i_k, i_b, ahead):
     # y = x @ W^T with int8 activations for the types of si, float32 ones for those of sf; a
     # path whose selection is empty (None) is not compiled
     if i_any is not None and has_q8_kernel(qtype):
-        _matmul_q8_by(x, w, qtype, out, si, i_k, i_b)
+        _matmul_q8_by(x, w, qtype, out, si, i_k, i_b, ahead)
     elif f_any is not None:
         matmul_sel(x, w, qtype, out, sf)
     else:
@@ -68,8 +71,8 @@ def _mm_by(x, w, qtype, out, sf, si, f_any, i_any, i_k, i_b):
 
 
 @njit(inline="always")
-def _mm(x, w, qtype, ts, out):
-    return _mm_by(x, w, qtype, out, ts.f, ts.i, ts.f.any, ts.i.any, ts.i.k, ts.i.b)
+def _mm(x, w, qtype, ts, ahead, out):
+    return _mm_by(x, w, qtype, out, ts.f, ts.i, ts.f.any, ts.i.any, ts.i.k, ts.i.b, ahead)
 
 
 # the thin wrappers the pass calls, inlined into it for the same reason (the same code as
@@ -120,7 +123,7 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, h
     # -> logits [n_out, n_vocab]
     attn_norm, ffn_norm, mats, qtypes = wt.attn_norm, wt.ffn_norm, wt.mats, wt.qtypes
     n_head, n_head_kv, head_dim, n_ff = hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff
-    norm_eps, rope_mode = hp.norm_eps, hp.rope_mode
+    norm_eps, rope_mode, ahead = hp.norm_eps, hp.rope_mode, hp.ahead
     n = tokens.shape[0]
     n_layer = attn_norm.shape[0]
     n_embd = attn_norm.shape[1]
@@ -140,9 +143,9 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, h
         m0 = N_MATS * il
         qt = qtypes[il]
         rmsnorm(x, attn_norm[il], norm_eps, a)
-        _mm(a, mats[m0 + WQ], qt[WQ], ts, q)
-        _mm(a, mats[m0 + WK], qt[WK], ts, k)
-        _mm(a, mats[m0 + WV], qt[WV], ts, v)
+        _mm(a, mats[m0 + WQ], qt[WQ], ts, ahead, q)
+        _mm(a, mats[m0 + WK], qt[WK], ts, ahead, k)
+        _mm(a, mats[m0 + WV], qt[WV], ts, ahead, v)
         if wt.has_bias:
             _add_row(q, wt.bias_q[il])
             _add_row(k, wt.bias_k[il])
@@ -155,14 +158,14 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, h
             _copy_row(k_cache[il, seq[t], pos[t]], k[t])
             _copy_row(v_cache[il, seq[t], pos[t]], v[t])
         _attention(q3, k_cache[il], v_cache[il], valid, seq, pos, n_head_kv, attn)
-        _add_to(x, _mm(attn.reshape(n, n_head * head_dim), mats[m0 + WO], qt[WO], ts, t_out))
+        _add_to(x, _mm(attn.reshape(n, n_head * head_dim), mats[m0 + WO], qt[WO], ts, ahead, t_out))
         rmsnorm(x, ffn_norm[il], norm_eps, a)
-        _mm(a, mats[m0 + W_GATE], qt[W_GATE], ts, g)
-        _mm(a, mats[m0 + W_UP], qt[W_UP], ts, u)
-        _add_to(x, _mm(_swiglu(g, u, g), mats[m0 + W_DOWN], qt[W_DOWN], ts, t_out))
+        _mm(a, mats[m0 + W_GATE], qt[W_GATE], ts, ahead, g)
+        _mm(a, mats[m0 + W_UP], qt[W_UP], ts, ahead, u)
+        _add_to(x, _mm(_swiglu(g, u, g), mats[m0 + W_DOWN], qt[W_DOWN], ts, ahead, t_out))
     xo = np.empty((out_rows.shape[0], n_embd), dtype=np.float32)
     for i in range(out_rows.shape[0]):
         _copy_row(xo[i], x[out_rows[i]])
     rmsnorm(xo, wt.output_norm, norm_eps, xo)
     logits = np.empty((out_rows.shape[0], wt.output.shape[0]), dtype=np.float32)
-    return _mm(xo, wt.output, wt.output_qtype, ts, logits)
+    return _mm(xo, wt.output, wt.output_qtype, ts, ahead, logits)

@@ -248,10 +248,15 @@ def _b_pass(pair, one, signed, has_min, bsize, R, store=False):
         return acc_f
 
     @_inline
-    def run(r, base, w, p, nb, qx, dx16, sx16, out, o, n_out, n_rows, buf):
+    def run(r, base, w, p, nb, qx, dx16, sx16, out, o, n_out, n_rows, buf, pnext):
+        # pnext >= 0: the byte of w prefetched as the row's first pair of blocks is read; it
+        # moves along with them (the weights stream linearly, pnext - p bytes ahead)
         r0 = base + r
         acc_f = tzeros(np.float32, 16, R)
+        last = w.size - 1
         for c in range(nb // 2):
+            if pnext >= 0:
+                prefetch(w, min(pnext + 2 * bsize * c, last))
             q, dw, m = pair(w, p + 2 * bsize * c, bsize)
             if store:
                 B.store_b(buf, B.B_BUF_BYTES * c, q, dw, m)
@@ -268,30 +273,35 @@ def _b_pass(pair, one, signed, has_min, bsize, R, store=False):
 
 def _rows(make_pass, buf_tiles):
     """(the Q*_0 / Q*_1 types; the K types: _k_rows)
-    rows(qx, dx, sx, w2, out, lo, hi, nb, buf): out[:, lo:hi] in tiles of rows (tiles.tile_rows):
-    up to R_MAX rows decode each weight row in registers; beyond that the first tile also keeps
-    the decoded row in buf (uint8 scratch) and the other tiles read it back (buf_tiles)."""
+    rows(qx, dx, sx, w2, out, lo, hi, nb, buf, ahead): out[:, lo:hi] in tiles of rows
+    (tiles.tile_rows): up to R_MAX rows decode each weight row in registers; beyond that the
+    first tile also keeps the decoded row in buf (uint8 scratch) and the other tiles read it back
+    (buf_tiles). ahead >= 0: the weights are prefetched that many bytes ahead of the pass
+    reading them (tuning.py measures the distance once per machine); < 0: no prefetching."""
     run = tile_rows(make_pass, R_MAX)
     one = run.passes[0]                         # run's own one-row pass, not another copy
     first = make_pass(R_MAX, True)
 
     @njit(fastmath=False, _nrt=False)
-    def rows(qx2, dx2, sx2, w2, out2, lo, hi, nb, buf):
+    def rows(qx2, dx2, sx2, w2, out2, lo, hi, nb, buf, ahead):
         n_rows = qx2.shape[1]
         n_out = out2.shape[1]
         rb = w2.shape[1]
         qx, dx, sx, w, out = qx2.reshape(-1), dx2.reshape(-1), sx2.reshape(-1), w2.reshape(-1), out2.reshape(-1)
+        z = lo - lo                                 # (int64s where run passes int64s: one compile)
         if n_rows == 1:                             # the decode loop, on its own
-            z = lo - lo                             # (an int64 r, as run passes it: one compile)
             for o in range(lo, hi):
-                one(z, 0, w, o * rb, nb, qx, dx, sx, out, o, n_out, n_rows, buf)
+                one(z, 0, w, o * rb, nb, qx, dx, sx, out, o, n_out, n_rows, buf,
+                    o * rb + ahead if ahead >= 0 else z - 1)
         elif n_rows <= R_MAX:
             for o in range(lo, hi):
-                run(n_rows, 0, w, o * rb, nb, qx, dx, sx, out, o, n_out, n_rows, buf)
+                run(n_rows, 0, w, o * rb, nb, qx, dx, sx, out, o, n_out, n_rows, buf,
+                    o * rb + ahead if ahead >= 0 else z - 1)
         else:
             for o in range(lo, hi):
-                first(0, 0, w, o * rb, nb, qx, dx, sx, out, o, n_out, n_rows, buf)
-                buf_tiles(n_rows - R_MAX, R_MAX, buf, 0, nb, qx, dx, sx, out, o, n_out, n_rows, buf)
+                first(0, 0, w, o * rb, nb, qx, dx, sx, out, o, n_out, n_rows, buf,
+                      o * rb + ahead if ahead >= 0 else z - 1)
+                buf_tiles(n_rows - R_MAX, R_MAX, buf, 0, nb, qx, dx, sx, out, o, n_out, n_rows, buf, z - 1)
     return rows
 
 
@@ -327,9 +337,12 @@ def _k_buf_tiles(r_max):
 
 def _k_rows(setup, chunk, bsize, l1_act_bytes=L1_ACT_BYTES, prefetch_row_bytes=PREFETCH_ROW_BYTES,
             r_max=K_R_MAX):
-    """rows(qx, dx, bs, w2, out, lo, hi, nb, buf, accs): out[:, lo:hi] for one K type: in
-    tiles of rows (tiles.tile_rows), ranges of super-blocks at a time (k_block); beyond r_max
+    """rows(qx, dx, bs, w2, out, lo, hi, nb, buf, accs, ahead): out[:, lo:hi] for one K type:
+    in tiles of rows (tiles.tile_rows), ranges of super-blocks at a time (k_block); beyond r_max
     rows the first tile also keeps the decoded row in buf and the other tiles read it back.
+    ahead >= 0: where the weights stream linearly (one row, or a batch whose activations fit L1
+    in one range), they are prefetched that many bytes ahead of the pass reading them (tuning.py
+    measures the distance once per machine); ranges prefetch the next piece whatever ahead is.
     (l1_act_bytes, prefetch_row_bytes, r_max: the tuning constants, as arguments for experiments.)"""
     make_pass = lambda R, store=False: _k_pass(setup, chunk, bsize, R, store)   # noqa: E731
     run = tile_rows(make_pass, r_max)
@@ -338,21 +351,24 @@ def _k_rows(setup, chunk, bsize, l1_act_bytes=L1_ACT_BYTES, prefetch_row_bytes=P
     buf_tiles = _k_buf_tiles(r_max)
 
     @njit(fastmath=False, _nrt=False)
-    def rows(qx2, dx2, bs2, w2, out2, lo, hi, nb, buf, accs):
+    def rows(qx2, dx2, bs2, w2, out2, lo, hi, nb, buf, accs, ahead):
         n_rows = qx2.shape[1]
         n_out = out2.shape[1]
         rb = w2.shape[1]
         qx, dx, bs, w, out = qx2.reshape(-1), dx2.reshape(-1), bs2.reshape(-1), w2.reshape(-1), out2.reshape(-1)
         if n_rows == 0:                             # (a batch whose rows all skip the logits)
             return
+        z = lo - lo                                 # (int64s where run passes int64s: one compile)
         if n_rows == 1:                             # the decode loop, on its own
-            z = lo - lo                             # (int64s where run passes int64s: one compile)
             for o in range(lo, hi):
-                one(z, 0, w, o * rb, nb, qx, dx, bs, out, o, n_out, n_rows, buf, z, nb, accs, z, z - 1)
+                one(z, 0, w, o * rb, nb, qx, dx, bs, out, o, n_out, n_rows, buf, z, nb, accs, z,
+                    o * rb + ahead if ahead >= 0 else z - 1)
             return
         kb = k_block(nb, n_rows, l1_act_bytes)
         # prefetch the piece of weights after each one: the DRAM prefetchers lose the stream when
-        # the ranges jump from row to row (and fall behind on long rows)
+        # the ranges jump from row to row (and fall behind on long rows); in one range the
+        # weights stream linearly, `ahead` bytes ahead where it is given
+        linear = kb >= nb and ahead >= 0
         pf = kb < nb or rb >= prefetch_row_bytes
         for o0 in range(lo, hi, O_BLOCK):
             o1 = min(o0 + O_BLOCK, hi)
@@ -361,7 +377,9 @@ def _k_rows(setup, chunk, bsize, l1_act_bytes=L1_ACT_BYTES, prefetch_row_bytes=P
                 for o in range(o0, o1):
                     ao = (o - o0) * n_rows * 16
                     pnext = -1                      # where the next piece of weights starts
-                    if pf:
+                    if linear:
+                        pnext = o * rb + ahead
+                    elif pf:
                         if o + 1 < o1:
                             pnext = (o + 1) * rb + bsize * b0
                         elif b1 < nb:
@@ -376,6 +394,7 @@ def _k_rows(setup, chunk, bsize, l1_act_bytes=L1_ACT_BYTES, prefetch_row_bytes=P
                               pnext)
                         buf_tiles(n_rows - r_max, r_max, buf, 0, nb, qx, dx, bs, out, o, n_out, n_rows, buf,
                                   b0, b1, accs, ao, -1)
+    rows.one = one                              # the decode loop's pass (tuning.py times it)
     return rows
 
 
@@ -397,35 +416,35 @@ _rows_q5_1 = _b_rows(B.pair_q5_1, B.one_q5_1, False, True, 24)
 
 
 @_jit
-def _q8_k_rows(qx, dx, bs, w, qtype, out, lo, hi, nb, buf, accs, q2_k, q3_k, q4_k, q5_k, q6_k):
+def _q8_k_rows(qx, dx, bs, w, qtype, out, lo, hi, nb, buf, accs, ahead, q2_k, q3_k, q4_k, q5_k, q6_k):
     # the K types' dispatch, each branch compiled only for the types selected (TypeSel)
     if q4_k is not None and qtype == Q4_K:
-        _rows_q4_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs)
+        _rows_q4_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs, ahead)
     elif q6_k is not None and qtype == Q6_K:
-        _rows_q6_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs)
+        _rows_q6_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs, ahead)
     elif q5_k is not None and qtype == Q5_K:
-        _rows_q5_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs)
+        _rows_q5_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs, ahead)
     elif q3_k is not None and qtype == Q3_K:
-        _rows_q3_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs)
+        _rows_q3_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs, ahead)
     elif q2_k is not None and qtype == Q2_K:
-        _rows_q2_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs)
+        _rows_q2_k(qx, dx, bs, w, out, lo, hi, nb, buf, accs, ahead)
     else:
         raise ValueError("specnb.kernels.matmul_q8: tensor type outside the compiled selection:", qtype)
 
 
 @_jit
-def _q8_32_rows(qx, dx16, sx16, w, qtype, out, lo, hi, nb, buf, q8_0, q4_0, q4_1, q5_0, q5_1):
+def _q8_32_rows(qx, dx16, sx16, w, qtype, out, lo, hi, nb, buf, ahead, q8_0, q4_0, q4_1, q5_0, q5_1):
     # the 32-block types' dispatch, each branch compiled only for the types selected (TypeSel)
     if q4_1 is not None and qtype == Q4_1:
-        _rows_q4_1(qx, dx16, sx16, w, out, lo, hi, nb, buf)
+        _rows_q4_1(qx, dx16, sx16, w, out, lo, hi, nb, buf, ahead)
     elif q8_0 is not None and qtype == Q8_0:
-        _rows_q8_0(qx, dx16, sx16, w, out, lo, hi, nb, buf)
+        _rows_q8_0(qx, dx16, sx16, w, out, lo, hi, nb, buf, ahead)
     elif q4_0 is not None and qtype == Q4_0:
-        _rows_q4_0(qx, dx16, sx16, w, out, lo, hi, nb, buf)
+        _rows_q4_0(qx, dx16, sx16, w, out, lo, hi, nb, buf, ahead)
     elif q5_0 is not None and qtype == Q5_0:
-        _rows_q5_0(qx, dx16, sx16, w, out, lo, hi, nb, buf)
+        _rows_q5_0(qx, dx16, sx16, w, out, lo, hi, nb, buf, ahead)
     elif q5_1 is not None and qtype == Q5_1:
-        _rows_q5_1(qx, dx16, sx16, w, out, lo, hi, nb, buf)
+        _rows_q5_1(qx, dx16, sx16, w, out, lo, hi, nb, buf, ahead)
     else:
         raise ValueError("specnb.kernels.matmul_q8: tensor type outside the compiled selection:", qtype)
 
@@ -433,7 +452,7 @@ def _q8_32_rows(qx, dx16, sx16, w, qtype, out, lo, hi, nb, buf, q8_0, q4_0, q4_1
 # ---- the matrix product ----------------------------------------------------------------------
 
 @njit(parallel=True, fastmath=False, cache=True)
-def _matmul_q8_k(x, w, qtype, out, s):
+def _matmul_q8_k(x, w, qtype, out, s, ahead):
     n_rows, n_in = x.shape
     n_out = w.shape[0]
     qx, dx, bs = _alloc_q8_k(n_rows, n_in)
@@ -445,18 +464,18 @@ def _matmul_q8_k(x, w, qtype, out, s):
         # lo as an int64 (0 * n_out), not the literal 0: a literal argument would compile a second
         # copy of every rows kernel beside the one the prange loop calls (the largest code here)
         _q8_k_rows(qx, dx, bs, w, qtype, out, 0 * n_out, n_out, nb, np.empty(nbuf, np.uint8),
-                   np.empty(nacc, np.float32), s.q2_k, s.q3_k, s.q4_k, s.q5_k, s.q6_k)
+                   np.empty(nacc, np.float32), ahead, s.q2_k, s.q3_k, s.q4_k, s.q5_k, s.q6_k)
         return
     n_chunks = min(n_out, _N_CHUNKS)
     bufs = np.empty((n_chunks, nbuf), np.uint8)
     accs = np.empty((n_chunks, nacc), np.float32)
     for c in prange(n_chunks):
         _q8_k_rows(qx, dx, bs, w, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, nb, bufs[c],
-                   accs[c], s.q2_k, s.q3_k, s.q4_k, s.q5_k, s.q6_k)
+                   accs[c], ahead, s.q2_k, s.q3_k, s.q4_k, s.q5_k, s.q6_k)
 
 
 @njit(parallel=True, fastmath=False, cache=True)
-def _matmul_q8_32(x, w, qtype, out, s):
+def _matmul_q8_32(x, w, qtype, out, s, ahead):
     n_rows, n_in = x.shape
     n_out = w.shape[0]
     qx, dx16, sx16 = _alloc_q8_32(n_rows, n_in)
@@ -464,31 +483,32 @@ def _matmul_q8_32(x, w, qtype, out, s):
     nb = n_in // 32
     nbuf = (nb + 1) // 2 * B.B_BUF_BYTES if n_rows > R_MAX else 1
     if n_out * n_in <= SERIAL_MAX_ELEMENTS:
-        _q8_32_rows(qx, dx16, sx16, w, qtype, out, 0 * n_out, n_out, nb, np.empty(nbuf, np.uint8),
+        _q8_32_rows(qx, dx16, sx16, w, qtype, out, 0 * n_out, n_out, nb, np.empty(nbuf, np.uint8), ahead,
                     s.q8_0, s.q4_0, s.q4_1, s.q5_0, s.q5_1)          # (lo: an int64, as above)
         return
     n_chunks = min(n_out, _N_CHUNKS)
     bufs = np.empty((n_chunks, nbuf), np.uint8)
     for c in prange(n_chunks):
         _q8_32_rows(qx, dx16, sx16, w, qtype, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, nb, bufs[c],
-                    s.q8_0, s.q4_0, s.q4_1, s.q5_0, s.q5_1)
+                    ahead, s.q8_0, s.q4_0, s.q4_1, s.q5_0, s.q5_1)
 
 
 @_jit
-def _matmul_q8_by(x, w, qtype, out, s, k, b):
-    # the K or the 32-block driver, each compiled only if the selection has such a type
+def _matmul_q8_by(x, w, qtype, out, s, k, b, ahead):
+    # the K or the 32-block driver, each compiled only if the selection has such a type; ahead:
+    # how far ahead the weights are prefetched (bytes; < 0: not at all)
     if k is not None and (qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K):
-        _matmul_q8_k(x, w, qtype, out, s)
+        _matmul_q8_k(x, w, qtype, out, s, ahead)
     elif b is not None:
-        _matmul_q8_32(x, w, qtype, out, s)
+        _matmul_q8_32(x, w, qtype, out, s, ahead)
     else:
         raise ValueError("specnb.kernels.matmul_q8: tensor type outside the compiled selection:", qtype)
 
 
 @_jit
-def matmul_q8_sel(x, w, qtype, out, s):
+def matmul_q8_sel(x, w, qtype, out, s, ahead):
     # [n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out]; qtype in Q8_QTYPES, compiled
-    # for the types of TypeSel s only
+    # for the types of TypeSel s only; the weights prefetched `ahead` bytes ahead (< 0: not)
     n_rows, n_in = x.shape
     check_shapes(n_in, w.shape[1], qtype)
     if out.shape[0] != n_rows or out.shape[1] != w.shape[0]:
@@ -497,7 +517,7 @@ def matmul_q8_sel(x, w, qtype, out, s):
         raise ValueError("specnb.kernels.matmul_q8: no int8 kernel for this type:", qtype)
     # w as given: np.ascontiguousarray types its result writable, which would compile the whole
     # int8 chain a second time beside the fused pass's read-only one (matmul_q8 passes a C array)
-    _matmul_q8_by(np.ascontiguousarray(x), w, qtype, out, s, s.k, s.b)
+    _matmul_q8_by(np.ascontiguousarray(x), w, qtype, out, s, s.k, s.b, ahead)
 
 
 # The selection of every int8 type, as the fused pass with every type has it (forward.fused_types):
@@ -515,13 +535,18 @@ def _readonly_c(w: np.ndarray) -> np.ndarray:
     return w
 
 
-def matmul_q8(x: np.ndarray, w: np.ndarray, qtype: int, out: np.ndarray) -> None:
+def matmul_q8(x: np.ndarray, w: np.ndarray, qtype: int, out: np.ndarray, ahead: int | None = None) -> None:
     """[n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out] with the activations rounded to
     int8 (llama.cpp's CPU numerics); types without an int8 kernel (F32, F16, BF16) go to
-    `matmul`."""
+    `matmul`. ahead: how many bytes ahead the weights are prefetched (a hint: the results are the
+    same bits for any value; -1: no prefetching; None: this machine's measured distance,
+    tuning.prefetch_ahead())."""
     # (a Python-level switch: one jitted function holding both kernel sets compiles much longer)
     if int(qtype) in Q8_QTYPES:
-        matmul_q8_sel(x, _readonly_c(w), int(qtype), out, _Q8_SEL)
+        if ahead is None:
+            from .tuning import prefetch_ahead
+            ahead = prefetch_ahead()
+        matmul_q8_sel(x, _readonly_c(w), int(qtype), out, _Q8_SEL, int(ahead))
     else:
         matmul(x, w, int(qtype), out)
 

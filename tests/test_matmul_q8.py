@@ -268,3 +268,22 @@ def test_reference_rounds_activations_as_the_oracles():
     q, d, _ = _q8_blocks_oracle(x)
     assert np.array_equal(round_q8(x, "Q4_1"), (q * d[..., None]).reshape(3, 512))
     assert np.array_equal(round_q8(x, "F16"), x.astype(np.float64))
+
+
+@pytest.mark.parametrize("name", sorted(Q8_NAMES := [n for n in TYPES if int(T[n]) in Q8.Q8_QTYPES]))
+def test_prefetch_distance_never_changes_a_bit(name):
+    """The prefetch distance (kernels/tuning.py) is a hint to the memory system: no prefetching,
+    a short or a long distance, and one past the end of the weights (clamped to the last byte)
+    give the same bits, for one row, a tile, and batches that store and read back the decoded
+    row; short rows stream linearly, long ones (the K types' ranges) prefetch the next piece."""
+    rng = np.random.default_rng(21)
+    for n_in in ((2 * qk(name), 35 * 256) if name in K_TYPES else (3 * qk(name),)):
+        w = finite_weights(name, 37, n_in, rng)
+        for k in (1, 3, 9, 17):
+            x = rng.standard_normal((k, n_in)).astype(np.float32)
+            outs = []
+            for ahead in (-1, 0, 64, 1000, 10**9):
+                out = np.empty((k, 37), np.float32)
+                Q8.matmul_q8(x, w, int(T[name]), out, ahead=ahead)
+                outs.append(bits(out))
+            assert all(np.array_equal(outs[0], o) for o in outs[1:]), (n_in, k)

@@ -16,6 +16,7 @@ row's logits are bit-identical whether it is decoded alone or inside any batch.
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
@@ -28,11 +29,16 @@ from ..kernels.norm import rmsnorm
 from ..kernels.matmul import dequant_row, matmul
 from ..kernels.matmul_q8 import matmul_q8
 from ..kernels.qtypes import SUPPORTED_QTYPES
+from ..kernels.tuning import prefetch_ahead
 from ..errors import ParamError
 from ..kernels.rope import rope, rope_angles
 
 
 KERNEL_TYPES_ENV = "SPECNB_KERNEL_TYPES"
+
+
+def _say(text: str) -> None:
+    print(f"specnb: {text}", file=sys.stderr, flush=True)
 
 
 def kernel_types() -> str:
@@ -87,8 +93,11 @@ class CpuBackend:
         if kernel_types() == "all":
             emb = mats = set(SUPPORTED_QTYPES)
         self._fused_types = fused.fused_types(emb, mats, self._q8)
+        # how far ahead the int8 kernels prefetch the weights: measured once per machine
+        # (kernels/tuning.py); the float32 path does not prefetch
+        ahead = prefetch_ahead(on_measure=_say) if self._q8 else -1
         self._fused_shape = fused.FusedShape(h.n_head, h.n_head_kv, h.head_dim, h.n_ff,
-                                             float(h.norm_eps), int(h.rope_mode))
+                                             float(h.norm_eps), int(h.rope_mode), int(ahead))
         self._entries: dict = {}          # per-call argument types -> the compiled pass
 
     @staticmethod

@@ -204,8 +204,10 @@ def describe(v: dict) -> str:
     """One line: the chosen distance and each candidate's GB/s."""
     name = lambda c: "off" if int(c) < 0 else f"{int(c)} B"            # noqa: E731
     cells = ", ".join(f"{name(c)} {float(g):.1f}" for c, g in v["gb_s"].items())
-    return (f"int8 kernels prefetch the weights {name(v['ahead'])} ahead (measured on this CPU, "
-            f"{v['threads']} threads, 1-row Q4_K over {v['mib']:.0f} MiB, GB/s: {cells})")
+    verdict = ("do not prefetch the weights" if int(v["ahead"]) < 0
+               else f"prefetch the weights {name(v['ahead'])} ahead")
+    return (f"int8 kernels {verdict} (measured on this CPU, {v['threads']} threads, 1-row Q4_K "
+            f"over {v['mib']:.0f} MiB, GB/s: {cells})")
 
 
 if __name__ == "__main__":

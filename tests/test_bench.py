@@ -79,6 +79,9 @@ def test_bench_on_a_tiny_model_prints_both_modes(tiny_path, monkeypatch):
     text = format_bench(r)
     assert "decode tok/s" in text and "k =  9" in text and "llama.cpp: not measured" in text
     assert "84.1" not in text
+    # the prefetch distance the q8 context ran with, and what it was measured from
+    from specnb.kernels.tuning import describe, prefetch_ahead
+    assert r["prefetch"]["ahead"] == prefetch_ahead() and describe(r["prefetch"]) in text
     json.dumps(r)                                           # the --json output
 
 
@@ -208,3 +211,26 @@ def test_cold_start_goal_reads_the_default_mode_first():
     assert met[key] is True                                    # 2 + 70 s
     c["cold"]["first_decode_q8_s"] = 95.0
     assert {g: m for g, _, m in goals(r)}[key] is False
+
+
+def test_cold_start_counts_the_prefetch_measurement():
+    # a first run on a new machine measures the prefetch distance before its first decode: the
+    # cold start counts it, and says so
+    c = {"cold": {"total_s": 90.0, "load_s": 2.0, "prefetch_s": 8.0, "first_decode_q8_s": 70.0},
+         "warm": {"total_s": 9.0, "load_s": 2.0, "prefetch_s": 0.0, "first_decode_q8_s": 2.0},
+         "cache_mib": 30.0, "model": "m.gguf", "modes": ["q8"]}
+    r = {"default_activations": "q8", "modes": {"q8": _mode(90.0, None, {1: 1.0, 5: 1.5})}, "compile": c}
+    [(_, text, met)] = [(g, t, m) for g, t, m in goals(r) if g.startswith("cold start")]
+    assert met is True and "80 s" in text and "prefetch distance 8.0 s" in text
+    c["cold"]["prefetch_s"] = 20.0                               # 2 + 20 + 70 > 90
+    assert [m for g, _, m in goals(r) if g.startswith("cold start")] == [False]
+
+
+def test_the_prefetch_verdict_reads_as_one_line():
+    # (test_bench_on_a_tiny_model_prints_both_modes checks that bench prints it)
+    from specnb.kernels.tuning import describe
+    v = {"ahead": 2048, "ms": {"-1": 100.0, "2048": 40.0}, "gb_s": {"-1": 10.3, "2048": 26.8},
+         "mib": 1024.0, "threads": 2}
+    line = describe(v)
+    assert "\n" not in line and "2048 B ahead" in line and "off 10.3, 2048 B 26.8" in line
+    assert "do not prefetch" in describe(v | {"ahead": -1})

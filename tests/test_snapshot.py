@@ -104,3 +104,18 @@ def test_without_a_browser_a_figure_gets_no_picture_at_once(monkeypatch):
 def test_kaleido_finds_the_browser_the_pictures_need():
     pytest.importorskip("kaleido")
     assert snapshot.kaleido_browser() is not None
+
+
+def test_static_figures_without_a_browser_start_no_kaleido_server(monkeypatch):
+    # kaleido's server would die in its own thread and print a traceback into the notebook
+    kaleido = pytest.importorskip("kaleido")
+    import plotly.io as pio
+    started = []
+    monkeypatch.setattr(snapshot, "kaleido_browser", lambda: None)
+    monkeypatch.setattr(kaleido, "start_sync_server", lambda *a, **k: started.append(True))
+    old = pio.renderers.default
+    try:
+        snapshot.static_figures()
+    finally:
+        pio.renderers.default = old
+    assert started == [] and snapshot.static_enabled()

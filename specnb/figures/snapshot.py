@@ -195,6 +195,8 @@ def static_figures() -> None:
 
     pio.renderers["specnb_png"] = StaticPng()
     pio.renderers.default = "plotly_mimetype+specnb_png"
+    if kaleido_browser() is None:
+        return    # no browser: no server (its thread would die printing a traceback in the notebook)
     try:      # one browser for every figure of the session (a fresh one per figure takes seconds)
         import atexit
         import kaleido

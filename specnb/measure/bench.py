@@ -252,6 +252,9 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
     res = {name: mb.result(sizes, reps, bandwidth["gb_s"]) for name, mb in runs.items()}
     out = dict(res["target"])
     out["default_activations"] = default_activations()
+    if "q8" in activations and resolve_backend(backend) == "cpu":
+        from ..kernels.tuning import cached_verdict
+        out["prefetch"] = cached_verdict(nt)          # (the contexts above measured it if needed)
     out["bandwidth"] = bandwidth
     if out["default_activations"] in out["modes"]:
         m = out["modes"][out["default_activations"]]
@@ -383,8 +386,10 @@ def compile_times(n_threads=None, model_path=None, activations=None) -> dict:
     modes = activations or (first, *(a for a in ("q8", "f32") if a != first))
     with tempfile.TemporaryDirectory(prefix="specnb-numba-") as d:
         env = {"NUMBA_CACHE_DIR": d}
-        args = ["--probe-first-call", path, ",".join(modes)] + ([str(n_threads)] if n_threads else [])
-        cold, wall_cold = _run_probe(args, env)
+        args = ["--probe-first-call", path, ",".join(modes), str(n_threads or 0)]
+        # the cold run measures the prefetch distance again too (a first run on a new machine
+        # does), the warm one reads the verdict it recorded
+        cold, wall_cold = _run_probe(args + ["measure-prefetch"], env)
         warm, wall_warm = _run_probe(args, env)
         cold["total_s"], warm["total_s"] = wall_cold, wall_warm
         size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
@@ -392,12 +397,18 @@ def compile_times(n_threads=None, model_path=None, activations=None) -> dict:
             "modes": list(modes)}
 
 
-def _probe_first_call(path, modes, n_threads=None) -> dict:
+def _probe_first_call(path, modes, n_threads=None, measure_prefetch: bool = False) -> dict:
     # (the parent times the whole process, interpreter start and imports included)
     from ..model import load_model
     t0 = time.perf_counter()
     model = load_model(path)
-    out = {"load_s": time.perf_counter() - t0}
+    out = {"load_s": time.perf_counter() - t0, "prefetch_s": 0.0}
+    if measure_prefetch and "q8" in modes:
+        from ..kernels.tuning import measure_and_record
+        from ..run.context import set_threads
+        t = time.perf_counter()
+        measure_and_record(set_threads(n_threads))
+        out["prefetch_s"] = time.perf_counter() - t
     for a in modes:
         t = time.perf_counter()
         ctx = Context(model, n_ctx=64, n_threads=n_threads, activations=a)
@@ -442,7 +453,7 @@ if __name__ == "__main__":
         nt = int(sys.argv[4]) if len(sys.argv) > 4 else None
         print(json.dumps(_probe_memory(int(sys.argv[2]), int(sys.argv[3]), nt)))
     elif sys.argv[1] == "--probe-first-call":
-        print(json.dumps(_probe_first_call(sys.argv[2], sys.argv[3].split(","),
-                                           int(sys.argv[4]) if len(sys.argv) > 4 else None)))
+        print(json.dumps(_probe_first_call(sys.argv[2], sys.argv[3].split(","), int(sys.argv[4]) or None,
+                                           measure_prefetch="measure-prefetch" in sys.argv[5:])))
     else:
         sys.exit(f"unknown probe {sys.argv[1:]}")

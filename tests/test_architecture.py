@@ -43,7 +43,7 @@ KERNEL_LAYERS = [
     {"blocks_q8"},
     {"matmul", "activations", "norm", "attention"},
     {"matmul_q8", "matmul_cuda"},
-    {"forward"},
+    {"forward", "tuning"},
 ]
 KERNEL_LAYER = {m: i for i, layer in enumerate(KERNEL_LAYERS) for m in layer}
 

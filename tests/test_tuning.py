@@ -22,7 +22,8 @@ def test_calibrate_times_every_candidate_and_picks_the_fastest():
     assert set(v["ms"]) == {-1, 128, 2048} and all(m > 0 for m in v["ms"].values())
     assert v["ahead"] == min(v["ms"], key=v["ms"].get)
     assert v["mib"] == pytest.approx(2, rel=0.01)
-    assert "ahead" in tuning.describe(v) and "GB/s" in tuning.describe(v)
+    line = tuning.describe(v)
+    assert "GB/s: off" in line and ("do not prefetch" in line if v["ahead"] < 0 else f"{v['ahead']} B ahead" in line)
 
 
 @pytest.mark.parametrize("bad", [(), (-2, 64)])

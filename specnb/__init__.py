@@ -8,12 +8,12 @@ Read the code in this order (docs/architecture.md draws the whole map):
   1. specnb/speculative_simple.py   the algorithm in fifty lines, as examples/speculative-simple
   2. specnb/run/sampling.py         sample_and_accept_n: the target's sampler decides each token
   3. specnb/run/context.py          decode, KV cells, seq_rm, state save and load
-  4. specnb/spec/draft_simple.py    the draft model drafting greedily on its own context
+  4. specnb/speculation/draft_simple.py    the draft model drafting greedily on its own context
   5. specnb/model/reference.py      the forward pass in plain NumPy (the tests' oracle)
-  6. specnb/spec/loop.py            the full loop: slots, verifiers, checkpoints, round events
+  6. specnb/speculation/loop.py            the full loop: slots, verifiers, checkpoints, round events
 
 The folders, in the order data flows through them: gguf/ (the file) -> vocab/ -> model/ ->
-run/ (contexts, samplers) -> spec/ (speculation) -> measure/ and figures/ -> view/ (widgets)
+run/ (contexts, samplers) -> speculation/ -> measure/ and figures/ -> view/ (widgets)
 -> app/ (the command line, the demo, the notebook executor); the kernels are specnb.kernels
 (the repository's kernels/ folder).
 """
@@ -43,13 +43,13 @@ _API = {
     "Sampler": "run.sampling", "SamplerParams": "run.sampling",
     "sample_and_accept_n": "run.sampling", "generate": "run.generate",
     # speculation
-    "speculative_simple": "speculative_simple", "SpeculativeLoop": "spec.loop",
-    "SpecParams": "spec.speculative", "build_speculative": "spec.speculative",
-    "SPEC_TYPES": "spec.speculative", "PRIORITY": "spec.speculative",
-    "DraftSimple": "spec.draft_simple", "DraftParams": "spec.impl",
-    "SpeculativeImpl": "spec.impl", "ngram_simple_draft": "spec.ngram",
-    "rejection_verify": "spec.verify", "speculative_step": "spec.verify",
-    "AutoDraftLen": "spec.draft_len", "CATCH_UP_WINDOW": "spec.draft_len",
+    "speculative_simple": "speculative_simple", "SpeculativeLoop": "speculation.loop",
+    "SpecParams": "speculation.speculative", "build_speculative": "speculation.speculative",
+    "SPEC_TYPES": "speculation.speculative", "PRIORITY": "speculation.speculative",
+    "DraftSimple": "speculation.draft_simple", "DraftParams": "speculation.impl",
+    "SpeculativeImpl": "speculation.impl", "ngram_simple_draft": "speculation.ngram",
+    "rejection_verify": "speculation.verify", "speculative_step": "speculation.verify",
+    "AutoDraftLen": "speculation.draft_len", "CATCH_UP_WINDOW": "speculation.draft_len",
     # measuring
     "event_stats": "measure.stats", "run_stats": "measure.stats",
     "examined_counts": "measure.stats", "batch_costs": "measure.bench",

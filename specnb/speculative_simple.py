@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .run.context import Batch
 from .run.sampling import sample_and_accept_n
-from .spec.impl import DraftParams
+from .speculation.impl import DraftParams
 
 
 def speculative_simple(ctx_tgt, spec, smpl, inp: list, n_predict: int,

@@ -302,8 +302,8 @@ def group_state():
 def group_speculative():
     from specnb.gguf import forge
     from specnb.run.context import Context
-    from specnb.spec.speculative import SpecParams
-    from specnb.spec.loop import SpeculativeLoop
+    from specnb.speculation.speculative import SpecParams
+    from specnb.speculation.loop import SpeculativeLoop
     from specnb.run.generate import generate
     from specnb.model import load_model
     from specnb.run.sampling import Sampler, SamplerParams

@@ -25,7 +25,7 @@ LAYERS = [
     {"vocab"},                                        # 2: tokens and text
     {"model"},                                        # 3: models and where they live
     {"run"},                                          # 4: running a model, choosing tokens
-    {"spec"},                                         # 5: speculation
+    {"speculation"},                                  # 5: speculation
     {"speculative_simple"},                           # 6: the fifty-line loop, the front door's subject
     {"measure"},                                      # 7: measuring
     {"figures"},                                      # 8: drawing it
@@ -68,7 +68,7 @@ def file_of(name: str) -> Path | None:
 
 
 def top(name: str) -> str:
-    """specnb.spec.loop -> spec; specnb.errors -> errors; specnb -> __init__."""
+    """specnb.speculation.loop -> speculation; specnb.errors -> errors; specnb -> __init__."""
     parts = name.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
@@ -152,7 +152,7 @@ def test_no_import_circle():
 
 
 @pytest.mark.parametrize("mod", ["specnb.gguf.file", "specnb.model", "specnb.run.context", "specnb.run.sampling",
-                                 "specnb.spec.loop", "specnb.gguf.forge"])
+                                 "specnb.speculation.loop", "specnb.gguf.forge"])
 def test_the_core_never_imports_widgets_figures_or_commands(mod):
     g = graph()
     seen, todo = set(), [mod]

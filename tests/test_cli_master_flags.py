@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specnb.app.cli import build_parser
-from specnb.spec.speculative import NOT_IMPLEMENTED, PRIORITY, SPEC_TYPES, SpecParams
+from specnb.speculation.speculative import NOT_IMPLEMENTED, PRIORITY, SPEC_TYPES, SpecParams
 
 MASTER = json.loads((Path(__file__).parent / "data" / "master_34af94cd_spec_args.json").read_text())
 # the master flags speculative-simple implements (the rest are devices, threads, offload,
@@ -93,7 +93,7 @@ def test_type_names_and_priority_are_masters():
 
 
 def test_per_type_ngram_sizes_reach_their_impl():
-    from specnb.spec.speculative import build_speculative
+    from specnb.speculation.speculative import build_speculative
     sp = SpecParams(types="ngram-simple,ngram-map-k", ngram_simple_size_n=2, ngram_simple_size_m=5,
                     ngram_map_k_size_n=3).validate()
     spec = build_speculative(sp, target=None, ctx_dft=None)

@@ -1,4 +1,4 @@
-"""The per-round draft length (specnb.spec.draft_len): the decision against Leviathan's closed form,
+"""The per-round draft length (specnb.speculation.draft_len): the decision against Leviathan's closed form,
 d = 0 when drafting cannot pay, probes, transformers' heuristic schedule, parsing, and `auto`
 lossless against plain decoding on the tiny pair (greedy and sampled, every memory, the chain)."""
 import math
@@ -9,13 +9,13 @@ import pytest
 from specnb import ParamError
 from specnb.run.context import Context
 from specnb.measure.cost import speedup
-from specnb.spec.draft_len import (AUTO_CAP, CATCH_UP_WINDOW, HEURISTIC_CAP, HEURISTIC_START, Acceptance, AutoDraftLen,
+from specnb.speculation.draft_len import (AUTO_CAP, CATCH_UP_WINDOW, HEURISTIC_CAP, HEURISTIC_START, Acceptance, AutoDraftLen,
     BatchCost, Decision, HeuristicDraftLen, best_length, best_length_leviathan, expected_tokens,
     NO_GAIN_RECHECK, PROBE_FIRST, PROBE_LEN, PROBE_MAX, PROBE_SHARE, expected_tokens_upto, format_chosen, monotone,
     parse_draft_max)
-from specnb.spec.events import RoundEvent, SlotRound
-from specnb.spec.speculative import SpecParams
-from specnb.spec.loop import SpeculativeLoop
+from specnb.speculation.events import RoundEvent, SlotRound
+from specnb.speculation.speculative import SpecParams
+from specnb.speculation.loop import SpeculativeLoop
 from spec_checks import SAMPLERS, check_invariants, plain, prompts, repetitive_prompt
 
 NGRAM = dict(ngram_size_n=1, ngram_size_m=8)

@@ -3,9 +3,9 @@ its rollback (seq_rm, or a checkpoint for a memory that cannot drop part of a se
 import numpy as np
 
 from specnb.run.context import Batch, Context
-from specnb.spec.draft_simple import DraftSimple
+from specnb.speculation.draft_simple import DraftSimple
 from specnb.model.reference import Reference
-from specnb.spec.impl import DraftParams
+from specnb.speculation.impl import DraftParams
 
 
 def _prefilled(tgt, dft, prompt, partial=True, **kw):

@@ -5,7 +5,7 @@ import pytest
 pytest.importorskip("plotly")
 
 from specnb.figures import sampling as fs  # noqa: E402
-from specnb.spec.events import RoundEvent, SlotRound  # noqa: E402
+from specnb.speculation.events import RoundEvent, SlotRound  # noqa: E402
 
 P = np.array([0.40, 0.25, 0.20, 0.10, 0.05])
 Q = np.array([0.30, 0.35, 0.15, 0.15, 0.05])

@@ -31,7 +31,7 @@ from collections import Counter
 import pytest
 
 from specnb.errors import ParamError
-from specnb.spec.ngram_cache import cache_load, cache_save, cache_update
+from specnb.speculation.ngram_cache import cache_load, cache_save, cache_update
 
 TIME_LIMIT_S = 1.0
 SCALE = float(os.environ.get("SPECNB_FUZZ_SCALE", "1"))

@@ -12,7 +12,7 @@ from specnb.app.cli import main
 from specnb.run.context import Context
 from specnb.vocab.gate import LLAMA_CPP_C392E50, LLAMA_CPP_MASTER, IncompatibleVocabError, are_compatible
 from specnb.model import load_model
-from specnb.spec.draft_simple import DraftSimple
+from specnb.speculation.draft_simple import DraftSimple
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 MUTATIONS = [("rename-token", "token text"), ("eos-id", "EOS"), ("bos-flag", "BOS"),

@@ -7,8 +7,8 @@ import pytest
 
 from specnb import ParamError
 from specnb.run.context import Context
-from specnb.spec.speculative import SpecParams
-from specnb.spec.loop import SpeculativeLoop
+from specnb.speculation.speculative import SpecParams
+from specnb.speculation.loop import SpeculativeLoop
 from specnb.run.sampling import Sampler, SamplerParams
 from spec_checks import SAMPLERS, check_invariants, plain, prompts, repetitive_prompt
 
@@ -45,7 +45,7 @@ def test_lossless_tiny(pair, name, n_max, p_min, seq_rm):
 
 def _dynamic_cache(path, tokens) -> str:
     """A lookup-cache file (-lcd) of the n-grams of tokens, as examples/lookup saves one."""
-    from specnb.spec.ngram_cache import cache_save, cache_update
+    from specnb.speculation.ngram_cache import cache_save, cache_update
     c = {}
     cache_update(c, 1, 4, list(tokens), len(tokens))
     cache_save(c, path, master_order=True)

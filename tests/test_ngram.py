@@ -7,10 +7,10 @@ import struct
 import pytest
 
 from specnb import ParamError
-from specnb.spec.ngram import NgramMapK, NgramSimple, ngram_simple_draft
-from specnb.spec.ngram_cache import (NgramCache, _key, cache_draft, cache_load, cache_merge, cache_save,
+from specnb.speculation.ngram import NgramMapK, NgramSimple, ngram_simple_draft
+from specnb.speculation.ngram_cache import (NgramCache, _key, cache_draft, cache_load, cache_merge, cache_save,
     cache_update)
-from specnb.spec.impl import DraftParams
+from specnb.speculation.impl import DraftParams
 
 
 def _draft(impl, history, id_last, seq=0, n_max=-1):
@@ -140,7 +140,7 @@ def test_ngram_cache_dynamic_file_carries_over(tmp_path):
 def test_ngram_drafts_are_not_cut_to_draft_max_as_in_master():
     """Master: --draft-max caps the draft model only; ngram-simple and ngram-map-k draft up to
     their m-gram size, ngram-cache 8; the round's budget (dp.n_max) still cuts every draft."""
-    from specnb.spec.speculative import NGRAM_CACHE_N_DRAFT, SpecParams, build_speculative
+    from specnb.speculation.speculative import NGRAM_CACHE_N_DRAFT, SpecParams, build_speculative
     sp = SpecParams(types="ngram-simple,ngram-map-k,ngram-cache", n_max=3, ngram_size_n=2,
                     ngram_size_m=8)
     spec = build_speculative(sp, type("M", (), {"n_vocab": 100})(), None)

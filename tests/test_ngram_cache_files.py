@@ -13,10 +13,10 @@ import warnings
 import pytest
 
 from specnb import ParamError
-from specnb.spec import ngram_cache
+from specnb.speculation import ngram_cache
 from specnb.app.cli import main
-from specnb.spec.ngram_cache import NgramCache, _key, cache_load, cache_save, cache_update
-from specnb.spec.speculative import SpecParams, build_speculative
+from specnb.speculation.ngram_cache import NgramCache, _key, cache_load, cache_save, cache_update
+from specnb.speculation.speculative import SpecParams, build_speculative
 
 N_VOCAB = 49152
 

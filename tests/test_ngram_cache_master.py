@@ -1,13 +1,13 @@
 """ngram-cache as llama.cpp master 34af94cd has it: the impl's update from the new tokens only
 (common/speculative.cpp:2065-2108) and ties broken in libstdc++'s std::unordered_map order
 (common/ngram-cache.cpp:77-86, 118-132). The orders below were worked by hand from libstdc++'s
-rules (see specnb/spec/ngram_cache.py, "libstdc++'s std::unordered_map iteration order"), and each
+rules (see specnb/speculation/ngram_cache.py, "libstdc++'s std::unordered_map iteration order"), and each
 was checked against a program built with g++ 12.2."""
 import struct
 
-from specnb.spec.ngram_cache import (LIBSTDCXX_BUCKETS, NgramCache, _key, cache_draft, cache_merge,
+from specnb.speculation.ngram_cache import (LIBSTDCXX_BUCKETS, NgramCache, _key, cache_draft, cache_merge,
     cache_save, cache_update, libstdcxx_order, ngram_hash)
-from specnb.spec.impl import DraftParams
+from specnb.speculation.impl import DraftParams
 
 FIB = 11400714819323198485          # ngram-cache.h:43
 

@@ -4,10 +4,10 @@ common/speculative.cpp there. Notation: S = size_last_begin (the prompt given to
 cur_len = len(history), last = cur_len - n - m - 1, kmli = key_map_last_idx."""
 import copy
 
-from specnb.spec.ngram import (COMMON_NGRAM_HASH_MAP_SIZE, NgramMapK, NgramMapK4V, NgramSimple,
+from specnb.speculation.ngram import (COMMON_NGRAM_HASH_MAP_SIZE, NgramMapK, NgramMapK4V, NgramSimple,
     ngram_map_hash, ngram_simple_draft)
-from specnb.spec.impl import DraftParams
-from specnb.spec.speculative import Speculative
+from specnb.speculation.impl import DraftParams
+from specnb.speculation.speculative import Speculative
 
 
 def _draft(impl, history, id_last, seq=0):

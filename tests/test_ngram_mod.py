@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from specnb import ParamError
-from specnb.spec.ngram_mod import EMPTY, HASH_MUL, NGRAM_MOD_SIZE, CommonNgramMod, NgramMod
-from specnb.spec.impl import DraftParams, SpeculativeImpl
+from specnb.speculation.ngram_mod import EMPTY, HASH_MUL, NGRAM_MOD_SIZE, CommonNgramMod, NgramMod
+from specnb.speculation.impl import DraftParams, SpeculativeImpl
 
 A = HASH_MUL                       # 6364136223846793005 (ngram-mod.cpp:19)
 
@@ -212,7 +212,7 @@ class _Always(SpeculativeImpl):
 
 
 def test_in_the_chain_is_other_leaves_ngram_mod_alone():
-    from specnb.spec.speculative import Speculative
+    from specnb.speculation.speculative import Speculative
     mod, other = _mod(n_match=2, n_min=0), _Always()
     chain = Speculative([mod, other], n_seq=1)
     assert chain.types == ["ngram-simple", "ngram-mod"]  # priority (speculative.cpp:2472-2482)

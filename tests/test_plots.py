@@ -6,7 +6,7 @@ pytest.importorskip("plotly")
 from specnb.measure import cost  # noqa: E402
 from specnb.figures import runs as plots
 from specnb.measure import stats
-from specnb.spec.impl import impl_stats  # noqa: E402
+from specnb.speculation.impl import impl_stats  # noqa: E402
 
 
 def test_figures_match_the_statistics(run_pair):

@@ -10,8 +10,8 @@ import os
 import pytest
 
 from specnb.run.context import Context
-from specnb.spec.speculative import SpecParams
-from specnb.spec.loop import SpeculativeLoop
+from specnb.speculation.speculative import SpecParams
+from specnb.speculation.loop import SpeculativeLoop
 from specnb.run.generate import generate
 from specnb.run.sampling import Sampler, SamplerParams
 from teacher_forced import assert_greedy_steps_match

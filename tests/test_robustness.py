@@ -6,8 +6,8 @@ import pytest
 from specnb import ContextFullError, ParamError
 from specnb.gguf import forge
 from specnb.run.context import Batch, Context
-from specnb.spec.speculative import SpecParams
-from specnb.spec.loop import SpeculativeLoop
+from specnb.speculation.speculative import SpecParams
+from specnb.speculation.loop import SpeculativeLoop
 from specnb.run.generate import generate
 from specnb.run.sampling import Sampler, SamplerParams
 

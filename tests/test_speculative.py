@@ -8,11 +8,11 @@ import pytest
 
 from specnb import ParamError, UnsupportedError
 from specnb.run.context import Context
-from specnb.spec.impl import DraftParams, SpeculativeImpl
-from specnb.spec.draft_simple import DraftSimple
-from specnb.spec.ngram_cache import NgramCache
-from specnb.spec.ngram import NgramMapK, NgramSimple
-from specnb.spec.speculative import SpecParams, Speculative, build_speculative, parse_spec_types
+from specnb.speculation.impl import DraftParams, SpeculativeImpl
+from specnb.speculation.draft_simple import DraftSimple
+from specnb.speculation.ngram_cache import NgramCache
+from specnb.speculation.ngram import NgramMapK, NgramSimple
+from specnb.speculation.speculative import SpecParams, Speculative, build_speculative, parse_spec_types
 
 
 # ---- the chain ------------------------------------------------------------------------------

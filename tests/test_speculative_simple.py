@@ -2,10 +2,10 @@
 import pytest
 
 from specnb.run.context import Context
-from specnb.spec.speculative import SpecParams
-from specnb.spec.loop import SpeculativeLoop
+from specnb.speculation.speculative import SpecParams
+from specnb.speculation.loop import SpeculativeLoop
 from specnb.run.sampling import Sampler
-from specnb.spec.speculative import build_speculative
+from specnb.speculation.speculative import build_speculative
 from specnb.speculative_simple import speculative_simple
 from spec_checks import SAMPLERS, plain, repetitive_prompt
 
@@ -34,7 +34,7 @@ def test_teaching_loop_equals_speculative_loop(tied_pair, types, n_max, name, tg
         # (its update sees the new tokens alone, common/speculative.cpp:2073-2087 @34af94cd), and
         # its drafts from this prompt are all rejected; so, as examples/lookup's -lcd, a dynamic
         # cache of an earlier generation of this prompt
-        from specnb.spec.ngram_cache import cache_save, cache_update
+        from specnb.speculation.ngram_cache import cache_save, cache_update
         earlier = prompt + plain(tgt, prompt, sp, 40, penalize_prompt=False)
         c = {}
         cache_update(c, 1, 4, earlier, len(earlier))

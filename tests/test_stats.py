@@ -6,7 +6,7 @@ import pytest
 from specnb.measure import cost
 from specnb.measure import stats
 from specnb.run.sampling import SamplerParams
-from specnb.spec.impl import impl_stats
+from specnb.speculation.impl import impl_stats
 
 
 SHARED = ("n_gen_drafts", "n_gen_tokens", "n_acc_tokens", "n_acc_drafts", "n_call_accept",

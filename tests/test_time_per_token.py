@@ -6,7 +6,7 @@ import math
 import pytest
 
 from specnb import fig_time_per_token
-from specnb.spec.events import RoundEvent
+from specnb.speculation.events import RoundEvent
 
 
 def _ev(i, draft, verify, process, sample, rollback, extra):

@@ -7,12 +7,12 @@ import pytest
 
 from specnb import ParamError
 from specnb.run.context import Batch, Context
-from specnb.spec.draft_simple import DraftSimple
-from specnb.spec.speculative import SpecParams
-from specnb.spec.loop import SpeculativeLoop
+from specnb.speculation.draft_simple import DraftSimple
+from specnb.speculation.speculative import SpecParams
+from specnb.speculation.loop import SpeculativeLoop
 from specnb.run.sampling import Sampler, SamplerParams
-from specnb.spec.impl import DraftParams
-from specnb.spec.verify import (Verifier, draw_index, one_hot, rejection_verify, speculative_step,
+from specnb.speculation.impl import DraftParams
+from specnb.speculation.verify import (Verifier, draw_index, one_hot, rejection_verify, speculative_step,
     synth_len_to_p, synth_rates_resolve, synth_verify)
 from spec_checks import plain, repetitive_prompt
 

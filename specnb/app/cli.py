@@ -307,7 +307,7 @@ def _spec_setup(a):
     """The pair and SpecParams of speculative-simple's flags (-md without --spec-type: draft-simple)."""
     import warnings
     from ..errors import ParamError
-    from ..spec.speculative import SpecParams
+    from ..speculation.speculative import SpecParams
     from ..run.pair import open_pair
     rates = None
     if a.spec_synth_rates:
@@ -341,7 +341,7 @@ def _spec_setup(a):
 
 def cmd_speculative_simple(a):
     import warnings
-    from ..spec.loop import SpeculativeLoop
+    from ..speculation.loop import SpeculativeLoop
     from ..vocab.textio import as_text
     with warnings.catch_warnings():
         warnings.simplefilter("ignore" if a.json else "default")
@@ -416,7 +416,7 @@ def cmd_demo(a):
               activations=a.activations)
     if a.policies is not None:
         from .demo import policies
-        from ..spec.draft_len import parse_draft_max
+        from ..speculation.draft_len import parse_draft_max
         names = [x.strip() for x in a.policies.split(",") if x.strip()]
         for n in names:
             if n != "plain":
@@ -436,7 +436,7 @@ def cmd_demo(a):
         if not values or min(values) < 1:
             raise ParamError(f"invalid --sweep={a.sweep!r}: draft-max values must be >= 1")
         return sweep(values, **kw)
-    from ..spec.draft_len import parse_draft_max
+    from ..speculation.draft_len import parse_draft_max
     schedule, n = parse_draft_max(a.draft_max)
     return demo(draft_max=n if schedule == "fixed" else a.draft_max, llama_bench=a.llama_bench, **kw)
 
@@ -602,7 +602,7 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="N|auto[:CAP]|heuristic[:CAP]",
                        help="the draft model's tokens per round: N (its drafts cut to N, default 3); "
                             "auto: each round's length 0..CAP (default 16) chosen from the costs "
-                            "this run measures (specnb.spec.draft_len); heuristic: transformers' "
+                            "this run measures (specnb.speculation.draft_len); heuristic: transformers' "
                             "schedule (start 20, +2 after a fully accepted draft, else -1; cap "
                             "default 64)")
         p.add_argument("--spec-draft-n-min", dest="draft_min", type=int, default=0, metavar="N",

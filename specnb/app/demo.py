@@ -64,8 +64,8 @@ def compare(pair, ids, sp, n_predict: int, draft_max: int, repeats: int = 1,
     most max_tries times, each after waiting up to wait_s seconds for the machine to be
     quiet), and row["busy"] says how much the kept runs lost to others."""
     from ..measure.contention import OtherLoad, wait_until_quiet
-    from ..spec.speculative import SpecParams
-    from ..spec.loop import SpeculativeLoop
+    from ..speculation.speculative import SpecParams
+    from ..speculation.loop import SpeculativeLoop
     from ..run.generate import generate
     from ..run.sampling import Sampler
 
@@ -136,7 +136,7 @@ def _chosen_note(row: dict) -> str:
     st = row.get("draft_len")
     if not st or st["schedule"] == "fixed":
         return ""
-    from ..spec.draft_len import format_chosen
+    from ..speculation.draft_len import format_chosen
     return "\n      " + format_chosen(st)
 
 
@@ -257,7 +257,7 @@ def _losing(say, pair, low_prompt, n_predict, draft_max, timing, kw) -> list:
     if str(draft_max).startswith("auto"):
         return out
     # the same prompt with each round's length chosen from the measured costs: it stops drafting
-    # where drafting does not pay (specnb/spec/draft_len.py)
+    # where drafting does not pay (specnb/speculation/draft_len.py)
     auto = compare(pair, ids, samplings()[1][1], n_predict, "auto", **timing)
     say("  with --spec-draft-n-max auto (each round's length chosen from this run's measured costs "
         "and acceptance):")

@@ -25,8 +25,8 @@ import statistics
 import warnings
 
 from ..run.context import Context
-from ..spec.speculative import SpecParams
-from ..spec.loop import SpeculativeLoop
+from ..speculation.speculative import SpecParams
+from ..speculation.loop import SpeculativeLoop
 from ..run.generate import generate
 from ..run.sampling import Sampler, SamplerParams
 

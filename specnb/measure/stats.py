@@ -18,7 +18,7 @@ before: it counts as a target call, but not as a new draft.
 from __future__ import annotations
 
 from .cost import alpha_from_counts
-from ..spec.impl import impl_stats
+from ..speculation.impl import impl_stats
 
 
 def _new_drafts(events):

@@ -12,10 +12,10 @@ import ipywidgets as W
 
 from ..run.context import ACTIVATIONS, BACKENDS
 from ..errors import ParamError, SpecnbError, check_param
-from ..spec.draft_len import SCHEDULES
-from ..spec.verify import VERIFY_MODES
-from ..spec.loop import SpeculativeLoop
-from ..spec.speculative import SpecParams
+from ..speculation.draft_len import SCHEDULES
+from ..speculation.verify import VERIFY_MODES
+from ..speculation.loop import SpeculativeLoop
+from ..speculation.speculative import SpecParams
 from ..run.sampling import SamplerParams
 from ..run.pair import open_pair
 from . import settings as S

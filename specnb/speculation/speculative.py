@@ -125,7 +125,7 @@ class SpecParams:
     lookup_cache_static: str | None = None    # -lcs: ngram-cache's static cache file
     lookup_cache_dynamic: str | None = None   # -lcd: ngram-cache's dynamic cache file
     schedule: str = "fixed"   # specnb: each round's draft length, "fixed" (llama.cpp),
-                              # "heuristic" (transformers') or "auto" (specnb.spec.draft_len);
+                              # "heuristic" (transformers') or "auto" (specnb.speculation.draft_len);
                               # n_max="auto", "auto:16", "heuristic" set it too
 
     def __post_init__(self):

@@ -137,7 +137,7 @@ class SpeculativeLoop:
                                       seed=draft_seed)
         self.spec = chain
         self.draft_simple = chain.impl_of("draft-simple")     # the draft-model impl, if any
-        # each round's draft length (--draft-max N | auto | heuristic): specnb.spec.draft_len
+        # each round's draft length (--draft-max N | auto | heuristic): specnb.speculation.draft_len
         self.policy = policy or make_policy(self.p.schedule, self.p.n_max)
         synth = self.p.synth_probs()
         if synth is not None:

@@ -44,8 +44,8 @@ _API = {
     "sample_and_accept_n": "run.sampling", "generate": "run.generate",
     # speculation
     "speculative_simple": "speculative_simple", "SpeculativeLoop": "speculation.loop",
-    "SpecParams": "speculation.speculative", "build_speculative": "speculation.speculative",
-    "SPEC_TYPES": "speculation.speculative", "PRIORITY": "speculation.speculative",
+    "SpecParams": "speculation.params", "build_speculative": "speculation.speculative",
+    "SPEC_TYPES": "speculation.params", "PRIORITY": "speculation.params",
     "DraftSimple": "speculation.draft_simple", "DraftParams": "speculation.impl",
     "SpeculativeImpl": "speculation.impl", "ngram_simple_draft": "speculation.ngram",
     "rejection_verify": "speculation.verify", "speculative_step": "speculation.verify",

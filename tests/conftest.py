@@ -101,7 +101,7 @@ def run_pair(pair):
     """Factory: one speculative run on `pair` to the end, "Once upon a time" greedy unless a
     sampler is given; spec: SpecParams fields, plus seq_rm=False for a target memory that cannot
     drop part of a sequence. Returns (loop, events)."""
-    from specnb.speculation.speculative import SpecParams
+    from specnb.speculation.params import SpecParams
     from specnb.speculation.loop import SpeculativeLoop
     from specnb.run.pair import open_pair
     from specnb.run.sampling import SamplerParams

@@ -302,7 +302,7 @@ def group_state():
 def group_speculative():
     from specnb.gguf import forge
     from specnb.run.context import Context
-    from specnb.speculation.speculative import SpecParams
+    from specnb.speculation.params import SpecParams
     from specnb.speculation.loop import SpeculativeLoop
     from specnb.run.generate import generate
     from specnb.model import load_model

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specnb.app.cli import build_parser
-from specnb.speculation.speculative import NOT_IMPLEMENTED, PRIORITY, SPEC_TYPES, SpecParams
+from specnb.speculation.params import NOT_IMPLEMENTED, PRIORITY, SPEC_TYPES, SpecParams
 
 MASTER = json.loads((Path(__file__).parent / "data" / "master_34af94cd_spec_args.json").read_text())
 # the master flags speculative-simple implements (the rest are devices, threads, offload,

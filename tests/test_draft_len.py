@@ -9,12 +9,12 @@ import pytest
 from specnb import ParamError
 from specnb.run.context import Context
 from specnb.measure.cost import speedup
-from specnb.speculation.draft_len import (AUTO_CAP, CATCH_UP_WINDOW, HEURISTIC_CAP, HEURISTIC_START, Acceptance, AutoDraftLen,
-    BatchCost, Decision, HeuristicDraftLen, best_length, best_length_leviathan, expected_tokens,
-    NO_GAIN_RECHECK, PROBE_FIRST, PROBE_LEN, PROBE_MAX, PROBE_SHARE, expected_tokens_upto, format_chosen, monotone,
-    parse_draft_max)
+from specnb.speculation.draft_len import (
+    AUTO_CAP, CATCH_UP_WINDOW, HEURISTIC_CAP, HEURISTIC_START, NO_GAIN_RECHECK, PROBE_FIRST, PROBE_LEN,
+    PROBE_MAX, PROBE_SHARE, Acceptance, AutoDraftLen, BatchCost, Decision, HeuristicDraftLen, best_length,
+    best_length_leviathan, expected_tokens, expected_tokens_upto, format_chosen, monotone, parse_draft_max)
 from specnb.speculation.events import RoundEvent, SlotRound
-from specnb.speculation.speculative import SpecParams
+from specnb.speculation.params import SpecParams
 from specnb.speculation.loop import SpeculativeLoop
 from spec_checks import SAMPLERS, check_invariants, plain, prompts, repetitive_prompt
 

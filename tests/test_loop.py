@@ -7,7 +7,7 @@ import pytest
 
 from specnb import ParamError
 from specnb.run.context import Context
-from specnb.speculation.speculative import SpecParams
+from specnb.speculation.params import SpecParams
 from specnb.speculation.loop import SpeculativeLoop
 from specnb.run.sampling import Sampler, SamplerParams
 from spec_checks import SAMPLERS, check_invariants, plain, prompts, repetitive_prompt

@@ -140,7 +140,8 @@ def test_ngram_cache_dynamic_file_carries_over(tmp_path):
 def test_ngram_drafts_are_not_cut_to_draft_max_as_in_master():
     """Master: --draft-max caps the draft model only; ngram-simple and ngram-map-k draft up to
     their m-gram size, ngram-cache 8; the round's budget (dp.n_max) still cuts every draft."""
-    from specnb.speculation.speculative import NGRAM_CACHE_N_DRAFT, SpecParams, build_speculative
+    from specnb.speculation.params import NGRAM_CACHE_N_DRAFT, SpecParams
+    from specnb.speculation.speculative import build_speculative
     sp = SpecParams(types="ngram-simple,ngram-map-k,ngram-cache", n_max=3, ngram_size_n=2,
                     ngram_size_m=8)
     spec = build_speculative(sp, type("M", (), {"n_vocab": 100})(), None)

@@ -16,7 +16,8 @@ from specnb import ParamError
 from specnb.speculation import ngram_cache
 from specnb.app.cli import main
 from specnb.speculation.ngram_cache import NgramCache, _key, cache_load, cache_save, cache_update
-from specnb.speculation.speculative import SpecParams, build_speculative
+from specnb.speculation.params import SpecParams
+from specnb.speculation.speculative import build_speculative
 
 N_VOCAB = 49152
 

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from specnb.run.context import Context
-from specnb.speculation.speculative import SpecParams
+from specnb.speculation.params import SpecParams
 from specnb.speculation.loop import SpeculativeLoop
 from specnb.run.generate import generate
 from specnb.run.sampling import Sampler, SamplerParams

@@ -6,7 +6,7 @@ import pytest
 from specnb import ContextFullError, ParamError
 from specnb.gguf import forge
 from specnb.run.context import Batch, Context
-from specnb.speculation.speculative import SpecParams
+from specnb.speculation.params import SpecParams
 from specnb.speculation.loop import SpeculativeLoop
 from specnb.run.generate import generate
 from specnb.run.sampling import Sampler, SamplerParams

@@ -12,7 +12,8 @@ from specnb.speculation.impl import DraftParams, SpeculativeImpl
 from specnb.speculation.draft_simple import DraftSimple
 from specnb.speculation.ngram_cache import NgramCache
 from specnb.speculation.ngram import NgramMapK, NgramSimple
-from specnb.speculation.speculative import SpecParams, Speculative, build_speculative, parse_spec_types
+from specnb.speculation.params import SpecParams, parse_spec_types
+from specnb.speculation.speculative import Speculative, build_speculative
 
 
 # ---- the chain ------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 import pytest
 
 from specnb.run.context import Context
-from specnb.speculation.speculative import SpecParams
+from specnb.speculation.params import SpecParams
 from specnb.speculation.loop import SpeculativeLoop
 from specnb.run.sampling import Sampler
 from specnb.speculation.speculative import build_speculative

@@ -8,7 +8,7 @@ import pytest
 from specnb import ParamError
 from specnb.run.context import Batch, Context
 from specnb.speculation.draft_simple import DraftSimple
-from specnb.speculation.speculative import SpecParams
+from specnb.speculation.params import SpecParams
 from specnb.speculation.loop import SpeculativeLoop
 from specnb.run.sampling import Sampler, SamplerParams
 from specnb.speculation.impl import DraftParams

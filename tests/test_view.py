@@ -15,7 +15,7 @@ from specnb import ParamError  # noqa: E402
 from specnb.run.context import Context  # noqa: E402
 from specnb.run.generate import generate  # noqa: E402
 from specnb.run.sampling import Sampler, SamplerParams  # noqa: E402
-from specnb.speculation.speculative import SpecParams  # noqa: E402
+from specnb.speculation.params import SpecParams  # noqa: E402
 from specnb.speculation.impl import impl_stats  # noqa: E402
 from specnb.view import CHIP_STATES, KV_STATES, LiveView  # noqa: E402
 

@@ -10,7 +10,7 @@ pytest.importorskip("ipywidgets")
 from specnb.view import LiveView  # noqa: E402
 from spec_checks import plain, repetitive_prompt  # noqa: E402
 from specnb.run.sampling import SamplerParams  # noqa: E402
-from specnb.speculation.speculative import SpecParams  # noqa: E402
+from specnb.speculation.params import SpecParams  # noqa: E402
 from test_view import run_checked  # noqa: E402
 
 NGRAM = dict(ngram_size_n=2, ngram_size_m=8)

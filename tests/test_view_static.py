@@ -5,7 +5,7 @@ import re
 import pytest
 
 from specnb.figures import snapshot
-from specnb.speculation.speculative import SpecParams
+from specnb.speculation.params import SpecParams
 from specnb.view import MARK, LiveView, visible
 from specnb.view.static import snapshot_html
 

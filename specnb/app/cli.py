@@ -307,7 +307,7 @@ def _spec_setup(a):
     """The pair and SpecParams of speculative-simple's flags (-md without --spec-type: draft-simple)."""
     import warnings
     from ..errors import ParamError
-    from ..speculation.speculative import SpecParams
+    from ..speculation.params import SpecParams
     from ..run.pair import open_pair
     rates = None
     if a.spec_synth_rates:

@@ -64,7 +64,7 @@ def compare(pair, ids, sp, n_predict: int, draft_max: int, repeats: int = 1,
     most max_tries times, each after waiting up to wait_s seconds for the machine to be
     quiet), and row["busy"] says how much the kept runs lost to others."""
     from ..measure.contention import OtherLoad, wait_until_quiet
-    from ..speculation.speculative import SpecParams
+    from ..speculation.params import SpecParams
     from ..speculation.loop import SpeculativeLoop
     from ..run.generate import generate
     from ..run.sampling import Sampler

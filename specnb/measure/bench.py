@@ -284,7 +284,7 @@ def pair_speculative(target, draft, n_threads=None, activations=("q8",), prompts
     """Plain and speculative greedy decoding of the target with the draft, on code prompts, for
     each activation mode and draft-max (with and without llama.cpp's draft re-evaluation):
     tokens/s, whether the output equals plain decoding, acceptance."""
-    from ..speculation.speculative import SpecParams
+    from ..speculation.params import SpecParams
     from ..speculation.loop import SpeculativeLoop
     from ..run.generate import generate
     from ..run.pair import open_pair
@@ -352,7 +352,7 @@ def pair_memory(n_threads=None, n_ctx: int = 2048, n_predict: int = 64) -> dict:
 
 def _probe_memory(n_ctx: int, n_predict: int, n_threads=None) -> dict:
     import resource
-    from ..speculation.speculative import SpecParams
+    from ..speculation.params import SpecParams
     from ..speculation.loop import SpeculativeLoop
     from ..model import load_model
     from ..model.registry import default_draft_path, default_target_path

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from .cost import alpha_from_counts, speedup, speedup_engine, speedup_from_rates
 from ..errors import ParamError, check_param
-from ..speculation.speculative import SpecParams
+from ..speculation.params import SpecParams
 from ..speculation.loop import SpeculativeLoop
 from ..run.generate import generate
 from ..run.pair import open_pair

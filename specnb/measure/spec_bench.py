@@ -25,7 +25,7 @@ import statistics
 import warnings
 
 from ..run.context import Context
-from ..speculation.speculative import SpecParams
+from ..speculation.params import SpecParams
 from ..speculation.loop import SpeculativeLoop
 from ..run.generate import generate
 from ..run.sampling import Sampler, SamplerParams

@@ -59,7 +59,8 @@ from .events import RoundEvent, SlotRound, timed
 from ..run.generate import check_n_predict, check_prompt
 from ..run.sampling import Sampler, SamplerParams
 from .impl import DraftParams, impl_stats
-from .speculative import SpecParams, Speculative, build_speculative
+from .params import SpecParams
+from .speculative import Speculative, build_speculative
 from .verify import Verifier
 
 

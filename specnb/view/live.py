@@ -15,7 +15,7 @@ from ..errors import ParamError, SpecnbError, check_param
 from ..speculation.draft_len import SCHEDULES
 from ..speculation.verify import VERIFY_MODES
 from ..speculation.loop import SpeculativeLoop
-from ..speculation.speculative import SpecParams
+from ..speculation.params import SpecParams
 from ..run.sampling import SamplerParams
 from ..run.pair import open_pair
 from . import settings as S

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from ..errors import ParamError
-from ..speculation.speculative import SpecParams
+from ..speculation.params import SpecParams
 from ..run.rng import LLAMA_DEFAULT_SEED
 from ..run.sampling import SamplerParams
 

@@ -1,7 +1,22 @@
-"""specnb.app.course: the library hash that stamps executed notebooks, and the notebook list."""
+"""specnb.app.course: the per-notebook stamp (the specnb modules a notebook's kernel loaded and the
+hash of their code), the notebook list and `--check`.
+
+The stamp tests execute a tiny notebook of their own (two imports, no model, no kernel compiled)
+with the real executor into a temporary folder; notebooks/ and docs/teaching.md are not touched."""
+import json
+import shutil
+import subprocess
+import sys
+from importlib.util import find_spec
+from pathlib import Path
+
 import nbformat
+import pytest
 
 from specnb.app import course
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_IMPORTS = "import specnb.errors\nimport specnb.cache\n"
 
 
 def test_code_form_ignores_comments_docstrings_and_layout():
@@ -17,12 +32,33 @@ def test_code_form_sees_every_change_in_behaviour():
         assert course.code_form(changed) != course.code_form(base)
 
 
-def test_library_hash_covers_the_kernels_and_is_stable():
-    names = [name for name, _ in course.library_files()]
-    assert "app/course.py" in names and "speculative_simple.py" in names and "kernels/forward.py" in names
-    assert not [n for n in names if n.startswith("kernels/") and n.count("/") > 1]
-    h = course.library_hash()
-    assert len(h) == 16 and h == course.library_hash()
+def test_module_names_map_to_the_files_python_imports():
+    """A module's file is the one importlib finds for its name; the kernels are the repository's
+    kernels/ folder (pyproject's package-dir installs it as specnb.kernels)."""
+    for name in ("specnb", "specnb.errors", "specnb.speculation", "specnb.app.course",
+                 "specnb.kernels", "specnb.kernels.forward"):
+        mine = course.module_file(name)
+        assert mine is not None and mine.samefile(find_spec(name).origin), name
+    assert course.module_file("specnb.kernels.forward").relative_to(ROOT).as_posix() == "kernels/forward.py"
+    assert course.module_file("specnb.speculation").name == "__init__.py"
+    for gone in ("specnb.spec", "specnb.spec.loop", "specnb.kernels.nosuch", "specnbx", "numpy"):
+        assert course.module_file(gone) is None and course.module_code(gone) is None, gone
+
+
+def test_code_hash_reads_module_names_not_paths(tmp_path, monkeypatch):
+    """The same code in a checkout elsewhere (CI's fresh clone) hashes the same."""
+    names = ["specnb", "specnb.errors", "specnb.cache"]
+    h = course.code_hash(names)
+    assert len(h) == 16 and h == course.code_hash(reversed(names))
+    copy = tmp_path / "elsewhere" / "specnb"
+    copy.mkdir(parents=True)
+    for f in ("__init__.py", "errors.py", "cache.py"):
+        shutil.copy(course.PKG / f, copy / f)
+    monkeypatch.setattr(course, "PKG", copy)
+    assert course.module_file("specnb.cache") == copy / "cache.py"
+    assert course.code_hash(names) == h
+    with pytest.raises(LookupError):
+        course.code_hash(names + ["specnb.app.cli"])          # not in the copy
 
 
 def test_notebooks_are_found_in_order_and_by_number():
@@ -31,14 +67,105 @@ def test_notebooks_are_found_in_order_and_by_number():
     assert course.notebooks(["00"]) == [every[0]]
 
 
-def test_stale_reports_unstamped_and_outdated(tmp_path, monkeypatch):
+# ---- a tiny notebook, executed once for the tests below -----------------------------------
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """00_tiny.ipynb executed by course.execute: it imports specnb.errors and specnb.cache only."""
     nb = nbformat.v4.new_notebook()
-    p = tmp_path / "00_x.ipynb"
+    nb.cells = [nbformat.v4.new_markdown_cell("# A tiny notebook"),
+                nbformat.v4.new_code_cell("import specnb.errors"),
+                nbformat.v4.new_code_cell("import specnb.cache\nprint(specnb.cache.__name__)")]
+    p = tmp_path_factory.mktemp("course") / "00_tiny.ipynb"
     nbformat.write(nb, str(p))
-    assert "never executed" in course.stale([p])[0][1]
-    nb.metadata["specnb"] = {"library_hash": "0" * 16}
+    course.execute(p, timeout=120)
+    return p
+
+
+def copy_of(tiny: Path, folder: Path, name: str | None = None, **stamp) -> Path:
+    """The executed tiny notebook copied into folder (as `name`), its stamp replaced by `stamp`
+    when given."""
+    nb = nbformat.read(str(tiny), as_version=4)
+    if stamp:
+        nb.metadata["specnb"] = stamp
+    p = folder / (name or tiny.name)
     nbformat.write(nb, str(p))
-    assert "executed with library 0000" in course.stale([p])[0][1]
-    nb.metadata["specnb"] = {"library_hash": course.library_hash()}
-    nbformat.write(nb, str(p))
-    assert course.stale([p]) == []
+    return p
+
+
+def edited(monkeypatch, edits: dict) -> None:
+    """Make course see the modules of `edits` with that text appended to their real source."""
+    real = course.module_code
+
+    def module_code(name):
+        if name not in edits:
+            return real(name)
+        return course.code_form(course.module_file(name).read_text(encoding="utf-8") + edits[name], name)
+    monkeypatch.setattr(course, "module_code", module_code)
+
+
+def test_the_stamp_lists_the_modules_the_notebook_loaded(tiny):
+    """The recorded modules are those a fresh interpreter loads for the same two imports, and no
+    unrelated module; the saved notebook holds its own cells only."""
+    st = course.stamp(tiny)
+    fresh = subprocess.run(
+        [sys.executable, "-c", TINY_IMPORTS + "import json, sys\nprint(json.dumps(sorted(n for n in sys.modules "
+         "if n == 'specnb' or n.startswith('specnb.'))))"], capture_output=True, text=True, check=True, cwd=tiny.parent)
+    assert st["modules"] == json.loads(fresh.stdout)
+    assert {"specnb", "specnb.errors", "specnb.cache"} <= set(st["modules"])
+    assert "specnb.app.cli" not in st["modules"] and not [m for m in st["modules"] if m.startswith("specnb.kernels")]
+    assert st["code_hash"] == course.code_hash(st["modules"]) and course.stale([tiny]) == []
+    nb = nbformat.read(str(tiny), as_version=4)
+    assert [c.cell_type for c in nb.cells] == ["markdown", "code", "code"]
+    assert [c.get("execution_count") for c in nb.cells[1:]] == [1, 2]
+    assert nb.cells[2].outputs[0]["text"] == "specnb.cache\n"
+    assert not any("sys.modules" in c.source for c in nb.cells)
+
+
+def test_a_change_to_an_unrelated_module_leaves_the_notebook_fresh(tiny, monkeypatch):
+    edited(monkeypatch, {"specnb.app.cli": "\n_changed = 1\n", "specnb.measure.bench": "\n_changed = 1\n",
+                         "specnb.kernels.forward": "\n_changed = 1\n", "specnb.view": "\n_changed = 1\n"})
+    assert course.module_code("specnb.app.cli") != course.code_form(
+        course.module_file("specnb.app.cli").read_text(encoding="utf-8"))          # the edit is seen
+    assert course.stale([tiny]) == []
+
+
+def test_a_change_to_a_loaded_module_makes_the_notebook_stale(tiny, monkeypatch):
+    edited(monkeypatch, {"specnb.cache": "# a comment\n"})                # a comment is no change
+    assert course.stale([tiny]) == []
+    edited(monkeypatch, {"specnb.cache": "\n_changed = 1\n"})
+    [(p, why)] = course.stale([tiny])
+    assert p == tiny and f"executed with code {course.stamp(tiny)['code_hash']}" in why
+
+
+def test_a_notebook_that_loaded_a_module_gone_since_is_stale(tiny, tmp_path):
+    """specnb/spec/ was renamed specnb/speculation/: a stamp naming specnb.spec.loop is stale."""
+    st = course.stamp(tiny)
+    p = copy_of(tiny, tmp_path, **{**st, "modules": st["modules"] + ["specnb.spec.loop"]})
+    [(_, why)] = course.stale([p])
+    assert "no longer exist" in why and "specnb.spec.loop" in why
+
+
+def test_old_whole_library_stamps_and_unstamped_notebooks_are_stale(tiny, tmp_path):
+    nb = nbformat.read(str(tiny), as_version=4)
+    del nb.metadata["specnb"]
+    none = tmp_path / "00_none.ipynb"
+    nbformat.write(nb, str(none))
+    st = course.stamp(tiny)
+    old = copy_of(tiny, tmp_path, "00_old.ipynb", library_hash="0123456789abcdef",
+                  executed_s=st["executed_s"], python=st["python"], machine=st["machine"])
+    half = copy_of(tiny, tmp_path, "00_half.ipynb", modules=st["modules"])
+    reasons = dict(course.stale([none, old, half]))
+    assert list(reasons) == [none, old, half]
+    assert "never executed" in reasons[none]
+    assert "whole library (the old rule)" in reasons[old]
+    assert "no hash of their code" in reasons[half]
+
+
+def test_check_lists_the_stale_notebooks_of_the_folder(tiny, tmp_path, monkeypatch, capsys):
+    copy_of(tiny, tmp_path)
+    nbformat.write(nbformat.v4.new_notebook(), str(tmp_path / "01_unstamped.ipynb"))
+    monkeypatch.setattr(course, "NOTEBOOK_DIR", tmp_path)
+    assert course.main(["--check", "00"]) == 0
+    assert course.main(["--check"]) == 1
+    assert capsys.readouterr().out.splitlines() == ["01_unstamped.ipynb: never executed by specnb.app.course"]

@@ -128,12 +128,13 @@ def test_shows_a_picture_a_static_viewer_can_draw(path):
 
 
 def test_outputs_come_from_todays_code():
-    """Each notebook was executed by `python -m specnb.app.course` with the library as it is now."""
-    from specnb.app.course import library_hash, stale
+    """Each notebook was executed by `python -m specnb.app.course` with the code of the specnb
+    modules it loaded (recorded in its metadata.specnb.modules) as that code is now."""
+    from specnb.app.course import stale
     bad = stale(NOTEBOOKS)
-    assert not bad, (f"notebooks whose outputs were made by other code (library {library_hash()}): "
+    assert not bad, ("notebooks whose outputs were made by other code: "
                      + "; ".join(f"{p.name}: {why}" for p, why in bad)
-                     + ". Re-execute them: python -m specnb.app.course")
+                     + ". Re-execute them: python -m specnb.app.course " + " ".join(p.name[:2] for p, _ in bad))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

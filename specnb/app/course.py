@@ -1,12 +1,22 @@
-"""The course's notebooks: execute them in place and stamp each with the library that produced it.
+"""The course's notebooks: execute them in place and stamp each with the code that produced it.
 
 A committed notebook's outputs are only as good as the code that printed them. `execute` runs a
 notebook top to bottom in a fresh kernel (nbclient), saves its outputs, and records in its
-metadata (`metadata.specnb`) a hash of the library's code, how long it took and on what machine;
-`stale()` lists the notebooks whose recorded hash is not the code's today, which a test turns into
-a failure. The hash reads every module of `specnb` (and its kernels) as a syntax tree without
+metadata (`metadata.specnb`) which of specnb's modules that kernel had loaded when the last cell
+finished (`modules`: the names in its `sys.modules` that start with specnb, read by one more
+piece of code run in the same kernel and never saved as a cell), a hash of exactly those
+modules' code (`code_hash`), how long it took and on what machine. The kernels the notebook
+compiled are covered the same way: they are the modules `specnb.kernels.*` (the repository's
+kernels/ folder) that its process imported, so they are in the list.
+
+`stale()` recomputes each notebook's hash over its own list of modules and reports the notebook
+when the hash differs, when a module of the list no longer exists (renamed or deleted), or when
+the notebook has no such stamp (never executed, or stamped by the old rule with one hash of the
+whole library); a test turns that into a failure. A module's code is its syntax tree without
 docstrings, so comments, docstrings and formatting can change without making a notebook stale,
-and any change to what the code does makes every notebook stale.
+and a change to what a module does makes stale exactly the notebooks that loaded it: a change to
+app/, measure/ or view/ re-executes only the notebooks that use them. The hash reads module
+names, never paths, so it is the same in any checkout.
 
     python -m specnb.app.course              # execute every notebook in notebooks/, in order
     python -m specnb.app.course 03 05        # only those (by number or file name)
@@ -20,6 +30,7 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import json
 import os
 import platform
 import sys
@@ -28,11 +39,19 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1]          # specnb/
 ROOT = PKG.parent
+# specnb.kernels: the repository's kernels/ folder (pyproject's package-dir), or specnb/kernels/
+# in an installed wheel
+KERNEL_DIR = next((d for d in (PKG / "kernels", ROOT / "kernels") if (d / "__init__.py").is_file()),
+                  ROOT / "kernels")
 NOTEBOOK_DIR = ROOT / "notebooks"
 CELL_TIMEOUT_S = 900
 TEACHING_GUIDE = ROOT / "docs" / "teaching.md"
 TIMES_BEGIN = "<!-- recorded times: written by python -m specnb.app.course -->"
 TIMES_END = "<!-- end of recorded times -->"
+# run in the notebook's kernel after its last cell: the specnb modules loaded, with their files
+PROBE = ("import json as _specnb_json, sys as _specnb_sys\n"
+         "print(_specnb_json.dumps(sorted([n, getattr(m, '__file__', None)] for n, m in\n"
+         "      list(_specnb_sys.modules.items()) if n == 'specnb' or n.startswith('specnb.'))))\n")
 
 
 def _strip_docstrings(tree: ast.AST) -> ast.AST:
@@ -45,43 +64,58 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
-def library_files() -> list[tuple[str, Path]]:
-    """Every Python file of the package as (name, path): specnb's own files by their path in
-    specnb/, the kernels (the repository's kernels/ folder, installed as specnb.kernels) as
-    kernels/NAME.py."""
-    from importlib.util import find_spec
-    files = [(p.relative_to(PKG).as_posix(), p) for p in PKG.rglob("*.py")
-             if "__pycache__" not in p.parts]
-    for d in find_spec("specnb.kernels").submodule_search_locations or []:
-        files += [(f"kernels/{p.name}", p) for p in Path(d).glob("*.py")]
-    return sorted(files)
-
-
 def code_form(source: str, name: str = "<source>") -> str:
     """What a module does, as text: its syntax tree without docstrings, comments or layout."""
     tree = _strip_docstrings(ast.parse(source, name))
     return ast.dump(tree, annotate_fields=False, include_attributes=False)
 
 
-def library_hash() -> str:
-    """sha256 (first 16 hex digits) of the package's code as syntax trees without docstrings."""
+def module_file(name: str) -> Path | None:
+    """The file of specnb's module `name` in this copy of the library (a package is its
+    __init__.py; specnb.kernels.X is KERNEL_DIR/X.py), or None when there is none."""
+    parts = name.split(".")
+    if parts[0] != "specnb" or not all(p.isidentifier() for p in parts):
+        return None
+    base, rest = PKG, parts[1:]
+    if rest[:1] == ["kernels"]:
+        base, rest = KERNEL_DIR, rest[1:]
+    stem = base.joinpath(*rest)
+    for f in (stem / "__init__.py", stem.parent / f"{stem.name}.py" if rest else None):
+        if f is not None and f.is_file():
+            return f
+    return None
+
+
+def module_code(name: str) -> str | None:
+    """The code form of specnb's module `name` as it is now, or None when it no longer exists."""
+    f = module_file(name)
+    return None if f is None else code_form(f.read_text(encoding="utf-8"), name)
+
+
+def code_hash(modules, code=module_code) -> str:
+    """sha256 (first 16 hex digits) of the named modules' code forms, by name (never by path).
+    `code(name)` gives a module's code form; a module without one is an error."""
     h = hashlib.sha256()
-    for name, f in library_files():
-        h.update(name.encode() + b"\0")
-        h.update(code_form(f.read_text(encoding="utf-8"), str(f)).encode() + b"\0")
+    for name in sorted(set(modules)):
+        form = code(name)
+        if form is None:
+            raise LookupError(f"specnb.app.course: no module {name} in {PKG}")
+        h.update(name.encode() + b"\0" + form.encode() + b"\0")
     return h.hexdigest()[:16]
 
 
-def notebooks(names=()) -> list[Path]:
-    """The course's notebooks in order, or those named (by number, stem or file name)."""
-    every = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+def notebooks(names=(), folder: Path | None = None) -> list[Path]:
+    """The course's notebooks in order (those of `folder`, NOTEBOOK_DIR by default), or those
+    named (by number, stem or file name)."""
+    folder = NOTEBOOK_DIR if folder is None else folder
+    every = sorted(folder.glob("[0-9][0-9]_*.ipynb"))
     if not names:
         return every
     out = []
     for n in names:
         hit = [p for p in every if p.name == n or p.stem == n or p.name.startswith(f"{n}_")]
         if not hit:
-            raise SystemExit(f"specnb.app.course: no notebook {n!r} in {NOTEBOOK_DIR}")
+            raise SystemExit(f"specnb.app.course: no notebook {n!r} in {folder}")
         out += hit
     return out
 
@@ -93,14 +127,32 @@ def stamp(path: Path) -> dict:
 
 
 def stale(paths=None) -> list[tuple[Path, str]]:
-    """(notebook, reason) for each notebook whose outputs were not made by today's code."""
-    want = library_hash()
+    """(notebook, reason) for each notebook whose outputs were not made by today's code of the
+    modules it loaded."""
+    forms: dict[str, str | None] = {}
+
+    def code(name):                      # each module read once for all the notebooks
+        if name not in forms:
+            forms[name] = module_code(name)
+        return forms[name]
+
     out = []
-    for p in paths or notebooks():
-        got = stamp(p).get("library_hash")
+    for p in notebooks() if paths is None else paths:
+        st = stamp(p)
+        mods, got = st.get("modules"), st.get("code_hash")
+        if not isinstance(mods, list) or got is None:
+            out.append((p, "never executed by specnb.app.course" if not st else
+                        "stamped with one hash of the whole library (the old rule), not with the modules it loaded"
+                        if "library_hash" in st else "its stamp records no modules and no hash of their code"))
+            continue
+        gone = [m for m in mods if code(m) is None]
+        if gone:
+            out.append((p, f"it loaded modules that no longer exist: {', '.join(gone)}"))
+            continue
+        want = code_hash(mods, code)
         if got != want:
-            out.append((p, "never executed by specnb.app.course" if got is None else
-                        f"executed with library {got}, the code is now {want}"))
+            out.append((p, f"executed with code {got} of the {len(mods)} modules it loaded, "
+                           f"their code is now {want}"))
     return out
 
 
@@ -118,17 +170,47 @@ def cpu_model() -> str:
     return f"{name} (family {fam} model {mod})" if fam and mod else name
 
 
+def loaded_modules(client) -> list[str]:
+    """The specnb modules loaded in `client`'s kernel (a started nbclient.NotebookClient), found
+    by running PROBE there as one more cell, taken out of the notebook again before anything is
+    saved. Each must be this copy's file of that name: a kernel that ran another copy of specnb
+    stamps nothing."""
+    import nbformat
+    probe = nbformat.v4.new_code_cell(PROBE)
+    cells = client.nb.cells
+    cells.append(probe)                  # nbclient stores an executed cell at its index
+    try:
+        client.execute_cell(probe, len(cells) - 1)
+    finally:
+        cells[:] = [c for c in cells if c is not probe]
+    text = "".join(o.get("text", "") for o in probe.outputs if o.get("output_type") == "stream")
+    out = []
+    for name, file in json.loads(text):
+        if file is None:                 # a namespace or built-in module: no code of its own
+            continue
+        mine = module_file(name)
+        if mine is None or not os.path.samefile(mine, file):
+            raise RuntimeError(f"specnb.app.course: the kernel loaded {name} from {file}, "
+                               f"not from this copy of specnb ({mine or PKG})")
+        out.append(name)
+    return sorted(out)
+
+
 def execute(path: Path, timeout: int = CELL_TIMEOUT_S) -> float:
-    """Run a notebook in a fresh kernel in its own folder, save it with its outputs, stamp it."""
+    """Run a notebook in a fresh kernel in its own folder, save it with its outputs, stamp it
+    with the specnb modules its kernel loaded and the hash of their code."""
     import nbclient
     import nbformat
     nb = nbformat.read(str(path), as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                     resources={"metadata": {"path": str(path.parent)}})
     t0 = time.perf_counter()
-    nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}}).execute()
-    dt = time.perf_counter() - t0
-    nb.metadata["specnb"] = {"library_hash": library_hash(), "executed_s": round(dt, 1),
-                             "python": platform.python_version(),
+    with client.setup_kernel():          # the kernel outlives execute() for the probe, then stops
+        client.execute(cleanup_kc=False)
+        dt = time.perf_counter() - t0
+        modules = loaded_modules(client)
+    nb.metadata["specnb"] = {"modules": modules, "code_hash": code_hash(modules),
+                             "executed_s": round(dt, 1), "python": platform.python_version(),
                              "machine": f"{cpu_model()}, {os.cpu_count()} CPUs"}
     nb.metadata.pop("widgets", None)     # live views are re-made by running, not restored
     nbformat.write(nb, str(path))

@@ -6,6 +6,7 @@ import numpy as np
 from specnb.run.context import Context
 from specnb.run.generate import generate
 from specnb.run.sampling import Sampler, SamplerParams
+from specnb.speculation.deferred import DeferredDraftSimple
 
 SAMPLERS = {
     "greedy": SamplerParams(temp=0.0),
@@ -37,8 +38,8 @@ def check_invariants(loop, events):
     n_past, n_past + 1, ...; >= 1 committed token per committed round; both memories end at the
     last committed position."""
     has_draft_model = loop.ctx_dft is not None
-    ds = loop.spec.impl_of("draft-simple")
-    if ds is not None and ds.defer and ds.partial:
+    ds = loop.chain.impl_of("draft-simple")
+    if isinstance(ds, DeferredDraftSimple) and ds.partial:
         has_draft_model = False     # --draft-max auto: the draft catches up when it next drafts
         for sl in loop.slots:       # its KV and the rows it will catch up: the committed history
             ahead = sorted({p for _, p in ds._pending[sl.seq]})
@@ -48,19 +49,19 @@ def check_invariants(loop, events):
             assert max([held] + ahead) == loop.ctx_tgt.seq_pos_max(sl.seq)
     for ev in events:
         for r in ev.slots:
-            assert r.kv_tgt[0] == r.n_past - 1, "target KV must hold exactly [0, n_past)"
+            assert r.kv_tgt.drafted == r.n_past - 1, "target KV must hold exactly [0, n_past)"
             assert r.batch_pos == list(range(r.n_past, r.n_past + 1 + len(r.draft)))
             assert len(r.ids) >= 1 and r.n_accepted == len(r.ids) - 1
             assert (r.impl == "") == (r.replay or not r.draft)
             if r.checkpoint != "restored":
                 assert len(r.committed) >= 1
-                assert r.kv_tgt[-1] == r.n_past + len(r.committed) - 1 or r.stop
+                assert r.kv_tgt.after == r.n_past + len(r.committed) - 1 or r.stop_reason
                 if has_draft_model:
-                    assert r.kv_dft[-1] == r.kv_tgt[-1] or r.stop
+                    assert r.kv_dft.after == r.kv_tgt.after or r.stop_reason
             else:
-                assert r.kv_tgt[-1] == r.n_past - 1, "a restored round is back at [0, n_past)"
+                assert r.kv_tgt.after == r.n_past - 1, "a restored round is back at [0, n_past)"
                 if has_draft_model:
-                    assert r.kv_dft[-1] == r.n_past - 1
+                    assert r.kv_dft.after == r.n_past - 1
             if not r.replay:
                 assert 0 <= r.n_accepted <= len(r.draft)
             for info in r.draft_info[:len(r.draft)]:

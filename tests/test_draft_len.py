@@ -15,6 +15,8 @@ from specnb.speculation.draft_len import (
     best_length_leviathan, expected_tokens, expected_tokens_upto, format_chosen, monotone, parse_draft_max)
 from specnb.speculation.events import RoundEvent, SlotRound
 from specnb.speculation.params import SpecParams
+from specnb.speculation.deferred import DeferredDraftSimple
+from specnb.speculation.draft_simple import DraftSimple
 from specnb.speculation.loop import SpeculativeLoop
 from spec_checks import SAMPLERS, check_invariants, plain, prompts, repetitive_prompt
 
@@ -107,9 +109,10 @@ def test_auto_is_not_fooled_by_a_stale_one_row_cost():
     plain decoding ((1 + a) / (11 + 26) ms > 1 / 30 ms) though it costs a draft token for a
     third of a token. Monotone costs say d = 0."""
     pol = AutoDraftLen(4)
-    pol.observe(_event(0, 0, 0.030))
+    pol.update_candidate_strategy(_event(0, 0, 0.030))
     for i in range(40):
-        pol.observe(_event(1, int((7 * i) % 20 < 7), 0.026, dft=[(2, 0.011), (1, 0.010)]))
+        pol.update_candidate_strategy(_event(1, int((7 * i) % 20 < 7), 0.026, pol=pol,
+                                             dft=[(2, 0.011), (1, 0.010)]))
     a = pol.rates("draft-simple")[0]
     assert 0.3 < a < 0.4
     assert (1 + a) / (0.011 + 0.026) > 1 / 0.030             # the unpooled reading
@@ -126,11 +129,22 @@ def test_acceptance_counts_only_examined_positions():
     assert r == [0.5, 0.5, 0.5]
 
 
-def _event(d, n_acc, t_verify, impl="draft-simple", dec=None, dft=()):
+def _event(d, n_acc, t_verify, impl="draft-simple", dec=None, dft=(), pol=None):
+    """A round's event; `dft`, the draft model's decodes as (rows, seconds), go to `pol` as
+    DeferredDraftSimple reports them, during the round."""
     draft = list(range(d))
     rec = SlotRound(0, 10, 1, draft, impl=impl if d else "", n_accepted=n_acc, draft_len=dec,
                     committed=list(range(n_acc + 1)))
-    return RoundEvent(0, [rec], t_verify=t_verify, t_round=t_verify, dft_decodes=list(dft))
+    for n, t in dft:
+        pol.observe_draft_decode(n, t)
+    return RoundEvent(0, [rec], t_verify=t_verify, t_round=t_verify)
+
+
+def _draft_decodes(loop) -> list:
+    """Record the draft model's decodes as (round, rows) while the loop runs."""
+    out, real = [], loop.policy.observe_draft_decode
+    loop.policy.observe_draft_decode = lambda n, t: (out.append((loop.n_rounds, n)), real(n, t))
+    return out
 
 
 def _run_auto(t_draft_row, rounds=200):
@@ -138,17 +152,17 @@ def _run_auto(t_draft_row, rounds=200):
     decode, the target's k-row side 1 + 0.1 (k - 1) seconds."""
     pol = AutoDraftLen(8)
     assert pol.choose().reason == "start-up" and pol.choose().d == 0
-    pol.observe(_event(0, 0, 1.0))
+    pol.update_candidate_strategy(_event(0, 0, 1.0))
     dec = pol.choose()
     assert dec.reason == "start-up" and dec.d == PROBE_LEN   # measure the draft model once
-    pol.observe(_event(1, 0, 1.1, dec=dec, dft=[(2, t_draft_row)]))
+    pol.update_candidate_strategy(_event(1, 0, 1.1, dec=dec, pol=pol, dft=[(2, t_draft_row)]))
     ds = []
     for _ in range(rounds):
         dec = pol.choose()
         pol.record(dec)
         ds.append(dec)
-        pol.observe(_event(dec.d, 0, 1.0 + 0.1 * dec.d, dec=dec,
-                           dft=[(2, t_draft_row)] if dec.d else []))
+        pol.update_candidate_strategy(_event(dec.d, 0, 1.0 + 0.1 * dec.d, dec=dec,
+                           pol=pol, dft=[(2, t_draft_row)] if dec.d else []))
     return pol, ds
 
 
@@ -182,16 +196,16 @@ def _run_costly_probes(share, rounds=1500, t_probe_round=5.0):
     t_probe_round seconds (a plain round 1): each probe's net cost is t_probe_round - 1."""
     pol = AutoDraftLen(4)
     pol.probe_share = share
-    pol.observe(_event(0, 0, 1.0))
+    pol.update_candidate_strategy(_event(0, 0, 1.0))
     probes = []
     for i in range(rounds):
         dec = pol.choose()
         pol.record(dec)
-        ev = _event(dec.d, 0, 1.0 + 0.1 * dec.d, dec=dec, dft=[(2, 0.1)] if dec.d else [])
+        ev = _event(dec.d, 0, 1.0 + 0.1 * dec.d, dec=dec, pol=pol, dft=[(2, 0.1)] if dec.d else [])
         if dec.d:
             ev.t_round = t_probe_round
             probes.append(i)
-        pol.observe(ev)
+        pol.update_candidate_strategy(ev)
         assert pol.t_probes_net <= share * pol.t_run + (t_probe_round - 1.0) + 1e-9
     return pol, probes
 
@@ -207,11 +221,11 @@ def test_auto_keeps_the_probes_net_cost_within_its_share_of_the_run():
 
 def test_auto_drafts_long_when_acceptance_is_high_and_the_draft_cheap():
     pol = AutoDraftLen(8)
-    pol.observe(_event(0, 0, 1.0))
+    pol.update_candidate_strategy(_event(0, 0, 1.0))
     for _ in range(40):
         dec = pol.choose()
-        pol.observe(_event(dec.d, dec.d, 1.0 + 0.05 * dec.d, dec=dec,
-                           dft=[(1 + dec.d, 0.05), (1, 0.02)] if dec.d else []))
+        pol.update_candidate_strategy(_event(dec.d, dec.d, 1.0 + 0.05 * dec.d, dec=dec,
+                           pol=pol, dft=[(1 + dec.d, 0.05), (1, 0.02)] if dec.d else []))
     dec = pol.choose()
     assert dec.d >= 6 and dec.gain > 2 and dec.reason == "best"
     assert isinstance(dec, Decision) and dec.as_dict()["d"] == dec.d
@@ -220,9 +234,9 @@ def test_auto_drafts_long_when_acceptance_is_high_and_the_draft_cheap():
 def test_auto_for_a_free_ngram_draft_weighs_only_the_verification():
     pol = AutoDraftLen(8)
     for k, t in ((1, 1.0), (2, 1.5), (3, 2.0), (9, 5.0)):   # each row costs half a decode
-        pol.observe(_event(k - 1, 0 if k > 1 else 0, t, impl="ngram-simple"))
+        pol.update_candidate_strategy(_event(k - 1, 0 if k > 1 else 0, t, impl="ngram-simple"))
     for _ in range(30):
-        pol.observe(_event(2, 1, 2.0, impl="ngram-simple"))   # position 1 accepted, 2 not
+        pol.update_candidate_strategy(_event(2, 1, 2.0, impl="ngram-simple"))   # position 1 accepted, 2 not
     assert pol.draft_cost(3, "ngram-simple") == 0.0
     assert pol.choose("ngram-simple").d == 1
 
@@ -230,16 +244,16 @@ def test_auto_for_a_free_ngram_draft_weighs_only_the_verification():
 def test_heuristic_schedule_is_transformers():
     pol = HeuristicDraftLen(64)
     assert pol.choose().d == HEURISTIC_START == 20
-    pol.observe(_event(20, 20, 1.0))
+    pol.update_candidate_strategy(_event(20, 20, 1.0))
     assert pol.choose().d == 22
-    pol.observe(_event(22, 3, 1.0))
+    pol.update_candidate_strategy(_event(22, 3, 1.0))
     assert pol.choose().d == 21
     for _ in range(40):
-        pol.observe(_event(5, 0, 1.0))
+        pol.update_candidate_strategy(_event(5, 0, 1.0))
     assert pol.choose().d == 1                              # never under 1
     capped = HeuristicDraftLen(8)
     assert capped.choose().d == 8
-    capped.observe(_event(8, 8, 1.0))
+    capped.update_candidate_strategy(_event(8, 8, 1.0))
     assert capped.choose().d == 8
 
 
@@ -267,11 +281,11 @@ def test_spec_params_take_auto():
 
 
 # ---- lossless in the loop ------------------------------------------------------------------------
-def _loop(tgt, dft, prompt, n, sp, spec, tgt_rm=True, dft_rm=True, n_ctx=128, n_seq=1):
-    needs_draft = "draft-simple" in spec.resolved_types(True)
+def _loop(tgt, dft, prompt, n, sp, spec, tgt_rm=True, dft_rm=True, n_ctx=128, n_seq=1, policy=None):
+    needs_draft = spec.needs_draft_model()
     ct = Context(tgt, n_ctx=n_ctx, n_seq_max=n_seq, partial_seq_rm=tgt_rm)
     cd = Context(dft, n_ctx=n_ctx, n_seq_max=n_seq, partial_seq_rm=dft_rm) if needs_draft else None
-    return SpeculativeLoop(ct, cd, prompt, n, sp, spec)
+    return SpeculativeLoop(ct, cd, prompt, n, sp, spec, policy=policy)
 
 
 @pytest.mark.parametrize("name", ["greedy", "temp0.8-topk40", "repeat1.1"])
@@ -323,10 +337,11 @@ def test_auto_skips_the_draft_model_on_rounds_without_a_draft(pair):
     tgt, dft = pair
     prompt = repetitive_prompt(tgt, 3)
     loop = _loop(tgt, dft, prompt, 30, SAMPLERS["greedy"], SpecParams(n_max="auto:4"))
-    ds = loop.spec.impl_of("draft-simple")
+    ds = loop.chain.impl_of("draft-simple")
     # the forged draft model costs about what its target does: judged from the prompt's decodes it
     # would never draft; without that estimate the second round is a start-up draft
     loop.policy.observe_prefill = lambda n, t_target, t_draft=None: None
+    decodes = _draft_decodes(loop)
     events = []
     for ev in loop.rounds():
         events.append(ev)
@@ -334,8 +349,8 @@ def test_auto_skips_the_draft_model_on_rounds_without_a_draft(pair):
             assert ev.n_dft_eval == 0
     assert events[0].slot.draft == [] and events[0].slot.draft_len.reason == "start-up"
     assert events[1].slot.draft_len.reason == "start-up" and events[1].slot.draft
-    assert events[1].dft_decodes[0][0] == 2            # the missed row and the seed row
-    assert ds.defer and ds.n_eval_process > 0
+    assert [n for r, n in decodes if r == 1][0] == 2    # the missed row and the seed row
+    assert isinstance(ds, DeferredDraftSimple) and ds.n_eval_process > 0
 
 
 def test_fixed_keeps_llama_cpp_behaviour(pair):
@@ -344,7 +359,7 @@ def test_fixed_keeps_llama_cpp_behaviour(pair):
     prompt = prompts(tgt, 1, 4)[0]
     loop = _loop(tgt, dft, prompt, 16, SAMPLERS["greedy"], SpecParams(n_max=3))
     events = list(loop.rounds())
-    assert not loop.spec.impl_of("draft-simple").defer
+    assert type(loop.chain.impl_of("draft-simple")) is DraftSimple
     assert all(r.draft_len is None for ev in events for r in ev.slots)
     assert loop.policy.stats()["chosen"] == {3: len(events)}
 
@@ -353,17 +368,17 @@ def test_rejection_mode_with_auto(pair):
     tgt, dft = pair
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        loop = _loop(tgt, dft, prompts(tgt, 1, 2)[0], 20, SAMPLERS["temp0.8-topk40"].replace(seed=5),
-                     SpecParams(n_max="auto:4", verify="rejection"))
         # the forged draft model would not pay (auto would not draft): the lengths are scripted,
         # so rejection sampling runs under auto's deferred catch-up
-        loop.policy = _Scripted([(0, "start-up"), (1, "start-up")])
+        loop = _loop(tgt, dft, prompts(tgt, 1, 2)[0], 20, SAMPLERS["temp0.8-topk40"].replace(seed=5),
+                     SpecParams(n_max="auto:4", verify="rejection"),
+                     policy=_Scripted([(0, "start-up"), (1, "start-up")]))
         events = list(loop.rounds())
     res = loop.results()[0]
     assert sum(len(ev.slot.committed) for ev in events) == len(res.tokens)
     assert len(res.tokens) == 20 or res.stop_reason == "eog"
     assert sum(1 for ev in events if ev.slot.draft) >= min(3, len(events) - 1)
-    assert loop.spec.impl_of("draft-simple").defer
+    assert isinstance(loop.chain.impl_of("draft-simple"), DeferredDraftSimple)
     check_invariants(loop, events)
 
 
@@ -374,20 +389,20 @@ def test_auto_judges_a_hopeless_draft_from_the_prompt_decodes_without_a_start_up
     pol = AutoDraftLen(8)
     pol.observe_prefill(5, 1.5, 0.9 * 1.5)
     assert pol.prefill_ratio == pytest.approx(0.9)
-    pol.observe(_event(0, 0, 1.0))
+    pol.update_candidate_strategy(_event(0, 0, 1.0))
     ds = []
     for _ in range(PROBE_MAX - 1):
         dec = pol.choose(remaining=1000)
         pol.record(dec)
         ds.append(dec)
-        pol.observe(_event(dec.d, 0, 1.0 + 0.125 * dec.d, dec=dec))
+        pol.update_candidate_strategy(_event(dec.d, 0, 1.0 + 0.125 * dec.d, dec=dec))
     assert all(x.d == 0 and x.reason == "no gain" for x in ds)
     dec = pol.choose(remaining=1000)          # the estimate is checked by one real draft
     assert dec.reason == "probe" and dec.d == PROBE_LEN
     # a cheap draft model (0.2 of the target) on the same prompt: start-up draft as before
     cheap = AutoDraftLen(8)
     cheap.observe_prefill(5, 1.5, 0.2 * 1.5)
-    cheap.observe(_event(0, 0, 1.0))
+    cheap.update_candidate_strategy(_event(0, 0, 1.0))
     assert cheap.choose(remaining=1000).reason == "start-up"
 
 
@@ -396,14 +411,14 @@ def test_a_no_gain_verdict_holds_for_a_few_rounds_then_is_read_again():
     a round's one expense beyond plain decoding); a change in them is seen at the next reading."""
     pol = AutoDraftLen(8)
     pol.observe_prefill(5, 1.5, 0.9 * 1.5)                  # the teaching pair: no length pays
-    pol.observe(_event(0, 0, 1.0))
+    pol.update_candidate_strategy(_event(0, 0, 1.0))
     calls = []
     decide = pol.decide
     pol.decide = lambda source="draft-simple": calls.append(1) or decide(source)
     for _ in range(4 * NO_GAIN_RECHECK):
         dec = pol.choose(remaining=1000)
         pol.record(dec)
-        pol.observe(_event(0, 0, 1.0))
+        pol.update_candidate_strategy(_event(0, 0, 1.0))
         assert dec.d == 0 and dec.reason == "no gain"
     assert len(calls) == 4
     assert pol.choose(remaining=1000).reason == "no gain" and len(calls) == 5   # read again
@@ -415,13 +430,13 @@ def test_a_no_gain_verdict_holds_for_a_few_rounds_then_is_read_again():
 def test_auto_draft_costs_come_from_the_prefill_ratio_until_the_draft_model_has_drafted():
     pol = AutoDraftLen(8)
     pol.observe_prefill(9, 3.0, 1.2)                      # ratio 0.4
-    pol.observe(_event(0, 0, 1.0))
+    pol.update_candidate_strategy(_event(0, 0, 1.0))
     k = 1 + round(expected_tokens(pol.rates("draft-simple"), 1))   # the seed batch's rows
     assert k == 3 and pol.target_cost(3) == pytest.approx(1.0)   # max(1.0, 3.0 * 3 / 9)
     assert pol.draft_cost(1) == pytest.approx(0.4 * pol.target_cost(3))
     assert pol.draft_cost(3) == pytest.approx(0.4 * pol.target_cost(1 + round(
         expected_tokens(pol.rates("draft-simple"), 3))) + 2 * 0.4 * 1.0)
-    pol.observe(_event(2, 0, 1.2, dft=[(3, 0.3), (1, 0.25)]))
+    pol.update_candidate_strategy(_event(2, 0, 1.2, pol=pol, dft=[(3, 0.3), (1, 0.25)]))
     k = 1 + round(expected_tokens(pol.rates("draft-simple"), 1))
     assert pol.draft_cost(1) == pytest.approx(pol.t_draft_rows(k))   # measured from now on
     assert 0.25 <= pol.draft_cost(1) <= 0.3
@@ -431,12 +446,12 @@ def test_auto_probes_only_while_enough_tokens_remain_to_use_what_the_probe_finds
     """A start-up draft or a probe pays only in the rounds after it: with fewer tokens left than
     PROBE_FIRST (start-up) or than the probe interval, the round does not draft ("budget")."""
     pol = AutoDraftLen(8)
-    pol.observe(_event(0, 0, 1.0))
+    pol.update_candidate_strategy(_event(0, 0, 1.0))
     assert pol.choose(remaining=PROBE_FIRST - 1).reason == "budget"
     assert pol.choose(remaining=PROBE_FIRST).reason == "start-up"
-    pol.observe(_event(2, 0, 1.2, dft=[(3, 0.1), (1, 0.1)]))
+    pol.update_candidate_strategy(_event(2, 0, 1.2, pol=pol, dft=[(3, 0.1), (1, 0.1)]))
     for _ in range(20):                                     # never accepted: d = 0 wins
-        pol.observe(_event(1, 0, 1.1, dft=[(2, 0.1)]))
+        pol.update_candidate_strategy(_event(1, 0, 1.1, pol=pol, dft=[(2, 0.1)]))
     decs = [pol.choose(remaining=3) for _ in range(3 * PROBE_FIRST)]
     assert all(d.d == 0 for d in decs) and "budget" in {d.reason for d in decs}
     decs = [pol.choose(remaining=1000) for _ in range(PROBE_FIRST)]
@@ -473,7 +488,7 @@ def test_auto_decision_is_best_length_of_its_costs(seed):
     rnd = random.Random(seed)
     pol = AutoDraftLen(rnd.choice([1, 4, 8, 16]))
     pol.observe_prefill(rnd.randint(2, 40), 0.02 + 0.02 * rnd.random(), 0.002 + 0.03 * rnd.random())
-    pol.observe(_event(0, 0, 0.02 + 0.01 * rnd.random()))
+    pol.update_candidate_strategy(_event(0, 0, 0.02 + 0.01 * rnd.random()))
     def check(source):
         a = pol.rates(source)
         want = best_length(a, pol.target_cost, lambda d: pol.draft_cost(d, source, a), pol.n_max)
@@ -489,7 +504,8 @@ def test_auto_decision_is_best_length_of_its_costs(seed):
             d = rnd.randint(1, pol.n_max)
             dft = ([(rnd.randint(1, 6), 0.004 + 0.01 * rnd.random())]
                    if source == "draft-simple" and rnd.random() < 0.7 else [])
-            pol.observe(_event(d, rnd.randint(0, d), 0.02 + 0.004 * d * rnd.random(), impl=source, dft=dft))
+            pol.update_candidate_strategy(_event(d, rnd.randint(0, d), 0.02 + 0.004 * d * rnd.random(),
+                                                 impl=source, pol=pol, dft=dft))
         check(source)
 
 
@@ -522,22 +538,24 @@ def test_a_probe_after_idle_rounds_catches_up_only_the_last_rows(pair, reeval):
     sp = SAMPLERS["greedy"]
     want = plain(tgt, prompt, sp, 30, penalize_prompt=False)
     script = [(0, "start-up")] + [(0, "best")] * 9 + [(1, "probe")]
-    loop = _loop(tgt, dft, prompt, 30, sp, SpecParams(n_max="auto:4"))
-    loop.policy = _Scripted(script)
-    ds = loop.spec.impl_of("draft-simple")
-    ds.reeval = reeval
+    loop = _loop(tgt, dft, prompt, 30, sp, SpecParams(n_max="auto:4", reeval=reeval), policy=_Scripted(script))
+    ds = loop.chain.impl_of("draft-simple")
+    decodes = _draft_decodes(loop)
     events = list(loop.rounds())
     probe = events[10]
     assert probe.slot.draft_len.reason == "probe" and len(probe.slot.draft) == 1
     missed = probe.slot.n_past - (len(prompt) - 1)       # the rows since the prompt
     assert missed == 10 > CATCH_UP_WINDOW
-    assert probe.dft_decodes[0][0] == CATCH_UP_WINDOW + 1
+    assert [n for r, n in decodes if r == 10][0] == CATCH_UP_WINDOW + 1
     assert ds.offset(0) == missed - CATCH_UP_WINDOW
     # the round's record gives the draft KV's end in the target's positions: after drafting and
     # rolling back, [0, n_past) (llama.cpp's re-evaluation) or also the drafted row (kept)
-    assert probe.slot.kv_dft[1] == probe.slot.n_past - 1 + (0 if reeval else 1)
+    assert probe.slot.kv_dft.verified == probe.slot.n_past - 1 + (0 if reeval else 1)
     assert all(len(ev.slot.draft) for ev in events[11:])            # drafting from then on
-    assert all(ev.dft_decodes[0][0] <= 1 + 4 for ev in events[12:])   # no more rows left out
+    firsts = {}
+    for r, n in decodes:
+        firsts.setdefault(r, n)
+    assert all(firsts[r] <= 1 + 4 for r in range(12, len(events)))    # no more rows left out
     check_invariants(loop, events)
     assert loop.results()[0].tokens == want
     # what the draft KV holds: the prompt's rows, then the window's and the later ones

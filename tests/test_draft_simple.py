@@ -75,3 +75,18 @@ def test_checkpointed_draft_memory_behaves_as_a_removable_one(pair):
         runs[partial] = (_draft(impl, nxt), impl.n_eval_process)
     assert runs[True][0] == runs[False][0]
     assert runs[False][1] == runs[True][1] + 2         # the 2 kept rows decoded again
+
+
+def test_draft_simple_keeps_no_state_of_specnbs_auto(pair):
+    """DraftSimple mirrors common_speculative_impl_draft_simple (plus llama.cpp's own variants):
+    `auto`'s deferred rows, catch-up window, position offsets and decode timings live in
+    deferred.DeferredDraftSimple."""
+    from specnb.speculation.deferred import DeferredDraftSimple
+    from specnb.speculation.draft_len import AutoDraftLen
+    tgt, dft = pair
+    auto_state = {"defer", "_pending", "catch_up_window", "_off", "decodes", "policy", "_begun"}
+    plain = DraftSimple(tgt, Context(dft, n_ctx=16))
+    assert not set(vars(plain)) & auto_state
+    assert not {"offset", "_catch_up", "_windowed"} & set(dir(DraftSimple))
+    deferred = DeferredDraftSimple(tgt, Context(dft, n_ctx=16), AutoDraftLen(4))
+    assert {"_pending", "_off", "policy"} <= set(vars(deferred))

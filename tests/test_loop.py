@@ -19,7 +19,7 @@ NGRAM = dict(ngram_size_n=1, ngram_size_m=8, ngram_mod_n_match=2, ngram_mod_n_mi
 
 
 def _loop(tgt, dft, prompt, n, sp, spec, tgt_rm=True, dft_rm=True, n_ctx=128, n_seq=1, **kw):
-    needs_draft = "draft-simple" in spec.resolved_types(True)
+    needs_draft = spec.needs_draft_model()
     ct = Context(tgt, n_ctx=n_ctx, n_seq_max=n_seq, partial_seq_rm=tgt_rm)
     cd = Context(dft, n_ctx=n_ctx, n_seq_max=n_seq, partial_seq_rm=dft_rm) if needs_draft else None
     return SpeculativeLoop(ct, cd, prompt, n, sp, spec, **kw)
@@ -168,10 +168,10 @@ def test_chain_ngram_first_then_draft_model(pair):
     for types in ("ngram-simple,draft-simple", "draft-simple,ngram-simple"):
         loop = _loop(tgt, dft, prompt, 40, SAMPLERS["greedy"], SpecParams(types=types, n_max=3, **NGRAM))
         events = list(loop.rounds())
-        assert loop.spec.types == ["ngram-simple", "draft-simple"]
+        assert loop.chain.types == ["ngram-simple", "draft-simple"]
         by = [r.impl for ev in events for r in ev.slots]
         runs[types] = (loop.results()[0].tokens, by)
-        st = {s["type"]: s for s in loop.spec.stats()}
+        st = {s["type"]: s for s in loop.chain.stats()}
         for t in ("ngram-simple", "draft-simple"):
             assert st[t]["n_gen_drafts"] == by.count(t) > 0
             assert st[t]["n_gen_tokens"] == sum(len(r.draft) for ev in events for r in ev.slots
@@ -206,10 +206,10 @@ def test_ngram_types_need_no_draft_model(pair):
                         SpecParams(types="draft-simple"))
     # no type and no draft model: no speculation, one token per round
     loop = SpeculativeLoop(Context(tgt, n_ctx=64), None, prompt, 5, SAMPLERS["greedy"])
-    assert loop.spec.impls == [] and len(list(loop.rounds())) == 5
+    assert loop.chain.impls == [] and len(list(loop.rounds())) == 5
     # a draft model with --spec-type none: speculation off, as llama-server's default
     loop = _loop(tgt, dft, prompt, 5, SAMPLERS["greedy"], SpecParams(types="none"))
-    assert loop.spec.impls == [] and loop.run()[0].tokens == plain(tgt, prompt, SAMPLERS["greedy"], 5)
+    assert loop.chain.impls == [] and loop.run()[0].tokens == plain(tgt, prompt, SAMPLERS["greedy"], 5)
 
 
 # ---- counters as llama.cpp counts them ------------------------------------------------------
@@ -219,7 +219,7 @@ def test_acc_rate_per_pos_divides_by_accept_calls(pair):
     tgt, dft = pair
     loop = _loop(tgt, dft, prompts(tgt, 1, 3)[0], 40, SAMPLERS["greedy"], SpecParams(n_max=5, p_min=0.6))
     events = list(loop.rounds())
-    st = loop.spec.stats()[0]
+    st = loop.chain.stats()[0]
     first = next(i for i, ev in enumerate(events) if ev.slot.draft)
     assert st["n_call_accept"] == len(events) - first > st["n_gen_drafts"], \
         "needs rounds without a draft after the first draft"
@@ -243,7 +243,7 @@ def test_checkpoint_path_counted_as_llama_cpp(pair):
     recs = [r for ev in events for r in ev.slots]
     restored = [i for i, r in enumerate(recs) if r.checkpoint == "restored"]
     assert restored
-    st = loop.spec.stats()[0]
+    st = loop.chain.stats()[0]
     committed = [r for r in recs if r.checkpoint != "restored"]
     assert st["n_call_accept"] == len(committed)
     assert st["n_acc_tokens"] == sum(r.n_accepted for r in committed) == loop.n_accept
@@ -284,7 +284,7 @@ def test_statistics_consistent(pair):
     tgt, dft = pair
     loop = _loop(tgt, dft, prompts(tgt, 1, 3)[0], 40, SAMPLERS["greedy"], SpecParams(n_max=5))
     loop.run()
-    st = loop.spec.stats()[0]
+    st = loop.chain.stats()[0]
     r = loop.results()[0]
     assert st["n_acc_tokens"] == loop.n_accept <= loop.n_drafted == st["n_gen_tokens"]
     rates = st["acc_rate_per_pos"]
@@ -310,7 +310,7 @@ def test_synthetic_acceptance_follows_rates(pair):
         loop = _loop(tgt, dft, prompts(tgt, 1, 1)[0], 400, SAMPLERS["greedy"],
                      SpecParams(n_max=3, synth_rates=rates, synth_seed=3), n_ctx=512)
     loop.run()
-    st = loop.spec.stats()[0]
+    st = loop.chain.stats()[0]
     got = st["specnb_acc_rate_per_pos"]
     assert st["n_gen_drafts"] > 80
     for g, r in zip(got, rates):
@@ -376,11 +376,11 @@ def test_penalized_prompt_as_llama_cli(default_model, default_draft_model):
 @pytest.mark.parametrize("types", ["draft-simple", "ngram-simple,draft-simple"])
 @pytest.mark.parametrize("seq_rm", [True, False])
 def test_master_stop_rule(pair, types, seq_rm):
-    """stop="master", as speculative-simple.cpp @34af94cd: each round's draft cut to the budget
+    """stop_rule="master", as speculative-simple.cpp @34af94cd: each round's draft cut to the budget
     N - n_predict - 1 (:180-184), a budget of 0 capping nothing (`dp.n_max > 0`,
     common/speculative.cpp:350, 2659), the loop running while n_predict <= N (:339): at least
     N + 1 tokens (the last, uncapped draft can add up to n_max more), the first N those of
-    stop="exact", all of them those of plain decoding, and the counters summed over the
+    stop_rule="exact", all of them those of plain decoding, and the counters summed over the
     committed rounds (:294-297)."""
     tgt, dft = pair
     sp = SamplerParams(temp=0.0)
@@ -389,7 +389,7 @@ def test_master_stop_rule(pair, types, seq_rm):
     spec = SpecParams(types=types, n_max=n_max, **NGRAM)
     exact = _loop(tgt, dft, prompt, n, sp, spec, tgt_rm=seq_rm, dft_rm=seq_rm)
     exact.run()
-    loop = _loop(tgt, dft, prompt, n, sp, spec, tgt_rm=seq_rm, dft_rm=seq_rm, stop="master")
+    loop = _loop(tgt, dft, prompt, n, sp, spec, tgt_rm=seq_rm, dft_rm=seq_rm, stop_rule="master")
     events = list(loop.rounds())
     check_invariants(loop, events)
     toks = loop.slots[0].generated
@@ -414,4 +414,49 @@ def test_master_stop_rule(pair, types, seq_rm):
     s = loop.summary()
     assert f"n_predict = {len(toks)}\n" in s and "as llama-speculative-simple at 34af94cd" in s
     with pytest.raises(ParamError, match="stop"):
-        _loop(tgt, dft, prompt, n, sp, spec, stop="b1234")
+        _loop(tgt, dft, prompt, n, sp, spec, stop_rule="b1234")
+
+
+# ---- the loop's one seam: the chain -------------------------------------------------------------
+def test_the_loop_names_no_speculator():
+    """loop.py imports no impl module and never looks an impl up: it talks to the chain."""
+    import ast
+    from specnb.speculation import loop as loop_mod
+    tree = ast.parse(open(loop_mod.__file__, encoding="utf-8").read())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not imported & {"draft_simple", "deferred", "ngram", "ngram_cache", "ngram_mod"}
+    names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    assert not names & {"impls", "impl_of", "impl_last", "impl_round"}
+
+
+@pytest.mark.parametrize("draft_max", ["3", "auto:4", "heuristic:4"])
+def test_the_loop_reads_no_attribute_of_an_impl(pair, draft_max):
+    """Each impl of the chain wrapped in a watcher: no attribute of an impl is read or set from
+    loop.py while a run goes through every phase (auto's deferred draft-simple included)."""
+    import sys
+    from specnb.speculation import loop as loop_mod
+    tgt, dft = pair
+    seen = []
+
+    class Watch:
+        def __init__(self, impl):
+            object.__setattr__(self, "_impl", impl)
+
+        def __getattr__(self, name):
+            if sys._getframe(1).f_code.co_filename == loop_mod.__file__:
+                seen.append(name)
+            return getattr(object.__getattribute__(self, "_impl"), name)
+
+        def __setattr__(self, name, value):
+            if sys._getframe(1).f_code.co_filename == loop_mod.__file__:
+                seen.append(name)
+            setattr(object.__getattribute__(self, "_impl"), name, value)
+
+    spec = SpecParams(n_max=draft_max, types="ngram-simple,draft-simple", **NGRAM)
+    loop = _loop(tgt, dft, repetitive_prompt(tgt, 3), 24, SAMPLERS["greedy"], spec)
+    loop.chain.impls = [Watch(i) for i in loop.chain.impls]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        events = list(loop.rounds())
+    assert any(ev.slot.draft for ev in events) or draft_max.startswith("auto")
+    assert loop.results()[0].tokens and not seen, f"loop.py read impl attributes: {sorted(set(seen))}"

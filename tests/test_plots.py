@@ -6,12 +6,11 @@ pytest.importorskip("plotly")
 from specnb.measure import cost  # noqa: E402
 from specnb.figures import runs as plots
 from specnb.measure import stats
-from specnb.speculation.impl import impl_stats  # noqa: E402
 
 
 def test_figures_match_the_statistics(run_pair):
     loop, events = run_pair(n_max=4)
-    st = impl_stats(loop.impl)
+    st = loop.chain.main_stats()
     ev = stats.event_stats(events, 4)
 
     f = plots.fig_acceptance_per_position(st)

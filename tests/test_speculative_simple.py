@@ -54,7 +54,7 @@ def test_teaching_loop_equals_speculative_loop(tied_pair, types, n_max, name, tg
     assert out["tokens"] == loop.results()[0].tokens == plain(tgt, prompt, sp, 40, penalize_prompt=False)
     assert (out["n_drafted"], out["n_accept"]) == (loop.n_drafted_simple, loop.n_accept_simple)
     assert [{k: s[k] for k in LLAMA_KEYS} for s in out["stats"]] == \
-        [{k: s[k] for k in LLAMA_KEYS} for s in loop.spec.stats()]
+        [{k: s[k] for k in LLAMA_KEYS} for s in loop.chain.stats()]
     assert out["n_accept"] > 0
 
 

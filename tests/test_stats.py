@@ -6,7 +6,6 @@ import pytest
 from specnb.measure import cost
 from specnb.measure import stats
 from specnb.run.sampling import SamplerParams
-from specnb.speculation.impl import impl_stats
 
 
 SHARED = ("n_gen_drafts", "n_gen_tokens", "n_acc_tokens", "n_acc_drafts", "n_call_accept",
@@ -25,7 +24,7 @@ def test_event_stats_equal_impl_stats(run_pair, mode):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         loop, events = run_pair(**kw)
-    st, ev = impl_stats(loop.impl), stats.event_stats(events, 4)
+    st, ev = loop.chain.main_stats(), stats.event_stats(events, 4)
     for k in SHARED:
         assert ev[k] == st[k], k
     assert ev["n_rounds"] == loop.n_rounds
@@ -44,7 +43,7 @@ def test_run_stats_and_alpha(run_pair, mode):
     the target examined, which are the target's samples over the draft (at most the draft)."""
     loop, events = run_pair(n_max=4, seq_rm=mode != "checkpoints")
     st = stats.run_stats(loop, events)
-    for k, v in impl_stats(loop.impl).items():
+    for k, v in loop.chain.main_stats().items():
         if not k.startswith("t_"):
             assert st[k] == v, k
     new = [r for ev in events for r in ev.slots if not r.replay and r.draft]

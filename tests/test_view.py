@@ -16,6 +16,7 @@ from specnb.run.context import Context  # noqa: E402
 from specnb.run.generate import generate  # noqa: E402
 from specnb.run.sampling import Sampler, SamplerParams  # noqa: E402
 from specnb.speculation.params import SpecParams  # noqa: E402
+from specnb.speculation.deferred import DeferredDraftSimple  # noqa: E402
 from specnb.speculation.impl import impl_stats  # noqa: E402
 from specnb.view import CHIP_STATES, KV_STATES, LiveView  # noqa: E402
 
@@ -88,13 +89,13 @@ def check_round(view, ev, exact: bool):
         # with draft re-evaluation (llama.cpp's default) the draft KV ends as the target's
         if view.loop.ctx_dft is None:
             assert kv["draft"] == []
-        elif view.reeval and not view.loop.spec.impl_of("draft-simple").defer:
+        elif view.reeval and not isinstance(view.loop.chain.impl_of("draft-simple"), DeferredDraftSimple):
             assert kv["draft"] == kv["target"]     # (auto defers the draft's catch-up)
 
 
 def check_counters(view):
     loop = view.loop
-    stats = [impl_stats(impl) for impl in loop.spec.impls]
+    stats = [impl_stats(impl) for impl in loop.chain.impls]
     c = view.counters
     assert c["rounds"] == loop.n_rounds == len(view.events)
     assert c["drafted"] == loop.n_drafted == sum(st["n_gen_tokens"] for st in stats)
@@ -103,7 +104,7 @@ def check_counters(view):
         assert c["acc_per_pos"] == stats[0]["acc_rate_per_pos"]
         assert c["mean_acc_len"] == stats[0]["mean_acc_len"]
     # per impl of the chain: what it drafted and how much of it was accepted
-    assert list(c["by_impl"]) == loop.spec.types
+    assert list(c["by_impl"]) == loop.chain.types
     for st in stats:
         assert c["by_impl"][st["type"]] == {"drafted": st["n_gen_tokens"],
                                             "accepted": st["specnb_n_acc_tokens"]}
@@ -135,7 +136,7 @@ def check_rendered(view):
                                          "p-min-stop": "✂"}[c.state])
         assert "draft top candidates" in b.tooltip or not c.top
         if c.is_draft and not c.state == "replayed":     # who proposed it, as the legend marks it
-            assert c.impl in view.loop.spec.types
+            assert c.impl in view.loop.chain.types
             assert f"specnb-impl-{c.impl}" in b._dom_classes
             assert b.description.endswith(" " + IMPL_MARKS[c.impl])
             assert "proposed by" in b.tooltip
@@ -315,7 +316,7 @@ def test_controls_restart_the_run(pair):
         assert view.events == [] and view.counters["rounds"] == 0 and view.chip_states == []
         assert "ready" in view.w_status.value
         assert view._chip_buttons == []
-    p = view.loop.p
+    p = view.loop.params
     assert (p.n_max, p.n_min, p.p_min, p.verify) == (2, 1, 0.1, "rejection")
     assert not view.loop.ctx_tgt.partial_seq_rm and view.loop.n_predict == 12
     sp = view.loop.slots[0].sampler.params
@@ -329,7 +330,7 @@ def test_controls_restart_the_run(pair):
     assert view.counters["rounds"] == 0
     # set() changes several settings with one restart
     view.set(draft_max=3, temp=0.0, verify="exact", checkpoints=False, prompt=PROMPT)
-    assert view.loop.p.n_max == 3 and len(view.loop.slots) == 1
+    assert view.loop.params.n_max == 3 and len(view.loop.slots) == 1
 
 
 def test_spec_and_sampling_params(pair):
@@ -345,12 +346,12 @@ def test_spec_and_sampling_params(pair):
     assert (view.w_draft_max.value, view.w_p_min.value, view.w_spec_type.value) == (5, 0.2, "ngram-simple")
     assert (view.w_temp.value, view.w_top_k.value, view.w_seed.value) == (0.7, 20, 9)
     assert not view.error, view.error
-    p, sp = view.loop.p, view.loop.slots[0].sampler.params
-    assert (p.n_max, p.p_min, p.reeval) == (5, 0.2, False) and view.loop.spec.types == ["ngram-simple"]
+    p, sp = view.loop.params, view.loop.slots[0].sampler.params
+    assert (p.n_max, p.p_min, p.reeval) == (5, 0.2, False) and view.loop.chain.types == ["ngram-simple"]
     assert (sp.temp, sp.top_k, sp.min_p, sp.seed) == (0.7, 20, 0.1, 9)
     view.set(top_k=10)                       # a restart keeps the fields without a control
     sp = view.loop.slots[0].sampler.params
-    assert (sp.top_k, sp.min_p) == (10, 0.1) and view.loop.p.reeval is False
+    assert (sp.top_k, sp.min_p) == (10, 0.1) and view.loop.params.reeval is False
     # without them: LiveView's defaults (greedy, seed 1) and SamplerParams' other ones
     view = LiveView(tgt, dft, PROMPT, n_predict=8)
     assert {k: view.settings[k] for k in ("draft_max", "spec_type", "temp", "top_k", "top_p", "seed")} == \
@@ -614,7 +615,7 @@ def test_draft_schedule_shows_the_chosen_length(pair, schedule):
     for auto, the expected gain behind it); the counters how often each length was chosen."""
     tgt, dft = pair
     view = LiveView(tgt, dft, PROMPT, n_predict=24, spec=SpecParams(n_max=4, schedule=schedule))
-    assert view.loop.p.schedule == schedule
+    assert view.loop.params.schedule == schedule
     heads = []
     for _ in range(200):
         ev = view.step()
@@ -632,4 +633,4 @@ def test_draft_schedule_shows_the_chosen_length(pair, schedule):
         assert any("x plain" in h for h in heads), "the expected gain is shown"
         assert 0 in chosen
     view.set(draft_schedule="fixed")
-    assert view.loop.p.schedule == "fixed"
+    assert view.loop.params.schedule == "fixed"

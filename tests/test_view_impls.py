@@ -50,8 +50,8 @@ def test_chain_chips_name_their_impl(pair):
     view = LiveView(tgt, dft, [prompt], n_predict=24,
                     spec=SpecParams(n_max=4, types="draft-simple,ngram-simple", **NGRAM))
     run_checked(view)
-    assert view.loop.spec.types == ["ngram-simple", "draft-simple"]
-    by = {impl: chips_of(view, impl) for impl in view.loop.spec.types}
+    assert view.loop.chain.types == ["ngram-simple", "draft-simple"]
+    by = {impl: chips_of(view, impl) for impl in view.loop.chain.types}
     assert by["ngram-simple"] and by["draft-simple"]
     assert all(c.is_ngram and not c.top for _, _, c in by["ngram-simple"])
     assert all(c.top and not c.is_ngram for _, _, c in by["draft-simple"])
@@ -130,16 +130,16 @@ def test_spec_type_control(pair):
     tgt, dft = pair
     prompt = repetitive_prompt(tgt, 3)
     view = LiveView(tgt, dft, [prompt], n_predict=16, spec=SpecParams(n_max=4, **NGRAM))
-    assert view.loop.spec.types == ["draft-simple"] and "spec-type" in view.w_spec_type.description
+    assert view.loop.chain.types == ["draft-simple"] and "spec-type" in view.w_spec_type.description
     view.set(spec_type="ngram-cache")
-    assert view.loop.spec.types == ["ngram-cache"] and view.loop.ctx_dft is None
+    assert view.loop.chain.types == ["ngram-cache"] and view.loop.ctx_dft is None
     view.run_to_end()
     cache = [c for _, _, c in chips_of(view, "ngram-cache")]
     assert cache and all(c.is_ngram and c.match_pos == -1 and c.cache for c in cache)
     assert f"the {cache[0].cache} cache" in __import__("specnb.view.render", fromlist=["x"]).chip_title(cache[0])
     assert "ngram-cache" in view.w_status.value
     view.w_spec_type.value = "none"                 # as the control itself changes
-    assert view.loop.spec.types == [] and not view.error
+    assert view.loop.chain.types == [] and not view.error
     view.run_to_end()
     assert all(not c.is_draft for _, _, c in chips_of(view))
     assert "no speculation" in view.w_legend.value
@@ -147,4 +147,4 @@ def test_spec_type_control(pair):
     view.set(spec_type="ngram-simple,bogus")
     assert "bogus" in view.error and view.loop is None
     view.set(spec_type="ngram-map-k")
-    assert not view.error and view.loop.spec.types == ["ngram-map-k"]
+    assert not view.error and view.loop.chain.types == ["ngram-map-k"]

@@ -328,7 +328,7 @@ def _spec_setup(a):
                     ngram_mod_n_max=a.ngram_mod_n_max,
                     lookup_cache_static=a.lookup_cache_static,
                     lookup_cache_dynamic=a.lookup_cache_dynamic).validate()
-    need_draft = "draft-simple" in sp.resolved_types(has_draft_model=True)
+    need_draft = sp.needs_draft_model()
     if a.model_draft is not None and not need_draft:
         warnings.warn(f"--spec-type {a.spec_type} has no draft-simple: the draft model "
                       f"{a.model_draft} is not used", stacklevel=2)
@@ -352,7 +352,7 @@ def cmd_speculative_simple(a):
         # does, as llama-cli and llama-server do
         loop = SpeculativeLoop(ctx_t, ctx_d, [ids] * max(1, a.parallel), a.n_predict,
                                sampler_params(a), sp, penalize_prompt=a.penalize_prompt,
-                               stop=a.stop)
+                               stop_rule=a.stop)
     if not a.json:
         sys.stdout.write(as_text(text, "replace"))
         sys.stdout.flush()
@@ -370,13 +370,13 @@ def cmd_speculative_simple(a):
         sys.stdout.flush()
     results = loop.run(on_round=show)
     r = results[0]
-    impls = loop.spec.stats()
+    impls = loop.chain.stats()
     st = impls[0] if impls else {}
     n_eval = sum(s["n_eval"] for s in impls)
     if a.json:
         print(json.dumps({
             "tokens": r.tokens, "text": r.text, "n_prompt": r.n_prompt, "n_drafted": r.n_drafted,
-            "n_accept": r.n_accept, "n_rounds": r.n_rounds, "spec_types": loop.spec.types,
+            "n_accept": r.n_accept, "n_rounds": r.n_rounds, "spec_types": loop.chain.types,
             # per draft over --draft-max positions (specnb's); llama.cpp's are in impls[]
             "acc_rate_per_pos": _per_draft_rates(impls, sp.n_max),
             "mean_acc_len": st.get("mean_acc_len", 0.0), "t_prompt_s": r.t_prompt_s,
@@ -393,7 +393,7 @@ def cmd_speculative_simple(a):
               f"{len(r.tokens) / max(r.t_gen_s, 1e-9):8.3f} t/s\n")
         print(loop.summary())
         print("\ndraft:\n")
-        print(loop.spec.print_stats() if impls else "(no speculation: --spec-type none)")
+        print(loop.chain.print_stats() if impls else "(no speculation: --spec-type none)")
         if impls:
             print("  (master 34af94cd prints the lines above at -lv 4 only, after 'spec "
                   "common_specu: '; c392e50 prints the draft context's perf counters instead)")

@@ -86,7 +86,7 @@ def compare(pair, ids, sp, n_predict: int, draft_max: int, repeats: int = 1,
         with OtherLoad() as load:
             r = loop.run(on_round=events.append)[0]
         if spec is None or key((r, load.share)) < key(spec):
-            spec = (r, load.share, loop.spec.stats()[0], events)
+            spec = (r, load.share, loop.chain.stats()[0], events)
         if attempt + 1 >= repeats and not key(plain)[0] and not key(spec)[0]:
             break
     busy = [x[1] for x in (plain, spec) if x[1] is not None]

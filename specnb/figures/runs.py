@@ -4,7 +4,7 @@ Every function takes data, never a running loop, and returns a `plotly.graph_obj
 without showing it (a notebook shows the returned figure; `fig.write_html(...)` saves it).
 The data come from:
 
-  - `impl_stats(loop.impl)` / `loop.spec.stats()[0]`: llama.cpp's statistics of a run
+  - `loop.chain.main_stats()` / `loop.chain.stats()[0]`: llama.cpp's statistics of a run
     (also what a synthetic-acceptance run produces);
   - `specnb.measure.stats.event_stats(events, n_max)`: the same figures recomputed from a run's
     RoundEvents, plus per-round series (tokens committed per target call, timings); a function

@@ -58,13 +58,13 @@ def code_edit_prompt(vocab) -> list:
 
 def _spec_run(ctx_t, ctx_d, ids, n_predict, sp, **kw):
     spec = SpecParams(**kw)
-    if "draft-simple" not in spec.resolved_types(True):
+    if not spec.needs_draft_model():
         ctx_d = None                                  # the n-gram types need no draft model
     t0, d0 = ctx_t.t_decode, ctx_d.t_decode if ctx_d is not None else 0.0
     loop = SpeculativeLoop(ctx_t, ctx_d, ids, n_predict, sp, spec)
     events = list(loop.rounds())
     r = loop.results()[0]
-    st = loop.spec.stats()[0]
+    st = loop.chain.stats()[0]
     t_dec = (ctx_t.t_decode - t0) + ((ctx_d.t_decode - d0) if ctx_d is not None else 0.0)
     t_rounds = sum(ev.t_round for ev in events)
     n_eval = [ev.n_dft_eval for ev in events]
@@ -225,7 +225,7 @@ def ngram_edit_bench(model_path=None, draft_max_values=(1, 2, 3, 4, 6), n_predic
         loop = SpeculativeLoop(ctx, None, ids, n_predict, sp,
                                SpecParams(types=types, n_max=dm, ngram_size_n=size_n))
         r = loop.run()[0]
-        st = loop.spec.stats()[0]
+        st = loop.chain.stats()[0]
         return r.tokens, r.t_prompt_s, {"n_rounds": r.n_rounds, "n_drafted": r.n_drafted,
                                         "n_accept": r.n_accept, "mean_acc_len": st["mean_acc_len"],
                                         "acc_rate_per_pos": st["acc_rate_per_pos"]}

@@ -18,7 +18,6 @@ before: it counts as a target call, but not as a new draft.
 from __future__ import annotations
 
 from .cost import alpha_from_counts
-from ..speculation.impl import impl_stats
 
 
 def _new_drafts(events):
@@ -52,7 +51,7 @@ def committed_per_round(events) -> list:
 def event_stats(events, n_max: int | None = None) -> dict:
     """The chain's statistics recomputed from RoundEvents, plus per-round series.
 
-    The shared keys equal `impl_stats(loop.impl)` for a single-impl run. llama.cpp's, counted
+    The shared keys equal `loop.chain.main_stats()` for a single-impl run. llama.cpp's, counted
     per accept() call as common_speculative_accept does: every committed round credits the last
     drafter of its sequence (impl_last is kept between rounds), with n_accepted tokens (on a
     replay, the a + 1 re-verified ones); a restored round credits nothing. n_call_accept,
@@ -147,7 +146,7 @@ def run_stats(loop, events) -> dict:
     """The figures one run gives the sweeps and plots: llama.cpp's statistics of the loop's impl
     plus tokens per call, alpha and the time per committed token."""
     events = list(events)
-    st = dict(impl_stats(loop.impl))
+    st = dict(loop.chain.main_stats())
     n_committed = sum(committed_per_round(events))
     acc, exa = examined_counts(events)
     st.update(n_rounds=len(events), n_committed=n_committed,

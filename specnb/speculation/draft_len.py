@@ -35,7 +35,8 @@ schedule, or `auto`, chosen before every round from the costs this run measures.
              it: none runs when fewer tokens remain than those rounds ("budget"). A probe
              costs the draft model the rows it missed while idle: it catches up only the last
              CATCH_UP_WINDOW of them (placed right after what its memory holds, so it sees the
-             prompt and the recent tokens; DraftSimple.offset), not every skipped token.
+             prompt and the recent tokens; deferred.DeferredDraftSimple), not every skipped
+             token.
 
 `expected_tokens(a, d)` and `best_length(...)` are the decision as plain functions, usable on a
 grid (alpha, c) without a run. The policy only chooses each round's n_max: the target's sampler
@@ -319,13 +320,22 @@ class Decision:
 
 
 class DraftLenPolicy:
-    """The per-round draft length. `choose(source)` before a round, `observe(ev)` after it."""
+    """The per-round draft length, consulted by the chain (speculative.Speculative): `lengths()`
+    before a round, `update_candidate_strategy(ev)` after it."""
     schedule = "fixed"
 
     def __init__(self, n_max: int):
         self.n_max = int(n_max)
         self.chosen: dict[int, int] = {}          # how often each length was chosen
         self.last: Decision | None = None
+        self.round: dict | None = None            # this round's {impl type: Decision}
+
+    def lengths(self, types, remaining: int | None = None) -> dict | None:
+        """This round's {impl type: Decision} (one decision for every sequence), or None when
+        the length is fixed (every draft cut to n_max); `remaining`: the tokens still to
+        generate."""
+        self.round = {t: self.choose(t, remaining) for t in types}
+        return self.round
 
     def choose(self, source: str = "draft-simple", remaining: int | None = None) -> Decision:
         """This round's decision for a draft from `source` (an impl type); `remaining`: the
@@ -337,9 +347,13 @@ class DraftLenPolicy:
         self.chosen[dec.d] = self.chosen.get(dec.d, 0) + 1
         self.last = dec
 
-    def observe(self, ev) -> None: ...
+    def update_candidate_strategy(self, ev) -> None:
+        """After a round: read what it measured (transformers' hook of that name)."""
 
     def observe_prefill(self, n_rows: int, t_target: float, t_draft: float | None = None) -> None: ...
+
+    def observe_draft_decode(self, n_rows: int, seconds: float) -> None:
+        """One decode of the draft model while drafting (DeferredDraftSimple reports them)."""
 
     def stats(self) -> dict:
         return {"schedule": self.schedule, "n_max": self.n_max,
@@ -348,6 +362,11 @@ class DraftLenPolicy:
 
 class FixedDraftLen(DraftLenPolicy):
     """llama.cpp: every round may draft n_max tokens."""
+
+    def lengths(self, types, remaining: int | None = None) -> None:
+        self.record(self.choose())
+        self.round = None
+        return None
 
 
 class HeuristicDraftLen(DraftLenPolicy):
@@ -362,7 +381,7 @@ class HeuristicDraftLen(DraftLenPolicy):
     def choose(self, source: str = "draft-simple", remaining: int | None = None) -> Decision:
         return Decision(int(self.n), "schedule")
 
-    def observe(self, ev) -> None:
+    def update_candidate_strategy(self, ev) -> None:
         for r in ev.slots[:1]:
             if r.replay or not r.draft:
                 continue
@@ -375,9 +394,10 @@ class HeuristicDraftLen(DraftLenPolicy):
 class AutoDraftLen(DraftLenPolicy):
     """Each round's length from measured costs and running acceptance (see the module docstring).
 
-    Fed by `observe(ev)` with the loop's RoundEvents: ev.t_verify + ev.t_sample + ev.t_rollback +
-    ev.t_process time a target side of 1 + len(draft) rows; ev.dft_decodes, the draft model's
-    decodes as (rows, seconds); the slot's draft, impl and n_accepted the acceptance per source.
+    Fed by `update_candidate_strategy(ev)` with the loop's RoundEvents: ev.t_verify + ev.t_sample +
+    ev.t_rollback + ev.t_process time a target side of 1 + len(draft) rows; the slot's draft, impl
+    and n_accepted the acceptance per source; and by `observe_draft_decode`, the draft model's
+    decodes as (rows, seconds).
     """
     schedule = "auto"
 
@@ -547,12 +567,13 @@ class AutoDraftLen(DraftLenPolicy):
         if t_draft is not None and t_draft > 0 and t_target > 0 and math.isfinite(t_draft):
             self.prefill_ratio = t_draft / t_target
 
-    def observe(self, ev) -> None:
+    def observe_draft_decode(self, n_rows: int, seconds: float) -> None:
+        self.t_draft_rows.add(n_rows, seconds)
+
+    def update_candidate_strategy(self, ev) -> None:
         rows = sum(1 + len(r.draft) for r in ev.slots)
         t_tgt = ev.t_verify + ev.t_sample + ev.t_rollback + ev.t_process
         self.t_target.add(rows, t_tgt)
-        for n, t in getattr(ev, "dft_decodes", ()):
-            self.t_draft_rows.add(n, t)
         self.t_run += ev.t_round
         if self._held and any(r.draft for r in ev.slots):
             self._held.clear()                    # new draft measurements: judge again

@@ -19,7 +19,6 @@ again the rows it must keep.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,19 +97,6 @@ class DraftSimple(SpeculativeImpl):
         self._ckpt: list = [None] * n_seq
         self._since: list[list] = [[] for _ in range(n_seq)]
         self._drafted: set = set()            # sequences draft() decoded for since before_verify
-        # specnb's deferred process (set by the loop for `--draft-max auto`, a memory that can
-        # drop part of a sequence only): process() only notes the target's rows, and the next
-        # draft() decodes them in its seed batch, so rounds that draft nothing cost the draft
-        # model nothing and catching up costs one batched decode
-        self.defer = False
-        self._pending: list[list] = [[] for _ in range(n_seq)]
-        # with `catch_up_window` W (the loop sets it with defer), a catch-up of more than W rows
-        # decodes only the last W, placed right after what the draft KV holds: the draft model
-        # then sees the prompt and the recent tokens, with the rows between left out, and its
-        # positions run `offset` behind the target's (target position = draft position + offset)
-        self.catch_up_window: int | None = None
-        self._off: list[int] = [0] * n_seq
-        self.decodes: list = []               # (rows, seconds) of every decode of draft()
 
     # ---- the draft memory's checkpoint (only when it cannot drop part of a sequence) -------
     def _save(self, seq: int) -> None:
@@ -137,17 +123,22 @@ class DraftSimple(SpeculativeImpl):
             for t, p, s in zip(batch.tokens, batch.pos, batch.seq_id):
                 self._since[s].append((t, p))
 
-    def _drop_pending(self, seq: int, p0: int) -> None:
-        """Forget the deferred rows at positions >= p0 (the list is kept in position order)."""
-        pend = self._pending[seq]
-        while pend and pend[-1][1] >= p0:
-            pend.pop()
+    # ---- where the draft memory's rows go (a subclass may place them elsewhere) -------------
+    def _kv_pos(self, seq: int, p: int) -> int:
+        """The draft memory's position for the target's position p (the same here)."""
+        return p
+
+    def _seed_rows(self, seq: int, batch: Batch) -> None:
+        """Rows to decode in the seed batch before seq's seed row (none here)."""
+
+    def _decode(self, batch: Batch) -> None:
+        """One decode of the draft model while drafting."""
+        self.ctx.decode(batch)
 
     # ---- specnb's rollback hooks ----------------------------------------------------------
-    def offset(self, seq: int) -> int:
-        """Target position minus draft position of seq's recent rows (0 unless a windowed
-        catch-up left rows out)."""
-        return self._off[seq]
+    def pos_max(self, seq: int) -> int:
+        """The draft memory's last position of seq, in the target's positions."""
+        return self.ctx.seq_pos_max(seq)
 
     def before_verify(self, seq: int, n_past: int) -> None:
         """Undo the draft() decodes: ckpt.load_dft or seq_rm(n_past) (speculative-simple.cpp:206-213 @34af94cd)."""
@@ -157,33 +148,24 @@ class DraftSimple(SpeculativeImpl):
         if not self.partial:
             self._restore(seq, n_past)
         elif self.reeval:
-            self.ctx.seq_rm(seq, n_past - self._off[seq], -1)
+            self.ctx.seq_rm(seq, self._kv_pos(seq, n_past), -1)
 
     def seq_rm(self, seq: int, p0: int) -> None:
         """Drop positions >= p0 of seq (llama_memory_seq_rm(ctx_dft, seq, p0, -1))."""
-        self._drop_pending(seq, p0)
-        off = self._off[seq]
-        if p0 <= 0:
-            self._off[seq] = 0
-        if self.ctx.seq_pos_max(seq) < p0 - off:
+        if self.ctx.seq_pos_max(seq) < self._kv_pos(seq, p0):
             return
         if p0 <= 0:                            # the whole sequence: every memory can do that
             self.ctx.seq_rm(seq, -1, -1)
             self._ckpt[seq], self._since[seq] = None, []
             self._drafted.discard(seq)
         elif self.partial:
-            self.ctx.seq_rm(seq, max(p0 - off, 0), -1)
+            self.ctx.seq_rm(seq, max(self._kv_pos(seq, p0), 0), -1)
         else:
             self._restore(seq, p0)
 
     # ---- the interface --------------------------------------------------------------------
     def process(self, batch: Batch) -> bool:
         """Keep the draft KV in sync with a target batch, no logits."""
-        if self.defer and self.partial:
-            for t, p, s in zip(batch.tokens, batch.pos, batch.seq_id):
-                self._drop_pending(s, p)       # a row at p replaces the rows from p on
-                self._pending[s].append((int(t), int(p)))
-            return True
         if not self.partial:
             for s in sorted(set(batch.seq_id)):
                 self._save(s)
@@ -234,9 +216,9 @@ class DraftSimple(SpeculativeImpl):
                                    Sampler(SamplerParams(temp=self.draft_temp, top_k=0, top_p=1.0,
                                                          min_p=0.0)))
             dp.result.clear()
-            self._catch_up(s, batch)
+            self._seed_rows(s, batch)
             i_batch[s] = len(batch)
-            batch.add(dp.id_last, dp.n_past - self._off[s], s, True)   # the seed row
+            batch.add(dp.id_last, self._kv_pos(s, dp.n_past), s, True)   # the seed row
             active.append(s)
         if not active:
             return
@@ -270,7 +252,7 @@ class DraftSimple(SpeculativeImpl):
                 if len(dp.result) >= cap:
                     continue
                 i_batch[s] = len(batch)
-                batch.add(tok, dp.n_past + i + 1 - self._off[s], s, True)   # next input row
+                batch.add(tok, self._kv_pos(s, dp.n_past + i + 1), s, True)   # next input row
                 still.append(s)
             active = still
             if not len(batch):
@@ -283,35 +265,6 @@ class DraftSimple(SpeculativeImpl):
             if dp.drafting and len(dp.result) < self.n_min:        # too short: no speculation
                 dp.result.clear()
                 self.q[s] = []
-
-    def _decode(self, batch: Batch) -> None:
-        t0 = time.perf_counter()
-        self.ctx.decode(batch)
-        self.decodes.append((len(batch), time.perf_counter() - t0))
-
-    def _catch_up(self, s: int, batch: Batch) -> None:
-        """Deferred process(): the target's rows the draft KV misses go into the seed batch."""
-        rows = dict(sorted((p, t) for t, p in self._pending[s]))      # the last row per position
-        self._pending[s] = []
-        if not rows:
-            return
-        ctx, off = self.ctx, self._off[s]
-        todo = sorted(rows.items())
-        i = 0
-        while i < len(todo) and not self.reeval and ctx.holds(s, todo[i][0] - off, todo[i][1]):
-            i += 1                                         # the draft already holds this row
-        todo = todo[i:]
-        if not todo:
-            return
-        ctx.seq_rm(s, todo[0][0] - off, -1)
-        w = self.catch_up_window
-        if w is not None and len(todo) > w:                # leave the older rows out
-            off = self._off[s] = off + len(todo) - w
-            todo = todo[-w:]
-        for p, t in todo:
-            batch.add(t, p - off, s, False)
-            self.n_eval_process += 1
-            self.n_eval_draft -= 1                         # counted as process() work
 
     def _sample_q(self, s: int, row: int) -> tuple[int, DraftTokenInfo]:
         """Rejection mode: draw one draft token from q, the draft chain's distribution at row."""

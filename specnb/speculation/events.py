@@ -8,6 +8,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class KvTrail(NamedTuple):
+    """One memory's last position (seq_pos_max; -1: empty or no draft model) at three moments of
+    a round."""
+    drafted: int = -1                 # after drafting (the target's: before its verification)
+    verified: int = -1                # after the verification batch (the draft's: after process)
+    after: int = -1                   # after the rollback, or after the checkpoint restore
 
 
 @dataclass
@@ -24,11 +33,11 @@ class SlotRound:
     n_accepted: int = 0               # draft tokens accepted (len(ids) - 1)
     target_p: list = field(default_factory=list)     # target probability of each sampled id
     committed: list = field(default_factory=list)    # ids actually committed (cut at EOG / n_predict)
-    kv_tgt: tuple = ()                # (pos_max before verify, after decode, after rollback)
-    kv_dft: tuple = ()                # (after drafting, after process, after rollback); -1s without a draft model
+    kv_tgt: KvTrail = KvTrail()       # the target memory's last position at three moments
+    kv_dft: KvTrail = KvTrail()       # the draft memory's, in the target's positions
     replay: bool = False              # this round re-verifies approved tokens (checkpoint path)
     checkpoint: str = ""              # "", "saved", "restored"
-    stop: str = ""                    # "", "eog", "n_predict", "context_full"
+    stop_reason: str = ""             # "", "eog", "n_predict", "context_full"
     draft_len: object = None          # draft_len.Decision: the round's chosen length and why
                                       # (None: no schedule chose it, e.g. a replay)
 
@@ -44,7 +53,6 @@ class RoundEvent:
     t_rollback: float = 0.0
     t_round: float = 0.0
     n_dft_eval: int = 0               # draft-model token evaluations this round
-    dft_decodes: list = field(default_factory=list)   # the draft model's decodes: (rows, seconds)
 
     @property
     def slot(self) -> SlotRound:

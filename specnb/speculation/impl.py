@@ -20,6 +20,8 @@ and small hooks of specnb's (no-ops unless the impl owns a memory or a record to
                                  on ctx_dft)
   draft_dists(seq)               the distributions the draft was sampled from (rejection mode),
                                  or None for a deterministic draft
+  pos_max(seq)                   the impl's memory's last position of seq, in the target's
+                                 positions (None: the impl keeps no memory)
   n_eval_draft, n_eval_process   token rows this impl evaluated on a model while drafting and
                                  while observing target batches (0 for lookups); n_eval their sum
 
@@ -60,8 +62,6 @@ class DraftParams:
     prompt: list = field(default_factory=list)    # committed tokens [0, n_past)
     result: list = field(default_factory=list)    # output: the draft
     smpl: object = None       # specnb: the target's sampler of seq (rejection-sampling mode)
-    n_max_type: dict | None = None   # specnb: {impl type: its cap this round} (--draft-max auto);
-                                     # 0 skips that impl for this sequence
 
 
 class SpeculativeImpl:
@@ -97,6 +97,7 @@ class SpeculativeImpl:
     def draft_dists(self, seq: int) -> list | None: return None
     def before_verify(self, seq: int, n_past: int) -> None: ...
     def seq_rm(self, seq: int, p0: int) -> None: ...
+    def pos_max(self, seq: int) -> int | None: return None
 
     @property
     def n_eval(self) -> int:

@@ -33,7 +33,7 @@ common/speculative.cpp:2617-2696, 2698-2732 @34af94cd):
     length, n_accept += accepted, per committed round: on a replay, a + 1 and a + 1).
     llama-server's slot statistics instead count d drafted and a accepted per draft, as the
     `specnb_*` breakdown in the impl statistics does.
-n_predict (`stop`): "exact", specnb's default, stops at exactly n_predict tokens, so speculative
+n_predict (`stop_rule`): "exact", specnb's default, stops at exactly n_predict tokens, so speculative
 and plain decoding compare token for token. "master" stops as speculative-simple at 34af94cd:
 it runs while n_predict <= N (:339-341); each draft is cut to the budget N - n_predict - 1
 (:180-184), and a budget of 0 means no cap (the `dp.n_max > 0` tests, common/speculative.cpp:350,
@@ -53,12 +53,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..run.context import Batch, Context
-from .draft_len import CATCH_UP_WINDOW, DraftLenPolicy, format_chosen, make_policy
+from .draft_len import DraftLenPolicy, format_chosen
 from ..errors import ContextFullError, ParamError, check_param
-from .events import RoundEvent, SlotRound, timed
-from ..run.generate import check_n_predict, check_prompt
+from .events import KvTrail, RoundEvent, SlotRound, timed
+from ..run.generate import GenerationResult, check_n_predict, check_prompt
 from ..run.sampling import Sampler, SamplerParams
-from .impl import DraftParams, impl_stats
+from .impl import DraftParams
 from .params import SpecParams
 from .speculative import Speculative, build_speculative
 from .verify import Verifier
@@ -76,24 +76,20 @@ class _Slot:
     accepted_flags: list = field(default_factory=list)   # per generated token: was a draft token
     draft: list = field(default_factory=list)            # this round's draft, or a pending replay
     done: bool = False
-    stop: str = ""
+    stop_reason: str = ""             # "", "eog", "n_predict", "context_full"
     ckpt: object = None               # the target's saved state (ckpt.update_tgt)
     smpl_save: Sampler | None = None  # the sampler's clone taken with it
 
 
 @dataclass
-class SpecResult:
-    tokens: list
-    text: str
-    accepted: list            # per token: True when it came from an accepted draft token
-    n_prompt: int
-    n_drafted: int
-    n_accept: int
-    n_rounds: int
-    t_prompt_s: float
-    t_gen_s: float
-    stop_reason: str
-    stats: dict
+class SpecResult(GenerationResult):
+    """A generation (run.generate's result) and what speculation did for it."""
+    accepted: list = field(default_factory=list)   # per token: True when it came from an accepted
+                                                   # draft token
+    n_drafted: int = 0
+    n_accept: int = 0
+    n_rounds: int = 0
+    stats: dict = field(default_factory=dict)
 
     @property
     def accept_rate(self) -> float:
@@ -107,18 +103,19 @@ class SpeculativeLoop:
     """speculative-simple for one or several sequences, one RoundEvent per round.
 
     ctx_dft may be None when no type needs a draft model (the n-gram types); `chain`, a prebuilt
-    `Speculative`, replaces the one built from `spec`.
+    `Speculative`, replaces the one built from `params`; `policy` replaces the chain's draft
+    length policy.
     """
 
     def __init__(self, ctx_tgt: Context, ctx_dft: Context | None, prompts, n_predict: int,
                  sampler_params: SamplerParams | list | None = None,
-                 spec: SpecParams | None = None, draft_seed: int = 0,
+                 params: SpecParams | None = None, draft_seed: int = 0,
                  chain: Speculative | None = None, penalize_prompt: bool = True,
-                 policy: DraftLenPolicy | None = None, stop: str = "exact"):
-        self.p = (spec or SpecParams()).validate()
+                 policy: DraftLenPolicy | None = None, stop_rule: str = "exact"):
+        self.params = (params or SpecParams()).validate()
         self.n_predict = check_n_predict(n_predict)
-        check_param(stop in STOP_RULES, "stop", stop, " or ".join(STOP_RULES))
-        self.stop = stop
+        check_param(stop_rule in STOP_RULES, "stop_rule", stop_rule, " or ".join(STOP_RULES))
+        self.stop_rule = stop_rule
         if prompts and isinstance(prompts[0], (int, np.integer)):
             prompts = [prompts]
         n_seq = len(prompts)
@@ -133,18 +130,17 @@ class SpeculativeLoop:
             raise ParamError(f"{len(sampler_params)} sampler settings for {n_seq} prompts")
         if chain is None:
             temp = max((sampler_params[0] or SamplerParams()).temp, 0.0)
-            chain = build_speculative(self.p, ctx_tgt.model, ctx_dft, n_seq=ctx_tgt.n_seq_max,
-                                      sample_draft=self.p.verify == "rejection", draft_temp=temp,
-                                      seed=draft_seed)
-        self.spec = chain
-        self.draft_simple = chain.impl_of("draft-simple")     # the draft-model impl, if any
-        # each round's draft length (--draft-max N | auto | heuristic): specnb.speculation.draft_len
-        self.policy = policy or make_policy(self.p.schedule, self.p.n_max)
-        synth = self.p.synth_probs()
+            chain = build_speculative(self.params, ctx_tgt.model, ctx_dft, n_seq=ctx_tgt.n_seq_max,
+                                      sample_draft=self.params.verify == "rejection", draft_temp=temp,
+                                      seed=draft_seed, policy=policy)
+        elif policy is not None:
+            chain.policy = policy
+        self.chain = chain
+        synth = self.params.synth_probs()
         if synth is not None:
             warnings.warn("synthetic acceptance: drafts are accepted at random, so the output is "
                           "not valid text (for benchmarking the loop only)", stacklevel=2)
-        self.verify = Verifier(self.p.verify, synth, self.p.synth_seed, self.vocab)
+        self.verifier = Verifier(self.params.verify, synth, self.params.synth_seed, self.vocab)
         self.slots: list[_Slot] = []
         for s, prompt in enumerate(prompts):
             prompt = check_prompt(prompt, ctx_tgt)
@@ -166,8 +162,8 @@ class SpeculativeLoop:
 
     # ---- counters ------------------------------------------------------------------------
     def _totals(self) -> tuple[int, int]:
-        return (sum(i.n_gen_tokens for i in self.spec.impls),
-                sum(i.n_acc_tokens for i in self.spec.impls))
+        st = self.chain.stats()
+        return sum(s["n_gen_tokens"] for s in st), sum(s["n_acc_tokens"] for s in st)
 
     @property
     def n_drafted(self) -> int:
@@ -180,21 +176,20 @@ class SpeculativeLoop:
         return self._totals()[1] - self._totals0[1]
 
     @property
-    def impl(self):
-        """The draft-simple impl, or the first impl of the chain (None without speculation)."""
-        return self.draft_simple or (self.spec.impls[0] if self.spec.impls else None)
+    def policy(self) -> DraftLenPolicy:
+        """The chain's draft-length policy (--spec-draft-n-max N | auto | heuristic)."""
+        return self.chain.policy
 
     def _kv_tgt(self, seq: int) -> int:
         return self.ctx_tgt.seq_pos_max(seq)
 
     def _kv_dft(self, seq: int) -> int:
-        """The draft KV's last position, in the target's positions (a probe's windowed catch-up
-        leaves rows out: DraftSimple.offset)."""
+        """The draft KV's last position, in the target's positions (the chain's answer: under
+        `auto` a probe's windowed catch-up leaves rows out, deferred.py)."""
         if self.ctx_dft is None:
             return -1
-        p = self.ctx_dft.seq_pos_max(seq)
-        ds = self.draft_simple
-        return p + ds.offset(seq) if p >= 0 and ds is not None and ds.ctx is self.ctx_dft else p
+        p = self.chain.pos_max(seq)
+        return self.ctx_dft.seq_pos_max(seq) if p is None else p
 
     # ---- prefill -------------------------------------------------------------------------
     def _prefill(self) -> None:
@@ -203,21 +198,17 @@ class SpeculativeLoop:
             b = Batch()
             for sl in self.slots:
                 self.ctx_tgt.seq_rm(sl.seq, -1, -1)
-                self.spec.seq_rm(sl.seq, 0)
+                self.chain.seq_rm(sl.seq, 0)
                 for i, t in enumerate(sl.prompt):
                     b.add(t, i, sl.seq, False)
             if len(b):
                 t0 = time.perf_counter()
                 self.ctx_tgt.decode(b)
                 t1 = time.perf_counter()
-                self.spec.process(b)
-                self.policy.observe_prefill(len(b), t1 - t0, None if self.draft_simple is None else
-                                            time.perf_counter() - t1)
+                self.chain.process(b)
+                self.chain.observe_prefill(len(b), t1 - t0, time.perf_counter() - t1)
             for sl in self.slots:
-                self.spec.begin(sl.seq, sl.prompt)
-        ds = self.draft_simple
-        if ds is not None and self.p.schedule == "auto":
-            ds.defer = True        # rounds that draft nothing leave the draft model idle
+                self.chain.begin(sl.seq, sl.prompt)
         self._started = True
 
     def rounds(self):
@@ -233,7 +224,7 @@ class SpeculativeLoop:
         if not self._started:
             self._prefill()
         ev = RoundEvent(self.n_rounds, [])
-        n_eval0 = self.spec.n_eval
+        n_eval0 = self.chain.n_eval
         with timed(ev, "t_round"):
             active = [sl for sl in self.slots if not sl.done]
             recs = self._draft(active, ev)
@@ -242,71 +233,48 @@ class SpeculativeLoop:
                 self._commit_or_restore(sl, recs[sl.seq], idxs[sl.seq], ev)
                 ev.slots.append(recs[sl.seq])
         self.n_rounds += 1
-        ev.n_dft_eval = self.spec.n_eval - n_eval0
-        ds = self.draft_simple
-        if ds is not None:
-            ev.dft_decodes, ds.decodes = ds.decodes, []
-        self.policy.observe(ev)
+        ev.n_dft_eval = self.chain.n_eval - n_eval0
+        self.chain.update_candidate_strategy(ev)
         self.t_gen += ev.t_round
         return ev
 
     def _draft(self, active: list, ev: RoundEvent) -> dict:
         """Phase 1: one draft call for every slot with no replay pending (:170-213)."""
-        dps = [DraftParams() for _ in range(self.spec.n_seq)]
-        decs = self._choose_lengths(active)
-        ds = self.draft_simple
-        if ds is not None and ds.defer:         # a probe after idle rounds: a short catch-up
-            ds.catch_up_window = CATCH_UP_WINDOW if decs and any(
-                d.reason in ("probe", "start-up") for d in decs.values()) else None
-        longest = max((impl.n_max for impl in self.spec.impls), default=0)
+        dps = [DraftParams() for _ in range(self.chain.n_seq)]
+        longest = self.chain.n_max
         for sl in active:
             if sl.draft:                       # a replay is pending: reuse it (:214-219)
                 continue
             room = self.ctx_tgt.n_ctx - sl.n_past - 2                   # id_last + context shift
             n_draft_max = max(min(room, sl.n_predict - len(sl.generated) - 1), 0)
-            if self.stop == "master" and n_draft_max == 0 and room >= longest:
+            if self.stop_rule == "master" and n_draft_max == 0 and room >= longest:
                 n_draft_max = -1          # master: a budget of 0 caps nothing (context permitting)
-            elif self.stop == "c392e50":
+            elif self.stop_rule == "c392e50":
                 n_draft_max = max(room, 0)               # no n_predict budget there
-            caps = None if decs is None else {t: d.d for t, d in decs.items()}
-            dps[sl.seq] = DraftParams(drafting=n_draft_max != 0 and (caps is None or any(caps.values())),
-                                      n_max=n_draft_max, n_past=sl.n_past,
+            dps[sl.seq] = DraftParams(drafting=n_draft_max != 0, n_max=n_draft_max, n_past=sl.n_past,
                                       id_last=sl.id_last, prompt=sl.prompt, result=[],
-                                      smpl=sl.sampler if self.p.verify == "rejection" else None,
-                                      n_max_type=caps)
+                                      smpl=sl.sampler if self.params.verify == "rejection" else None)
+        new = [sl for sl in active if not sl.draft]    # the slots that ask for a new draft
+        remaining = min((sl.n_predict - len(sl.generated) for sl in new), default=None)
         with timed(ev, "t_draft"):
-            self.spec.draft(dps)
+            self.chain.draft(dps, remaining)
         recs = {}
         for sl in active:
             rec = SlotRound(seq=sl.seq, n_past=sl.n_past, id_last=sl.id_last, draft=[],
-                            replay=bool(sl.draft), kv_tgt=(self._kv_tgt(sl.seq),),
-                            kv_dft=(self._kv_dft(sl.seq),))
+                            replay=bool(sl.draft), kv_tgt=KvTrail(self._kv_tgt(sl.seq)),
+                            kv_dft=KvTrail(self._kv_dft(sl.seq)))
             if not rec.replay:
                 sl.draft = list(dps[sl.seq].result)
-                rec.impl, rec.draft_info = self.spec.drafted_by(sl.seq), self.spec.draft_info(sl.seq)
-                if decs:                           # the decision that applied: the drafter's
-                    rec.draft_len = decs.get(rec.impl) or decs[self.spec.types[-1]]
-                    self.policy.record(rec.draft_len)
+                rec.impl, rec.draft_info = self.chain.drafted_by(sl.seq), self.chain.draft_info(sl.seq)
+                rec.draft_len = self.chain.length_applied(sl.seq)   # the policy's decision, if any
                 with timed(ev, "t_draft"):
-                    self.spec.before_verify(sl.seq, sl.n_past)     # undo draft()'s decodes
+                    self.chain.before_verify(sl.seq, sl.n_past)    # undo draft()'s decodes
                 if sl.draft and not self.can_rm_tgt:                # ckpt.update_tgt (:200-204)
                     sl.ckpt, sl.smpl_save = self.ctx_tgt.state_seq_get(sl.seq), sl.sampler.clone()
                     rec.checkpoint = "saved"
             rec.draft = list(sl.draft)
             recs[sl.seq] = rec
         return recs
-
-    def _choose_lengths(self, active: list) -> dict | None:
-        """{impl type: Decision} for this round (one decision for every slot), or None when the
-        draft length is fixed (llama.cpp: every draft cut to n_max) or nothing drafts."""
-        if not self.spec.impls or all(sl.draft for sl in active):
-            return None
-        if self.p.schedule == "fixed":
-            self.policy.record(self.policy.choose())
-            return None
-        remaining = min(sl.n_predict - len(sl.generated) for sl in active)
-        decs = {t: self.policy.choose(t, remaining) for t in self.spec.types}
-        return decs
 
     def _verify_batch(self, active: list, recs: dict, ev: RoundEvent) -> dict:
         """Phase 2: [id_last, draft...] of every slot in one target batch, then process (:221-240)."""
@@ -320,26 +288,27 @@ class SpeculativeLoop:
         with timed(ev, "t_verify"):
             self.ctx_tgt.decode(batch)
         with timed(ev, "t_process"):
-            self.spec.process(batch)
+            self.chain.process(batch)
         for sl in active:
-            recs[sl.seq].kv_tgt += (self._kv_tgt(sl.seq),)
-            recs[sl.seq].kv_dft += (self._kv_dft(sl.seq),)
+            rec = recs[sl.seq]
+            rec.kv_tgt = rec.kv_tgt._replace(verified=self._kv_tgt(sl.seq))
+            rec.kv_dft = rec.kv_dft._replace(verified=self._kv_dft(sl.seq))
         return idxs
 
     def _commit_or_restore(self, sl: _Slot, rec: SlotRound, idxs: list, ev: RoundEvent) -> None:
         """Phases 3 and 4 for one slot: the target decides, then commit or restore (:258-342)."""
         with timed(ev, "t_sample"):
-            q_rows = None if rec.replay else self.spec.draft_dists(sl.seq)
-            ids, rec.target_p = self.verify(sl.sampler, self.ctx_tgt, sl.draft, idxs, rec.replay,
+            q_rows = None if rec.replay else self.chain.draft_dists(sl.seq)
+            ids, rec.target_p = self.verifier(sl.sampler, self.ctx_tgt, sl.draft, idxs, rec.replay,
                                             q_rows, sl.seq)
         rec.ids, rec.n_accepted = ids, len(ids) - 1
         with timed(ev, "t_rollback"):
             if not rec.replay:
-                self.spec.record(sl.seq, rec.n_accepted)
+                self.chain.record(sl.seq, rec.n_accepted)
             if rec.n_accepted < len(sl.draft) and sl.ckpt is not None and not rec.replay:
                 self._restore(sl, rec, ids)
                 return
-            self.spec.accept(sl.seq, rec.n_accepted)           # (:292)
+            self.chain.accept(sl.seq, rec.n_accepted)          # (:292)
             self.n_drafted_simple += len(sl.draft)             # (:296-297)
             self.n_accept_simple += rec.n_accepted
             self._commit(sl, rec, ids)
@@ -347,12 +316,11 @@ class SpeculativeLoop:
     def _restore(self, sl: _Slot, rec: SlotRound, ids: list) -> None:
         """Phase 4: back to the checkpoint; the approved ids are the next draft (:267-290)."""
         self.ctx_tgt.state_seq_set(sl.seq, sl.ckpt)            # ckpt.load_tgt
-        self.spec.seq_rm(sl.seq, sl.n_past)                    # ckpt.load_dft
+        self.chain.seq_rm(sl.seq, sl.n_past)                   # ckpt.load_dft
         sl.sampler = sl.smpl_save
         sl.draft = list(ids)
         rec.checkpoint = "restored"
-        rec.kv_tgt += (self._kv_tgt(sl.seq),)
-        rec.kv_dft += (self._kv_dft(sl.seq),)
+        self._kv_after(sl, rec)
 
     def _commit(self, sl: _Slot, rec: SlotRound, ids: list) -> None:
         """Phase 3's end: commit the ids, drop the rejected tail from both memories (:295-337)."""
@@ -366,20 +334,23 @@ class SpeculativeLoop:
             sl.accepted_flags.append(i < n_from_draft)
             rec.committed.append(tok)
             if self.vocab.is_eog(tok):
-                sl.done, sl.stop = True, "eog"
+                sl.done, sl.stop_reason = True, "eog"
                 break
-            if self.stop == "exact" and len(sl.generated) >= sl.n_predict:   # exactly n_predict
-                sl.done, sl.stop = True, "n_predict"
+            if self.stop_rule == "exact" and len(sl.generated) >= sl.n_predict:   # exactly n_predict
+                sl.done, sl.stop_reason = True, "n_predict"
                 break
-        if self.stop != "exact" and not sl.done and len(sl.generated) > sl.n_predict:   # (:339)
-            sl.done, sl.stop = True, "n_predict"
+        if self.stop_rule != "exact" and not sl.done and len(sl.generated) > sl.n_predict:   # (:339)
+            sl.done, sl.stop_reason = True, "n_predict"
         if not sl.done and sl.n_past >= self.ctx_tgt.n_ctx:   # id_last has no cell left
-            sl.done, sl.stop = True, "context_full"
+            sl.done, sl.stop_reason = True, "context_full"
         self.ctx_tgt.seq_rm(sl.seq, sl.n_past, -1)
-        self.spec.seq_rm(sl.seq, sl.n_past)
-        rec.kv_tgt += (self._kv_tgt(sl.seq),)
-        rec.kv_dft += (self._kv_dft(sl.seq),)
-        rec.stop = sl.stop
+        self.chain.seq_rm(sl.seq, sl.n_past)
+        self._kv_after(sl, rec)
+        rec.stop_reason = sl.stop_reason
+
+    def _kv_after(self, sl: _Slot, rec: SlotRound) -> None:
+        rec.kv_tgt = rec.kv_tgt._replace(after=self._kv_tgt(sl.seq))
+        rec.kv_dft = rec.kv_dft._replace(after=self._kv_dft(sl.seq))
 
     # ---- results ---------------------------------------------------------------------------
     def run(self, on_round=None) -> list[SpecResult]:
@@ -389,18 +360,19 @@ class SpeculativeLoop:
         return self.results()
 
     def results(self) -> list[SpecResult]:
-        st = impl_stats(self.impl) if self.impl is not None else {}
+        st = self.chain.main_stats()
         return [SpecResult(tokens=sl.generated, text=self.vocab.detokenize(sl.generated),
                            accepted=sl.accepted_flags, n_prompt=self.n_prompt[sl.seq],
                            n_drafted=self.n_drafted, n_accept=self.n_accept, n_rounds=self.n_rounds,
-                           t_prompt_s=self.t_prompt, t_gen_s=self.t_gen, stop_reason=sl.stop, stats=st)
+                           t_prompt_s=self.t_prompt, t_gen_s=self.t_gen, stop_reason=sl.stop_reason,
+                           stats=st)
                 for sl in self.slots]
 
     def summary(self) -> str:
         """The speculative-simple summary (speculative-simple.cpp:354-358), with its counters."""
         n_pred = sum(len(sl.generated) for sl in self.slots)
         rate = 100.0 * self.n_accept_simple / self.n_drafted_simple if self.n_drafted_simple else 0.0
-        return (f"n_draft   = {self.p.draft_max}\nn_predict = {n_pred}\nn_drafted = {self.n_drafted_simple}\n"
+        return (f"n_draft   = {self.params.draft_max}\nn_predict = {n_pred}\nn_drafted = {self.n_drafted_simple}\n"
                 f"n_accept  = {self.n_accept_simple}\naccept    = {rate:.3f}%\n"
                 + {"master": f"(stop as llama-speculative-simple at 34af94cd: one round past "
                              f"n_predict = {self.n_predict}, the last draft uncapped)",
@@ -409,5 +381,5 @@ class SpeculativeLoop:
                    "exact": f"(specnb stops at exactly n_predict tokens, so speculative output "
                             f"compares token for token with plain decoding; llama-speculative-simple "
                             f"runs one round more, prints n_predict >= {self.n_predict + 1} and "
-                            f"counts that round's draft too: --stop master prints its counts)"}[self.stop]
-                + ("" if self.p.schedule == "fixed" else "\n" + format_chosen(self.policy.stats())))
+                            f"counts that round's draft too: --stop master prints its counts)"}[self.stop_rule]
+                + ("" if self.params.schedule == "fixed" else "\n" + format_chosen(self.policy.stats())))

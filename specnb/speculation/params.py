@@ -153,6 +153,10 @@ class SpecParams:
             return ()
         return tuple(sorted(t, key=PRIORITY.index))
 
+    def needs_draft_model(self) -> bool:
+        """Some requested type runs a draft model (-md); the n-gram types need none."""
+        return any(t in NEEDS_DRAFT_MODEL for t in self.resolved_types(has_draft_model=True))
+
     def ngram_knobs(self, type_: str) -> dict:
         """size_n, size_m and min_hits of an n-gram map type: its own flags (34af94cd) or the
         shared values."""

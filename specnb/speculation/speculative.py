@@ -12,33 +12,46 @@ Behaviour as llama.cpp master 34af94cd, common/speculative.cpp:
     that impl (is_other = false) and tells the others (is_other = true). impl_last is kept
     between rounds, so a round that drafts nothing still counts an accept(0) call for the last
     drafter.
-`SpecParams` carries speculative-simple's flags; `build_speculative` is common_speculative_init.
+`SpecParams` (params.py) carries speculative-simple's flags; `build_speculative` is
+common_speculative_init.
+
+specnb's one addition is the draft-length policy (draft_len.py), consulted in one place: before
+the impls draft, `draft(dps, n_remaining)` asks it for this round's length per impl type (master
+cuts every draft to a fixed n_max: FixedDraftLen), and after each round the loop hands it the
+round (`update_candidate_strategy`, shaped like transformers' AssistedCandidateGenerator hook of
+that name). Under `auto` the draft model is a `DeferredDraftSimple` (deferred.py).
 """
 from __future__ import annotations
 
 import time
 
+from .deferred import DeferredDraftSimple
+from .draft_len import DraftLenPolicy, FixedDraftLen, make_policy
 from .draft_simple import DraftSimple
 from ..errors import ParamError
 from .ngram import NgramMapK, NgramMapK4V, NgramSimple
 from .ngram_cache import NgramCache
 from .ngram_mod import NgramMod
 from .impl import DraftParams, SpeculativeImpl, format_impl_stats, impl_stats
-from .params import NGRAM_CACHE_N_DRAFT, PRIORITY, SpecParams
+from .params import NEEDS_DRAFT_MODEL, NGRAM_CACHE_N_DRAFT, PRIORITY, SpecParams
 
 
 def build_speculative(p: SpecParams, target, ctx_dft, n_seq: int = 1, sample_draft: bool = False,
-                      draft_temp: float = 1.0, seed: int = 0) -> "Speculative":
-    """common_speculative_init: one impl per requested type, in priority order."""
+                      draft_temp: float = 1.0, seed: int = 0,
+                      policy: DraftLenPolicy | None = None) -> "Speculative":
+    """common_speculative_init: one impl per requested type, in priority order, and the draft
+    length policy of p.schedule (or `policy`)."""
+    policy = policy or make_policy(p.schedule, p.n_max)
     impls = []
     for t in p.resolved_types(ctx_dft is not None):
         if t == "draft-simple":
             if ctx_dft is None:
                 raise ParamError("speculative type 'draft-simple' needs a draft model (-md) and a "
                                  "draft context; the n-gram types need neither")
-            impls.append(DraftSimple(target, ctx_dft, n_seq=n_seq, n_max=p.n_max, n_min=p.n_min,
-                                     p_min=p.p_min, reeval=p.reeval, sample_draft=sample_draft,
-                                     draft_temp=draft_temp, seed=seed))
+            kw = dict(n_seq=n_seq, n_max=p.n_max, n_min=p.n_min, p_min=p.p_min, reeval=p.reeval,
+                      sample_draft=sample_draft, draft_temp=draft_temp, seed=seed)
+            impls.append(DeferredDraftSimple(target, ctx_dft, policy, **kw) if policy.schedule == "auto"
+                         else DraftSimple(target, ctx_dft, **kw))
         elif t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
             # not cut to --spec-draft-n-max: master drafts up to the m-gram size
             cls = {"ngram-simple": NgramSimple, "ngram-map-k": NgramMapK, "ngram-map-k4v": NgramMapK4V}[t]
@@ -49,7 +62,7 @@ def build_speculative(p: SpecParams, target, ctx_dft, n_seq: int = 1, sample_dra
         elif t == "ngram-cache":
             impls.append(NgramCache(n_seq, n_max=NGRAM_CACHE_N_DRAFT, static_path=p.lookup_cache_static,
                                     dynamic_path=p.lookup_cache_dynamic, n_vocab=target.n_vocab))
-    return Speculative(impls, n_seq=n_seq)
+    return Speculative(impls, n_seq=n_seq, policy=policy)
 
 
 def _priority(impl) -> int:
@@ -57,18 +70,27 @@ def _priority(impl) -> int:
 
 
 class Speculative:
-    """common_speculative: the impls in priority order, impl_last per sequence."""
+    """common_speculative: the impls in priority order, impl_last per sequence, and specnb's
+    draft-length policy (FixedDraftLen: master's fixed n_max)."""
 
-    def __init__(self, impls: list[SpeculativeImpl], n_seq: int = 1):
+    def __init__(self, impls: list[SpeculativeImpl], n_seq: int = 1,
+                 policy: DraftLenPolicy | None = None):
         self.impls = sorted(impls, key=_priority)
         self.n_seq = n_seq
         self.impl_last: list[SpeculativeImpl | None] = [None] * n_seq
         self.impl_round: list[SpeculativeImpl | None] = [None] * n_seq   # drafted this round
         self._info: list[list] = [[] for _ in range(n_seq)]
+        self.policy = policy or FixedDraftLen(max((i.n_max for i in self.impls), default=0))
+        self._lengths: dict | None = None     # this round's {impl type: Decision}, or None
 
     @property
     def types(self) -> list[str]:
         return [impl.type for impl in self.impls]
+
+    @property
+    def n_max(self) -> int:
+        """The longest draft any impl may make (0 without impls)."""
+        return max((impl.n_max for impl in self.impls), default=0)
 
     def impl_of(self, type_: str) -> SpeculativeImpl | None:
         return next((i for i in self.impls if i.type == type_), None)
@@ -87,16 +109,26 @@ class Speculative:
             ok = impl.process(batch) and ok
         return ok
 
-    def draft(self, dps: list[DraftParams]) -> None:
-        """common_speculative_draft: the first impl that fills a sequence's result wins it."""
+    def draft(self, dps: list[DraftParams], n_remaining: int | None = None) -> None:
+        """common_speculative_draft: the first impl that fills a sequence's result wins it.
+
+        specnb: with `n_remaining` (the fewest tokens any new draft's sequence still has to
+        generate; None: no sequence asks for a new draft, e.g. every one replays) the policy
+        first chooses this round's length per impl type; a length of 0 skips that impl."""
         self.impl_round, self._info = [None] * self.n_seq, [[] for _ in range(self.n_seq)]
+        self._lengths = None
+        if self.impls and n_remaining is not None:
+            self._lengths = self.policy.lengths(self.types, n_remaining)
+        caps = None if self._lengths is None else {t: d.d for t, d in self._lengths.items()}
         for dp in dps:
             if dp.drafting:
                 dp.result.clear()
+                if caps is not None and not any(caps.values()):
+                    dp.drafting = False            # every impl's length is 0: a plain round
         if not any(dp.drafting for dp in dps):
             return
         for impl in self.impls:
-            saved = self._impl_caps(impl, dps)
+            saved = self._impl_caps(impl, dps, caps)
             if any(dp.drafting for dp in dps):
                 t0 = time.perf_counter()
                 impl.draft(dps)
@@ -126,14 +158,16 @@ class Speculative:
             dp.drafting = False
 
     @staticmethod
-    def _impl_caps(impl, dps) -> dict:
-        """specnb's per-impl caps (DraftParams.n_max_type): apply impl's to each sequence that has
-        one, a cap of 0 taking the sequence out of this impl's call; {seq: (n_max as it was, the
-        impl's cap)}."""
+    def _impl_caps(impl, dps, caps: dict | None) -> dict:
+        """specnb's per-impl lengths ({impl type: cap}, the policy's): apply impl's to each
+        drafting sequence, a cap of 0 taking the sequence out of this impl's call; {seq: (n_max
+        as it was, the impl's cap)}."""
         saved = {}
+        if not caps or impl.type not in caps:
+            return saved
         for s, dp in enumerate(dps):
-            if dp.drafting and dp.n_max_type and impl.type in dp.n_max_type:
-                cap = int(dp.n_max_type[impl.type])
+            if dp.drafting:
+                cap = int(caps[impl.type])
                 cap = min(dp.n_max, cap) if dp.n_max >= 0 else cap
                 saved[s] = (dp.n_max, cap)
                 dp.n_max = cap
@@ -193,6 +227,42 @@ class Speculative:
         """The distributions seq's draft was sampled from, or None for a deterministic draft."""
         impl = self.impl_round[seq]
         return impl.draft_dists(seq) if impl is not None else None
+
+    def length_applied(self, seq: int):
+        """The policy's Decision that applied to seq's draft this round (the drafter's, or the
+        last impl's when none drafted), counted in the policy's statistics; None when the
+        length was not chosen this round (a fixed n_max, or a replay)."""
+        if self._lengths is None:
+            return None
+        dec = self._lengths.get(self.drafted_by(seq)) or self._lengths[self.types[-1]]
+        self.policy.record(dec)
+        return dec
+
+    def pos_max(self, seq: int) -> int | None:
+        """The last position of seq in a draft model's memory, in the target's positions (None
+        when no impl keeps a memory)."""
+        held = [p for impl in self.impls if (p := impl.pos_max(seq)) is not None]
+        return max(held) if held else None
+
+    def needs_draft_model(self) -> bool:
+        """Some impl runs a draft model."""
+        return any(impl.type in NEEDS_DRAFT_MODEL for impl in self.impls)
+
+    # ---- the draft-length policy's hooks (specnb) ------------------------------------------
+    def observe_prefill(self, n_rows: int, t_target: float, t_process: float) -> None:
+        """The prompt's decodes: the target's, and this chain's process() of them (the draft
+        model's decode when one is in the chain)."""
+        self.policy.observe_prefill(n_rows, t_target, t_process if self.needs_draft_model() else None)
+
+    def update_candidate_strategy(self, ev) -> None:
+        """After a round (transformers' AssistedCandidateGenerator.update_candidate_strategy):
+        the policy reads what the round measured."""
+        self.policy.update_candidate_strategy(ev)
+
+    def main_stats(self) -> dict:
+        """impl_stats of the draft-model impl, else of the first impl ({} without one)."""
+        main = next((i for i in self.impls if i.type == "draft-simple"), self.impls[0] if self.impls else None)
+        return impl_stats(main) if main is not None else {}
 
     def before_verify(self, seq: int, n_past: int) -> None:
         for impl in self.impls:

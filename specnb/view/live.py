@@ -246,7 +246,7 @@ class LiveView:
         sps = S.sampler_params(s, n, self.sampler_extra)
         spec = S.spec_params(s, self.spec_extra)
         n_ctx = S.context_size(prompts, s["n_predict"], s["draft_max"], self.n_ctx_opt)
-        needs_draft = "draft-simple" in spec.resolved_types(True)    # n-gram types need none
+        needs_draft = spec.needs_draft_model()
         pair = open_pair(self.target, self.draft if needs_draft else False, n_ctx=n_ctx, n_seq=n, backend=self.backend,
                          n_threads=self.n_threads, activations=self.activations,
                          tgt_seq_rm=not s["checkpoints"], dft_seq_rm=not s["draft_checkpoints"])
@@ -264,8 +264,8 @@ class LiveView:
             self.prompts = []
             try:
                 self.loop = self._build_loop()
-                self.run = RunState(self.vocab, len(self.prompts), self.loop.p.verify,
-                                    int(self.loop.p.n_max), self.loop.spec.types,
+                self.run = RunState(self.vocab, len(self.prompts), self.loop.params.verify,
+                                    int(self.loop.params.n_max), self.loop.chain.types,
                                     self.loop.ctx_dft is not None)
             except SpecnbError as e:
                 self.error = str(e)
@@ -407,7 +407,7 @@ class LiveView:
     # ---- rendering ------------------------------------------------------------------------
     @property
     def _p_min(self) -> float:
-        return float(self.loop.p.p_min) if self.loop is not None else 0.0
+        return float(self.loop.params.p_min) if self.loop is not None else 0.0
 
     def _render_status(self) -> None:
         if self.loop is None:

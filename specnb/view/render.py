@@ -301,8 +301,8 @@ def slot_header_html(sv: SlotView, vocab) -> str:
     if sv.replay:
         badges.append(("specnb-replay", "#f57f17", "↻ replay: the approved tokens of the last round "
                        "re-verified as this round's draft"))
-    if sv.stop:
-        badges.append(("specnb-stop", "#37474f", f"■ stopped: {sv.stop}"))
+    if sv.stop_reason:
+        badges.append(("specnb-stop", "#37474f", f"■ stopped: {sv.stop_reason}"))
     b = "".join(f'<span class="{cls}" style="margin-left:8px;padding:0 6px;border-radius:8px;'
                 f'border:1px solid {col};color:{col};font-size:11px">{_e(txt)}</span>'
                 for cls, col, txt in badges)

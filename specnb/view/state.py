@@ -72,7 +72,7 @@ class SlotView:
     committed: list                   # [(token, from_draft)]
     checkpoint: str = ""
     replay: bool = False
-    stop: str = ""
+    stop_reason: str = ""
     verify: str = "exact"
     impl: str = ""                    # type of the impl that drafted this round ("" for none)
     draft_len: dict | None = None     # --spec-draft-n-max auto / heuristic: the round's chosen length and
@@ -204,7 +204,7 @@ def slot_view(rec, round_: int, vocab, verify: str = "exact", has_draft: bool = 
         kv={"target": kv_states(rec.n_past, rec.kv_tgt, n_tgt),
             "draft": kv_states(rec.n_past, rec.kv_dft, n_dft) if has_draft else []},
         n_drafted=0 if rec.replay else d, n_accepted=rec.n_accepted, committed=committed_flags(rec),
-        checkpoint=rec.checkpoint, replay=rec.replay, stop=rec.stop, verify=verify,
+        checkpoint=rec.checkpoint, replay=rec.replay, stop_reason=rec.stop_reason, verify=verify,
         impl="" if rec.replay else rec.impl,
         draft_len=rec.draft_len.as_dict() if getattr(rec, "draft_len", None) is not None else None)
 
@@ -237,7 +237,7 @@ class RunState:
             views[rec.seq] = sv
             self.committed.setdefault(rec.seq, []).extend(sv.committed)
         self.slot_views.append(views)
-        self.stopped |= {r.seq for r in ev.slots if r.stop}
+        self.stopped |= {r.seq for r in ev.slots if r.stop_reason}
         self.done = len(self.stopped) >= self.n_seq
 
     @property
@@ -269,7 +269,7 @@ class RunState:
 
     @property
     def stop_reasons(self) -> list:
-        return sorted({r.stop for ev in self.events for r in ev.slots if r.stop})
+        return sorted({r.stop_reason for ev in self.events for r in ev.slots if r.stop_reason})
 
     @property
     def counters(self) -> dict:

@@ -1,8 +1,9 @@
 """specnb: small-draft-model speculative decoding as llama.cpp does it, in readable Python.
 
-This module is the front door: every name the README and the notebooks use is importable from
-here (`from specnb import load_model, open_pair, SpeculativeLoop`), loaded on first use, so
-`import specnb` itself reads no model, imports no Numba and touches no disk.
+This module is the front door: the learner's API, fifteen names and the errors
+(`from specnb import load_model, open_pair, SpeculativeLoop`), loaded on first use, so
+`import specnb` itself reads no model, imports no Numba and touches no disk. The course's other
+names (figures, measurements, the model registry, `say` and `check`) come from `specnb.course`.
 
 Read the code in this order (docs/architecture.md draws the whole map):
   1. specnb/speculative_simple.py   the algorithm in fifty lines, as examples/speculative-simple
@@ -20,75 +21,60 @@ run/ (contexts, samplers) -> speculation/ -> measure/ and figures/ -> view/ (wid
 from __future__ import annotations
 
 import importlib as _importlib
+from typing import TYPE_CHECKING
 
-from .errors import (BatchError, ContextFullError, GGUFError, ModelNotFoundError,  # noqa: F401 (the API)
+from .errors import (BatchError, ContextFullError, GGUFError, ModelNotFoundError,
                      ParamError, SpecnbError, UnsupportedError, VocabError)
 
 # name -> the module that defines it (relative to specnb); modules are loaded on first use
 _API = {
-    # a model and its file
-    "load_model": "model", "Model": "model", "Vocab": "vocab", "GGUFFile": "gguf.file",
-    "are_compatible": "vocab.gate", "SPEC_VOCAB_MAX_SIZE_DIFFERENCE": "vocab.gate",
-    "SPEC_VOCAB_CHECK_START_TOKEN_ID": "vocab.gate",
-    "rewrite": "gguf.forge", "truncate_layers": "gguf.forge", "mutate_vocab": "gguf.forge",
-    "MUTATIONS": "gguf.forge",
-    # which models, where
-    "REAL_TARGET": "model.registry", "REAL_DRAFT": "model.registry", "describe": "model.registry",
-    "model_path": "model.registry", "default_target_path": "model.registry",
-    "default_draft_path": "model.registry", "gemma_available": "model.registry",
-    "gemma_path": "model.registry",
+    # a model and its tokens
+    "load_model": "model", "Vocab": "vocab",
     # running a model, choosing tokens
-    "Context": "run.context", "Batch": "run.context", "can_seq_rm": "run.context",
-    "set_threads": "run.context", "open_pair": "run.pair", "Pair": "run.pair",
+    "Context": "run.context", "Batch": "run.context", "open_pair": "run.pair",
     "Sampler": "run.sampling", "SamplerParams": "run.sampling",
     "sample_and_accept_n": "run.sampling", "generate": "run.generate",
     # speculation
     "speculative_simple": "speculative_simple", "SpeculativeLoop": "speculation.loop",
-    "SpecParams": "speculation.params", "build_speculative": "speculation.speculative",
-    "SPEC_TYPES": "speculation.params", "PRIORITY": "speculation.params",
-    "DraftSimple": "speculation.draft_simple", "DraftParams": "speculation.impl",
-    "SpeculativeImpl": "speculation.impl", "ngram_simple_draft": "speculation.ngram",
-    "rejection_verify": "speculation.verify", "speculative_step": "speculation.verify",
-    "AutoDraftLen": "speculation.draft_len", "CATCH_UP_WINDOW": "speculation.draft_len",
-    # measuring
-    "event_stats": "measure.stats", "run_stats": "measure.stats",
-    "examined_counts": "measure.stats", "batch_costs": "measure.bench",
-    "measure_cost_ratio": "measure.experiments", "sweep_draft_max": "measure.experiments",
-    "CODE_EDIT_REQUEST": "measure.spec_bench", "code_edit_prompt": "measure.spec_bench",
-    # figures
-    "fig_acceptance_per_position": "figures.runs", "fig_tokens_per_call": "figures.runs",
-    "fig_round_timeline": "figures.runs", "fig_speedup_vs_draft_max": "figures.runs",
-    "fig_rounds_by_impl": "figures.runs",
-    "fig_time_per_token": "figures.time_per_token",
-    "fig_draft_confidence": "figures.sampling", "fig_draft_rows": "figures.sampling",
-    "fig_alpha_vs_temperature": "figures.sampling", "fig_p_q_overlap": "figures.sampling",
-    "fig_slot_positions": "figures.sampling", "tv_distance": "figures.sampling",
-    "static_figures": "figures.snapshot",
-    "round_cost": "figures.cost_map", "engine_speedup": "figures.cost_map",
-    "coverage_speedup": "figures.cost_map", "best_speedup": "figures.cost_map",
-    "decode_roofline": "figures.cost_map", "streaming_gb_s": "figures.cost_map",
-    "fig_cost_map": "figures.cost_map",
-    # prose from measurements and the exercise format
-    "say": "figures.prose", "check": "figures.prose", "measured_phrases": "figures.prose",
+    "SpecParams": "speculation.params", "DraftSimple": "speculation.draft_simple",
+    "DraftParams": "speculation.impl",
     # the live view (the notebook extra)
-    "LiveView": "view", "kv_states": "view", "visible": "view", "MARK": "view",
+    "LiveView": "view",
 }
-# modules a learner uses as a namespace (cost.speedup(alpha, gamma, c), ...)
-_MODULES = {"cost": "measure.cost"}
+
+if TYPE_CHECKING:       # for editors and type checkers: the same names, imported statically
+    from .model import load_model
+    from .run.context import Batch, Context
+    from .run.generate import generate
+    from .run.pair import open_pair
+    from .run.sampling import Sampler, SamplerParams, sample_and_accept_n
+    from .speculation.draft_simple import DraftSimple
+    from .speculation.impl import DraftParams
+    from .speculation.loop import SpeculativeLoop
+    from .speculation.params import SpecParams
+    from .speculative_simple import speculative_simple
+    from .view import LiveView
+    from .vocab import Vocab
 
 __all__ = sorted(["SpecnbError", "GGUFError", "UnsupportedError", "ParamError", "ContextFullError",
-                  "BatchError", "VocabError", "ModelNotFoundError", *_API, *_MODULES])
+                  "BatchError", "VocabError", "ModelNotFoundError", *_API])
 
 
 def __getattr__(name: str):
-    if name in _MODULES:
-        value = _importlib.import_module(f".{_MODULES[name]}", __name__)
-    elif name in _API:
+    if name in _API:
         value = getattr(_importlib.import_module(f".{_API[name]}", __name__), name)
+    elif name == "course":
+        value = _importlib.import_module(".course", __name__)
     else:
-        raise AttributeError(f"module 'specnb' has no attribute {name!r}")
+        hint = " (it is in specnb.course)" if _in_course(name) else ""
+        raise AttributeError(f"module 'specnb' has no attribute {name!r}{hint}")
     globals()[name] = value
     return value
+
+
+def _in_course(name: str) -> bool:
+    from . import course
+    return name in course.__all__
 
 
 def __dir__():

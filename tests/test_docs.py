@@ -48,3 +48,23 @@ def test_architecture_names_every_folder():
     missing = [f for f in folders if f"`{f}/`" not in text]
     assert not missing, f"docs/architecture.md does not name {missing}"
     assert "docs/architecture.md" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_architecture_names_every_module_of_every_folder():
+    """The layer table's module column, folder by folder, is the folder's modules: none missing,
+    none that is gone (`__init__` may be named or not)."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    named: dict = {}
+    for row in table_after(text, "| layer |")[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        folder = re.match(r"`([\w/]+)/?`", cells[1]).group(1).rstrip("/")
+        key = "specnb" if folder == "specnb" else folder
+        modules = re.sub(r"\([^)]*\)", "", cells[2])        # `__init__` (`Vocab`): the module only
+        named.setdefault(key, set()).update(re.findall(r"`(\w+)`", modules))
+    actual = {"specnb": {p.stem for p in (ROOT / "specnb").glob("*.py")},
+              "kernels": {p.stem for p in (ROOT / "kernels").glob("*.py")}}
+    for d in (ROOT / "specnb").glob("*/__init__.py"):
+        actual[d.parent.name] = {p.stem for p in d.parent.glob("*.py")}
+    assert set(named) == set(actual), set(named) ^ set(actual)
+    for folder, modules in actual.items():
+        assert named[folder] - {"__init__"} == modules - {"__init__"}, (folder, named[folder] ^ modules)

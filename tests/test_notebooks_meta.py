@@ -128,13 +128,13 @@ def test_shows_a_picture_a_static_viewer_can_draw(path):
 
 
 def test_outputs_come_from_todays_code():
-    """Each notebook was executed by `python -m specnb.app.course` with the code of the specnb
+    """Each notebook was executed by `python -m specnb.app.notebooks` with the code of the specnb
     modules it loaded (recorded in its metadata.specnb.modules) as that code is now."""
-    from specnb.app.course import stale
+    from specnb.app.notebooks import stale
     bad = stale(NOTEBOOKS)
     assert not bad, ("notebooks whose outputs were made by other code: "
                      + "; ".join(f"{p.name}: {why}" for p, why in bad)
-                     + ". Re-execute them: python -m specnb.app.course " + " ".join(p.name[:2] for p, _ in bad))
+                     + ". Re-execute them: python -m specnb.app.notebooks " + " ".join(p.name[:2] for p, _ in bad))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -199,7 +199,7 @@ def test_prose_quotes_no_number_that_no_cell_produced(path):
     prose comes from the cell that measured it: say(f"...") formats it. Hand-written Markdown and
     the literal parts of say() templates quote none (a `not measured:` comment lists the
     numbers that are chosen, defined or published)."""
-    from specnb.figures.prose import measured_phrases
+    from prose_rule import measured_phrases
     bad = []
     for i, cell in enumerate(load(path)["cells"]):
         src = source(cell)
@@ -244,7 +244,7 @@ COURSE_MAX_S = 120
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_each_notebook_fits_its_time(path):
-    """The recorded execution (metadata.specnb.executed_s, written by python -m specnb.app.course
+    """The recorded execution (metadata.specnb.executed_s, written by python -m specnb.app.notebooks
     on the 2-core machine that executed it) stays within a class's patience."""
     t = load(path)["metadata"].get("specnb", {}).get("executed_s")
     assert t is not None and t <= COURSE_MAX_S, \
@@ -252,21 +252,21 @@ def test_each_notebook_fits_its_time(path):
 
 
 def test_teaching_guide_quotes_the_recorded_times():
-    """docs/teaching.md's table of run times is the one specnb.app.course writes from metadata."""
-    from specnb.app.course import TIMES_BEGIN, TIMES_END, times_table
+    """docs/teaching.md's table of run times is the one specnb.app.notebooks writes from metadata."""
+    from specnb.app.notebooks import TIMES_BEGIN, TIMES_END, times_table
     text = (ROOT / "docs" / "teaching.md").read_text(encoding="utf-8")
     assert TIMES_BEGIN in text and TIMES_END in text, "docs/teaching.md has no recorded-times block"
     block = text.split(TIMES_BEGIN, 1)[1].split(TIMES_END, 1)[0].strip()
     assert block == times_table().strip(), \
-        "docs/teaching.md's times are not the notebooks' recorded ones: run python -m specnb.app.course --times"
+        "docs/teaching.md's times are not the notebooks' recorded ones: run python -m specnb.app.notebooks --times"
 
 
 @pytest.mark.parametrize("doc", ["docs/teaching.md", "README.md"])
 def test_course_docs_quote_no_hand_typed_measurement(doc):
     """The README's course section and the teaching guide quote no measured number by hand
     (the guide's times come from the recorded block)."""
-    from specnb.app.course import TIMES_BEGIN, TIMES_END
-    from specnb.figures.prose import measured_phrases
+    from specnb.app.notebooks import TIMES_BEGIN, TIMES_END
+    from prose_rule import measured_phrases
     text = (ROOT / doc).read_text(encoding="utf-8")
     if doc == "README.md":
         start = text.find(README_SECTION)

@@ -51,7 +51,8 @@ def test_importing_specnb_touches_no_disk(tmp_path):
     env = dict({k: v for k, v in os.environ.items() if k not in ("SPECNB_CACHE_DIR", "NUMBA_CACHE_DIR",
                                                              "XDG_CACHE_HOME")}, HOME=str(home))
     code = ("import os, sys, specnb\n"
-            "specnb.cost, specnb.ParamError, dir(specnb)\n"
+            "import specnb.course\n"
+            "specnb.course.cost, specnb.ParamError, dir(specnb), dir(specnb.course)\n"
             "assert not os.listdir(os.environ['HOME']), os.listdir(os.environ['HOME'])\n"
             "stale = os.path.join(os.environ['HOME'], '.cache', 'specnb', 'numba', '0' * 16)\n"
             "os.makedirs(stale)\n"

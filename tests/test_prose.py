@@ -1,7 +1,8 @@
-"""specnb.figures.prose: the rule that finds a quoted measurement, say(), and check()."""
+"""The rule that finds a quoted measurement (tests/prose_rule.py), say() and check() (specnb.course)."""
 import pytest
 
-from specnb.figures.prose import check, measured_phrases, say
+from prose_rule import measured_phrases
+from specnb.course import check, say
 
 
 @pytest.mark.parametrize("text", [

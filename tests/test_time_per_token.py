@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from specnb import fig_time_per_token
+from specnb.course import fig_time_per_token
 from specnb.speculation.events import RoundEvent
 
 

@@ -1,2 +1,2 @@
 """What people run: the command line (`cli`, `python -m specnb`), the demo (`demo`) and the
-notebook executor (`course`, `python -m specnb.app.course`)."""
+notebook executor (`notebooks`, `python -m specnb.app.notebooks`)."""

@@ -147,12 +147,12 @@ def _busy_note(row: dict) -> str:
     return f" (busy machine: other processes took {100 * b:.0f}% of the CPU; speeds unreliable)"
 
 
-def _show_text(say, text: str, max_lines: int = 6) -> None:
+def _show_text(echo, text: str, max_lines: int = 6) -> None:
     lines = text.strip("\n").splitlines() or [""]
     for ln in lines[:max_lines]:
-        say(f"      | {ln}")
+        echo(f"      | {ln}")
     if len(lines) > max_lines:
-        say(f"      | ... ({len(lines) - max_lines} more lines)")
+        echo(f"      | ... ({len(lines) - max_lines} more lines)")
 
 
 def _open(target, draft, n_ctx, **kw):
@@ -177,56 +177,56 @@ def demo(n_predict: int = 64, draft_max: int = DEMO_DRAFT_MAX, n_threads=None,
     from ..measure.bench_llamacpp import find_llama_bench
     from ..model.registry import REGISTRY, check_parts
     exe = find_llama_bench(llama_bench)          # a bad path fails now, not after the first part
-    say = (lambda *a: None) if json_out else (lambda *a: print(*a, flush=True))
+    echo = (lambda *a: None) if json_out else (lambda *a: print(*a, flush=True))
     kw = dict(backend=backend, n_threads=n_threads, activations=activations)
     # a busy machine gets one more try per comparison and a few seconds to calm down
     timing = dict(repeats=repeats, quiet=quiet, max_tries=repeats + 1, wait_s=5.0)
-    say("specnb demo: speculative decoding as llama.cpp's speculative-simple does it.")
-    say(f"  1. the real pair ({real_pair[1]} drafting for {real_pair[0]}) on code prompts, greedy "
+    echo("specnb demo: speculative decoding as llama.cpp's speculative-simple does it.")
+    echo(f"  1. the real pair ({real_pair[1]} drafting for {real_pair[0]}) on code prompts, greedy "
         f"and sampled, draft-max {draft_max}: plain vs speculative speed, acceptance, identical output")
-    say("  2. a prose prompt where acceptance is low and speculation loses, why, and "
+    echo("  2. a prose prompt where acceptance is low and speculation loses, why, and "
         "--spec-draft-n-max auto, which measures that and stops drafting")
-    say("  3. the SmolLM2 teaching pair, briefly (fixed and auto)")
-    say("About 4 minutes on a 2-core CPU; the first run also assembles the real pair (1.6 GB, "
+    echo("  3. the SmolLM2 teaching pair, briefly (fixed and auto)")
+    echo("About 4 minutes on a 2-core CPU; the first run also assembles the real pair (1.6 GB, "
         "under a minute) and compiles the kernels (a few minutes).")
     runs, lc = [], None             # lc: llama.cpp's plain figure, when it was measured
     if all(n not in REGISTRY or check_parts(REGISTRY[n]).ok for n in real_pair):
         pair = _open(*real_pair, 1024, **kw)
-        runs += _winning(say, pair, code_prompts, n_predict, draft_max, timing)
+        runs += _winning(echo, pair, code_prompts, n_predict, draft_max, timing)
         if exe:
-            lc = _beside_llama_cpp(say, exe, pair, runs, n_predict)
-        runs += _losing(say, pair, low_prompt, n_predict, draft_max, timing, kw)
+            lc = _beside_llama_cpp(echo, exe, pair, runs, n_predict)
+        runs += _losing(echo, pair, low_prompt, n_predict, draft_max, timing, kw)
         del pair
     else:
-        say(f"\nthe real pair is not installed: run  specnb models install {' '.join(real_pair)}"
+        echo(f"\nthe real pair is not installed: run  specnb models install {' '.join(real_pair)}"
             f"  (./run installs it); showing the teaching pair only")
-    runs += _teaching(say, _open(*teaching_pair, 512, **kw), draft_max, timing)
+    runs += _teaching(echo, _open(*teaching_pair, 512, **kw), draft_max, timing)
     same = all(r["identical"] for r in runs)
     if json_out:
         print(json.dumps({"draft_max": draft_max, "n_predict": n_predict, "identical": same,
                           "runs": runs} | ({"llama_cpp": lc} if lc is not None else {})))
     else:
-        say(f"\nall speculative outputs identical to plain decoding: {'yes' if same else 'NO'}")
+        echo(f"\nall speculative outputs identical to plain decoding: {'yes' if same else 'NO'}")
     return 0 if same else 1
 
 
-def _winning(say, pair, code_prompts, n_predict, draft_max, timing) -> list:
+def _winning(echo, pair, code_prompts, n_predict, draft_max, timing) -> list:
     from ..model.registry import describe
-    say(f"\n== 1. {describe(pair.draft)} drafting for {describe(pair.target)} ==")
+    echo(f"\n== 1. {describe(pair.draft)} drafting for {describe(pair.target)} ==")
     runs = []
     for label, text, chat in code_prompts:
         ids = prompt_ids(pair.target.vocab, text, chat)
         for i, (sname, sp) in enumerate(samplings()):
             row = compare(pair, ids, sp, n_predict, draft_max, **timing)
             runs.append({"part": 1, "prompt": label, "sampling": sname, **row})
-            say(_result_line(label, sname, row))
+            echo(_result_line(label, sname, row))
             if i == 0:
-                _show_text(say, row["text"])
-    say(f"  median speedup on code: {statistics.median(r['speedup'] for r in runs):.2f}x")
+                _show_text(echo, row["text"])
+    echo(f"  median speedup on code: {statistics.median(r['speedup'] for r in runs):.2f}x")
     return runs
 
 
-def _beside_llama_cpp(say, exe, pair, runs, n_predict) -> dict:
+def _beside_llama_cpp(echo, exe, pair, runs, n_predict) -> dict:
     # llama-bench's tg (plain decoding, no prompt) on the same target file and thread count, run
     # after specnb's comparisons so the two never share the CPU
     from ..measure.bench_llamacpp import run_llama_bench
@@ -234,7 +234,7 @@ def _beside_llama_cpp(say, exe, pair, runs, n_predict) -> dict:
     r = run_llama_bench(exe, pair.target.path, n_threads, (), n_gen=n_predict, reps=3)
     plain = statistics.median(x["plain_tok_s"] for x in runs)
     spec = statistics.median(x["spec_tok_s"] for x in runs)
-    say(f"  llama.cpp's plain decoding of this target: {r['tg']:.1f} tok/s (llama-bench -n "
+    echo(f"  llama.cpp's plain decoding of this target: {r['tg']:.1f} tok/s (llama-bench -n "
         f"{n_predict} -t {n_threads}, build {r['build']}); specnb's medians: plain {plain:.1f} "
         f"tok/s = {plain / r['tg']:.2f}x llama.cpp, speculative {spec:.1f} tok/s = "
         f"{spec / r['tg']:.2f}x llama.cpp")
@@ -242,44 +242,44 @@ def _beside_llama_cpp(say, exe, pair, runs, n_predict) -> dict:
             "plain_vs_llama_cpp": plain / r["tg"], "spec_vs_llama_cpp": spec / r["tg"]}
 
 
-def _losing(say, pair, low_prompt, n_predict, draft_max, timing, kw) -> list:
+def _losing(echo, pair, low_prompt, n_predict, draft_max, timing, kw) -> list:
     from ..measure.experiments import measure_cost_ratio
     label, text, chat = low_prompt
     ids = prompt_ids(pair.target.vocab, text, chat)
-    say(f"\n== 2. where it loses: {label}, sampled ==")
+    echo(f"\n== 2. where it loses: {label}, sampled ==")
     row = compare(pair, ids, samplings()[1][1], n_predict, draft_max, **timing)
     c = measure_cost_ratio(pair.target, pair.draft, n_tokens=16, prompt=ids[:16],
                            n_threads=kw["n_threads"], activations=kw["activations"])["c"]
-    say(_result_line(label, "sampled", row))
-    _show_text(say, row["text"], 4)
-    say("  " + why_line(row, c, draft_max))
+    echo(_result_line(label, "sampled", row))
+    _show_text(echo, row["text"], 4)
+    echo("  " + why_line(row, c, draft_max))
     out = [{"part": 2, "prompt": label, "sampling": "sampled", "c": c, **row}]
     if str(draft_max).startswith("auto"):
         return out
     # the same prompt with each round's length chosen from the measured costs: it stops drafting
     # where drafting does not pay (specnb/speculation/draft_len.py)
     auto = compare(pair, ids, samplings()[1][1], n_predict, "auto", **timing)
-    say("  with --spec-draft-n-max auto (each round's length chosen from this run's measured costs "
+    echo("  with --spec-draft-n-max auto (each round's length chosen from this run's measured costs "
         "and acceptance):")
-    say(_result_line(label, "sampled", auto))
+    echo(_result_line(label, "sampled", auto))
     return out + [{"part": 2, "prompt": label, "sampling": "sampled", "draft_max": "auto", **auto}]
 
 
-def _teaching(say, pair, draft_max, timing) -> list:
+def _teaching(echo, pair, draft_max, timing) -> list:
     from ..model.registry import describe
-    say(f"\n== 3. the teaching pair: {describe(pair.draft)} drafting for {describe(pair.target)} ==")
-    say("  its draft is the target requantized to Q4_0: as costly as the target, so it shows the "
+    echo(f"\n== 3. the teaching pair: {describe(pair.draft)} drafting for {describe(pair.target)} ==")
+    echo("  its draft is the target requantized to Q4_0: as costly as the target, so it shows the "
         "mechanism (notebooks, live view) but never a speedup")
     label, text, chat = TEACHING_PROMPT
     row = compare(pair, prompt_ids(pair.target.vocab, text, chat), samplings()[0][1], 32,
                   draft_max, **timing)
-    say(_result_line(label, "greedy", row))
+    echo(_result_line(label, "greedy", row))
     out = [{"part": 3, "prompt": label, "sampling": "greedy", **row}]
     if not str(draft_max).startswith("auto"):
         auto = compare(pair, prompt_ids(pair.target.vocab, text, chat), samplings()[0][1], 32,
                        "auto", **timing)
-        say("  with --spec-draft-n-max auto it learns that the draft costs as much as the target:")
-        say(_result_line(label, "greedy", auto))
+        echo("  with --spec-draft-n-max auto it learns that the draft costs as much as the target:")
+        echo(_result_line(label, "greedy", auto))
         out.append({"part": 3, "prompt": label, "sampling": "greedy", "draft_max": "auto", **auto})
     return out
 
@@ -293,7 +293,7 @@ def policies(policy_names=None, n_predict: int = 64, n_threads=None, backend: st
     (sampled), every run on the same pair and prompts; then the same for the teaching pair on its
     prompt (teaching_pair=None leaves it out; a --prompts selection without its label too)."""
     from ..measure.spec_bench import POLICIES, compare_policies, format_policies
-    say = (lambda *a: None) if json_out else (lambda *a: print(*a, flush=True))
+    echo = (lambda *a: None) if json_out else (lambda *a: print(*a, flush=True))
     smp = dict(samplings())
     prompts = [(lb, tx, ch, "greedy", smp["greedy"]) for lb, tx, ch in CODE_PROMPTS] + \
         [(*LOW_ACCEPTANCE_PROMPT, "sampled", smp["sampled"])]
@@ -303,16 +303,16 @@ def policies(policy_names=None, n_predict: int = 64, n_threads=None, backend: st
     results = []
     if prompts:
         results.append(compare_policies(*pair_names, prompts, pols, n_predict, n_threads,
-                                        activations, backend, repeats, say))
+                                        activations, backend, repeats, echo))
     label, text, chat = TEACHING_PROMPT
     if teaching_pair and (not prompt_labels or label in prompt_labels):
         results.append(compare_policies(*teaching_pair, [(label, text, chat, "greedy", smp["greedy"])],
-                                        pols, n_predict, n_threads, activations, backend, repeats, say))
+                                        pols, n_predict, n_threads, activations, backend, repeats, echo))
     if json_out:
         print(json.dumps({"tables": results}))
     else:
         for r in results:
-            say(format_policies(r))
+            echo(format_policies(r))
     return 0 if all(r["identical"] for r in results) else 1
 
 
@@ -325,10 +325,10 @@ def sweep(draft_max_values=SWEEP_DRAFT_MAX, n_predict: int = 64, n_threads=None,
     picked). Plain decoding is rerun beside every speculative run, so each ratio compares two
     runs made seconds apart; on a shared machine each pair waits (up to wait_s) for the other
     processes to leave the CPU, and is run again when they came back during it."""
-    say = (lambda *a: None) if json_out else (lambda *a: print(*a, flush=True))
+    echo = (lambda *a: None) if json_out else (lambda *a: print(*a, flush=True))
     pair = _open(*pair_names, 1024, backend=backend, n_threads=n_threads, activations=activations)
     rows = []
-    say(f"plain vs speculative, {n_predict} tokens, target {pair_names[0]}, draft {pair_names[1]}")
+    echo(f"plain vs speculative, {n_predict} tokens, target {pair_names[0]}, draft {pair_names[1]}")
     for label, text, chat in code_prompts:
         ids = prompt_ids(pair.target.vocab, text, chat)
         for sname, sp in samplings():
@@ -336,7 +336,7 @@ def sweep(draft_max_values=SWEEP_DRAFT_MAX, n_predict: int = 64, n_threads=None,
                 row = compare(pair, ids, sp, n_predict, dm, max_tries=4, wait_s=wait_s)
                 rows.append({"prompt": label, "sampling": sname, "draft_max": dm,
                              **{k: v for k, v in row.items() if k != "text"}})
-                say(f"{label:<18} {sname:<8} draft-max {dm}: plain {row['plain_tok_s']:5.1f} "
+                echo(f"{label:<18} {sname:<8} draft-max {dm}: plain {row['plain_tok_s']:5.1f} "
                     f"tok/s, speculative {row['spec_tok_s']:5.1f} tok/s, {row['speedup']:.2f}x, "
                     f"acceptance {100 * row['accept_rate']:3.0f}%, mean accepted length "
                     f"{row['mean_acc_len']:.2f}{'' if row['identical'] else '  NOT IDENTICAL'}"
@@ -347,7 +347,7 @@ def sweep(draft_max_values=SWEEP_DRAFT_MAX, n_predict: int = 64, n_threads=None,
         return calm or mine
     med = {dm: statistics.median(r["speedup"] for r in quiet_first(dm)) for dm in draft_max_values}
     best = max(med, key=med.get)
-    say("median speedup per draft-max: " + ", ".join(f"{dm}: {s:.2f}x" for dm, s in med.items())
+    echo("median speedup per draft-max: " + ", ".join(f"{dm}: {s:.2f}x" for dm, s in med.items())
         + f"  -> best {best}")
     if json_out:
         print(json.dumps({"rows": rows, "median_speedup": med, "best": best}))

@@ -1,2 +1,3 @@
-"""Plotly figures: of runs (`runs`: acceptance, tokens per call, speed-up, timelines) and of the
-sampling maths (`sampling`), and their static pictures for committed notebooks (`snapshot`)."""
+"""Plotly figures: of runs (`runs`: acceptance, tokens per call, speed-up, timelines), of the
+sampling maths (`maths`), of time per committed token (`time_per_token`) and of the cost model's
+(α, c) map (`cost_map`), and their static pictures for committed notebooks (`snapshot`)."""

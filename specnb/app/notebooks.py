@@ -18,10 +18,10 @@ and a change to what a module does makes stale exactly the notebooks that loaded
 app/, measure/ or view/ re-executes only the notebooks that use them. The hash reads module
 names, never paths, so it is the same in any checkout.
 
-    python -m specnb.app.course              # execute every notebook in notebooks/, in order
-    python -m specnb.app.course 03 05        # only those (by number or file name)
-    python -m specnb.app.course --check      # list the stale ones (exit 1 if any)
-    python -m specnb.app.course --times      # rewrite docs/teaching.md's table of recorded times
+    python -m specnb.app.notebooks              # execute every notebook in notebooks/, in order
+    python -m specnb.app.notebooks 03 05        # only those (by number or file name)
+    python -m specnb.app.notebooks --check      # list the stale ones (exit 1 if any)
+    python -m specnb.app.notebooks --times      # rewrite docs/teaching.md's table of recorded times
 
 Executing also rewrites that table, so the guide's times are always the recorded ones.
 """
@@ -46,7 +46,7 @@ KERNEL_DIR = next((d for d in (PKG / "kernels", ROOT / "kernels") if (d / "__ini
 NOTEBOOK_DIR = ROOT / "notebooks"
 CELL_TIMEOUT_S = 900
 TEACHING_GUIDE = ROOT / "docs" / "teaching.md"
-TIMES_BEGIN = "<!-- recorded times: written by python -m specnb.app.course -->"
+TIMES_BEGIN = "<!-- recorded times: written by python -m specnb.app.notebooks -->"
 TIMES_END = "<!-- end of recorded times -->"
 # run in the notebook's kernel after its last cell: the specnb modules loaded, with their files
 PROBE = ("import json as _specnb_json, sys as _specnb_sys\n"
@@ -99,7 +99,7 @@ def code_hash(modules, code=module_code) -> str:
     for name in sorted(set(modules)):
         form = code(name)
         if form is None:
-            raise LookupError(f"specnb.app.course: no module {name} in {PKG}")
+            raise LookupError(f"specnb.app.notebooks: no module {name} in {PKG}")
         h.update(name.encode() + b"\0" + form.encode() + b"\0")
     return h.hexdigest()[:16]
 
@@ -115,7 +115,7 @@ def notebooks(names=(), folder: Path | None = None) -> list[Path]:
     for n in names:
         hit = [p for p in every if p.name == n or p.stem == n or p.name.startswith(f"{n}_")]
         if not hit:
-            raise SystemExit(f"specnb.app.course: no notebook {n!r} in {folder}")
+            raise SystemExit(f"specnb.app.notebooks: no notebook {n!r} in {folder}")
         out += hit
     return out
 
@@ -141,7 +141,7 @@ def stale(paths=None) -> list[tuple[Path, str]]:
         st = stamp(p)
         mods, got = st.get("modules"), st.get("code_hash")
         if not isinstance(mods, list) or got is None:
-            out.append((p, "never executed by specnb.app.course" if not st else
+            out.append((p, "never executed by specnb.app.notebooks" if not st else
                         "stamped with one hash of the whole library (the old rule), not with the modules it loaded"
                         if "library_hash" in st else "its stamp records no modules and no hash of their code"))
             continue
@@ -190,7 +190,7 @@ def loaded_modules(client) -> list[str]:
             continue
         mine = module_file(name)
         if mine is None or not os.path.samefile(mine, file):
-            raise RuntimeError(f"specnb.app.course: the kernel loaded {name} from {file}, "
+            raise RuntimeError(f"specnb.app.notebooks: the kernel loaded {name} from {file}, "
                                f"not from this copy of specnb ({mine or PKG})")
         out.append(name)
     return sorted(out)
@@ -240,7 +240,7 @@ def write_times(guide: Path = TEACHING_GUIDE) -> bool:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specnb.app.course", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m specnb.app.notebooks", description=__doc__.split("\n")[0])
     ap.add_argument("names", nargs="*", help="notebooks by number (03), stem or file name")
     ap.add_argument("--check", action="store_true", help="list stale notebooks; exit 1 if any")
     ap.add_argument("--times", action="store_true",

@@ -1,4 +1,4 @@
-"""specnb.app.course: the per-notebook stamp (the specnb modules a notebook's kernel loaded and the
+"""specnb.app.notebooks: the per-notebook stamp (the specnb modules a notebook's kernel loaded and the
 hash of their code), the notebook list and `--check`.
 
 The stamp tests execute a tiny notebook of their own (two imports, no model, no kernel compiled)
@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from specnb.app import course
+from specnb.app import notebooks as executor
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_IMPORTS = "import specnb.errors\nimport specnb.cache\n"
@@ -22,63 +22,63 @@ TINY_IMPORTS = "import specnb.errors\nimport specnb.cache\n"
 def test_code_form_ignores_comments_docstrings_and_layout():
     a = 'def f(x):\n    """Doc."""\n    return x + 1   # add one\n'
     b = 'def f(x):\n\n    # a comment\n    return (x +\n            1)\n'
-    assert course.code_form(a) == course.code_form(b)
+    assert executor.code_form(a) == executor.code_form(b)
 
 
 def test_code_form_sees_every_change_in_behaviour():
     base = "def f(x):\n    return x + 1\n"
     for changed in ("def f(x):\n    return x + 2\n", "def f(y):\n    return y + 1\n",
                     "def f(x):\n    return x - 1\n", 'def f(x):\n    "x"\n    return x + 1\nf(0)\n'):
-        assert course.code_form(changed) != course.code_form(base)
+        assert executor.code_form(changed) != executor.code_form(base)
 
 
 def test_module_names_map_to_the_files_python_imports():
     """A module's file is the one importlib finds for its name; the kernels are the repository's
     kernels/ folder (pyproject's package-dir installs it as specnb.kernels)."""
-    for name in ("specnb", "specnb.errors", "specnb.speculation", "specnb.app.course",
+    for name in ("specnb", "specnb.errors", "specnb.speculation", "specnb.app.notebooks",
                  "specnb.kernels", "specnb.kernels.forward"):
-        mine = course.module_file(name)
+        mine = executor.module_file(name)
         assert mine is not None and mine.samefile(find_spec(name).origin), name
-    assert course.module_file("specnb.kernels.forward").relative_to(ROOT).as_posix() == "kernels/forward.py"
-    assert course.module_file("specnb.speculation").name == "__init__.py"
+    assert executor.module_file("specnb.kernels.forward").relative_to(ROOT).as_posix() == "kernels/forward.py"
+    assert executor.module_file("specnb.speculation").name == "__init__.py"
     for gone in ("specnb.spec", "specnb.spec.loop", "specnb.kernels.nosuch", "specnbx", "numpy"):
-        assert course.module_file(gone) is None and course.module_code(gone) is None, gone
+        assert executor.module_file(gone) is None and executor.module_code(gone) is None, gone
 
 
 def test_code_hash_reads_module_names_not_paths(tmp_path, monkeypatch):
     """The same code in a checkout elsewhere (CI's fresh clone) hashes the same."""
     names = ["specnb", "specnb.errors", "specnb.cache"]
-    h = course.code_hash(names)
-    assert len(h) == 16 and h == course.code_hash(reversed(names))
+    h = executor.code_hash(names)
+    assert len(h) == 16 and h == executor.code_hash(reversed(names))
     copy = tmp_path / "elsewhere" / "specnb"
     copy.mkdir(parents=True)
     for f in ("__init__.py", "errors.py", "cache.py"):
-        shutil.copy(course.PKG / f, copy / f)
-    monkeypatch.setattr(course, "PKG", copy)
-    assert course.module_file("specnb.cache") == copy / "cache.py"
-    assert course.code_hash(names) == h
+        shutil.copy(executor.PKG / f, copy / f)
+    monkeypatch.setattr(executor, "PKG", copy)
+    assert executor.module_file("specnb.cache") == copy / "cache.py"
+    assert executor.code_hash(names) == h
     with pytest.raises(LookupError):
-        course.code_hash(names + ["specnb.app.cli"])          # not in the copy
+        executor.code_hash(names + ["specnb.app.cli"])          # not in the copy
 
 
 def test_notebooks_are_found_in_order_and_by_number():
-    every = course.notebooks()
+    every = executor.notebooks()
     assert every and every == sorted(every)
-    assert course.notebooks(["00"]) == [every[0]]
+    assert executor.notebooks(["00"]) == [every[0]]
 
 
 # ---- a tiny notebook, executed once for the tests below -----------------------------------
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    """00_tiny.ipynb executed by course.execute: it imports specnb.errors and specnb.cache only."""
+    """00_tiny.ipynb executed by executor.execute: it imports specnb.errors and specnb.cache only."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# A tiny notebook"),
                 nbformat.v4.new_code_cell("import specnb.errors"),
                 nbformat.v4.new_code_cell("import specnb.cache\nprint(specnb.cache.__name__)")]
     p = tmp_path_factory.mktemp("course") / "00_tiny.ipynb"
     nbformat.write(nb, str(p))
-    course.execute(p, timeout=120)
+    executor.execute(p, timeout=120)
     return p
 
 
@@ -94,27 +94,27 @@ def copy_of(tiny: Path, folder: Path, name: str | None = None, **stamp) -> Path:
 
 
 def edited(monkeypatch, edits: dict) -> None:
-    """Make course see the modules of `edits` with that text appended to their real source."""
-    real = course.module_code
+    """Make the executor see the modules of `edits` with that text appended to their real source."""
+    real = executor.module_code
 
     def module_code(name):
         if name not in edits:
             return real(name)
-        return course.code_form(course.module_file(name).read_text(encoding="utf-8") + edits[name], name)
-    monkeypatch.setattr(course, "module_code", module_code)
+        return executor.code_form(executor.module_file(name).read_text(encoding="utf-8") + edits[name], name)
+    monkeypatch.setattr(executor, "module_code", module_code)
 
 
 def test_the_stamp_lists_the_modules_the_notebook_loaded(tiny):
     """The recorded modules are those a fresh interpreter loads for the same two imports, and no
     unrelated module; the saved notebook holds its own cells only."""
-    st = course.stamp(tiny)
+    st = executor.stamp(tiny)
     fresh = subprocess.run(
         [sys.executable, "-c", TINY_IMPORTS + "import json, sys\nprint(json.dumps(sorted(n for n in sys.modules "
          "if n == 'specnb' or n.startswith('specnb.'))))"], capture_output=True, text=True, check=True, cwd=tiny.parent)
     assert st["modules"] == json.loads(fresh.stdout)
     assert {"specnb", "specnb.errors", "specnb.cache"} <= set(st["modules"])
     assert "specnb.app.cli" not in st["modules"] and not [m for m in st["modules"] if m.startswith("specnb.kernels")]
-    assert st["code_hash"] == course.code_hash(st["modules"]) and course.stale([tiny]) == []
+    assert st["code_hash"] == executor.code_hash(st["modules"]) and executor.stale([tiny]) == []
     nb = nbformat.read(str(tiny), as_version=4)
     assert [c.cell_type for c in nb.cells] == ["markdown", "code", "code"]
     assert [c.get("execution_count") for c in nb.cells[1:]] == [1, 2]
@@ -125,24 +125,24 @@ def test_the_stamp_lists_the_modules_the_notebook_loaded(tiny):
 def test_a_change_to_an_unrelated_module_leaves_the_notebook_fresh(tiny, monkeypatch):
     edited(monkeypatch, {"specnb.app.cli": "\n_changed = 1\n", "specnb.measure.bench": "\n_changed = 1\n",
                          "specnb.kernels.forward": "\n_changed = 1\n", "specnb.view": "\n_changed = 1\n"})
-    assert course.module_code("specnb.app.cli") != course.code_form(
-        course.module_file("specnb.app.cli").read_text(encoding="utf-8"))          # the edit is seen
-    assert course.stale([tiny]) == []
+    assert executor.module_code("specnb.app.cli") != executor.code_form(
+        executor.module_file("specnb.app.cli").read_text(encoding="utf-8"))          # the edit is seen
+    assert executor.stale([tiny]) == []
 
 
 def test_a_change_to_a_loaded_module_makes_the_notebook_stale(tiny, monkeypatch):
     edited(monkeypatch, {"specnb.cache": "# a comment\n"})                # a comment is no change
-    assert course.stale([tiny]) == []
+    assert executor.stale([tiny]) == []
     edited(monkeypatch, {"specnb.cache": "\n_changed = 1\n"})
-    [(p, why)] = course.stale([tiny])
-    assert p == tiny and f"executed with code {course.stamp(tiny)['code_hash']}" in why
+    [(p, why)] = executor.stale([tiny])
+    assert p == tiny and f"executed with code {executor.stamp(tiny)['code_hash']}" in why
 
 
 def test_a_notebook_that_loaded_a_module_gone_since_is_stale(tiny, tmp_path):
     """specnb/spec/ was renamed specnb/speculation/: a stamp naming specnb.spec.loop is stale."""
-    st = course.stamp(tiny)
+    st = executor.stamp(tiny)
     p = copy_of(tiny, tmp_path, **{**st, "modules": st["modules"] + ["specnb.spec.loop"]})
-    [(_, why)] = course.stale([p])
+    [(_, why)] = executor.stale([p])
     assert "no longer exist" in why and "specnb.spec.loop" in why
 
 
@@ -151,11 +151,11 @@ def test_old_whole_library_stamps_and_unstamped_notebooks_are_stale(tiny, tmp_pa
     del nb.metadata["specnb"]
     none = tmp_path / "00_none.ipynb"
     nbformat.write(nb, str(none))
-    st = course.stamp(tiny)
+    st = executor.stamp(tiny)
     old = copy_of(tiny, tmp_path, "00_old.ipynb", library_hash="0123456789abcdef",
                   executed_s=st["executed_s"], python=st["python"], machine=st["machine"])
     half = copy_of(tiny, tmp_path, "00_half.ipynb", modules=st["modules"])
-    reasons = dict(course.stale([none, old, half]))
+    reasons = dict(executor.stale([none, old, half]))
     assert list(reasons) == [none, old, half]
     assert "never executed" in reasons[none]
     assert "whole library (the old rule)" in reasons[old]
@@ -165,7 +165,7 @@ def test_old_whole_library_stamps_and_unstamped_notebooks_are_stale(tiny, tmp_pa
 def test_check_lists_the_stale_notebooks_of_the_folder(tiny, tmp_path, monkeypatch, capsys):
     copy_of(tiny, tmp_path)
     nbformat.write(nbformat.v4.new_notebook(), str(tmp_path / "01_unstamped.ipynb"))
-    monkeypatch.setattr(course, "NOTEBOOK_DIR", tmp_path)
-    assert course.main(["--check", "00"]) == 0
-    assert course.main(["--check"]) == 1
-    assert capsys.readouterr().out.splitlines() == ["01_unstamped.ipynb: never executed by specnb.app.course"]
+    monkeypatch.setattr(executor, "NOTEBOOK_DIR", tmp_path)
+    assert executor.main(["--check", "00"]) == 0
+    assert executor.main(["--check"]) == 1
+    assert capsys.readouterr().out.splitlines() == ["01_unstamped.ipynb: never executed by specnb.app.notebooks"]

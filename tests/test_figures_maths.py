@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("plotly")
 
-from specnb.figures import sampling as fs  # noqa: E402
+from specnb.figures import maths as fs  # noqa: E402
 from specnb.speculation.events import RoundEvent, SlotRound  # noqa: E402
 
 P = np.array([0.40, 0.25, 0.20, 0.10, 0.05])

@@ -75,12 +75,15 @@ def test_speculative_simple_json(tiny_path, tmp_path, capsys):
     # same tokens as plain greedy decoding
     assert main(["generate", "-m", t, "-p", "the cat sat", "-n", "12", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["tokens"] == out["tokens"]
-    # a draft-min above draft-max is refused
-    assert main(["speculative-simple", "-m", t, "-md", d, "-p", "x", "--spec-draft-n-min", "5"]) == 2
-    assert "draft_min" in capsys.readouterr().err
-    # c392e50's names (--draft-max above, --draft-min here) are aliases of master's
-    assert main(["speculative-simple", "-m", t, "-md", d, "-p", "x", "--draft-min", "5"]) == 2
-    assert "draft_min" in capsys.readouterr().err
+    # a negative draft-min is refused, naming the flag (master drops every draft with it) ...
+    assert main(["speculative-simple", "-m", t, "-md", d, "-p", "x", "--spec-draft-n-min", "-1"]) == 2
+    assert "--spec-draft-n-min: invalid draft_min=-1" in capsys.readouterr().err
+    # ... while one above draft-max runs, as in master, and drops every draft; c392e50's names
+    # (--draft-max above, --draft-min here) are aliases of master's
+    assert main(["speculative-simple", "-m", t, "-md", d, "-p", "the cat sat", "-n", "6", "--json",
+                 "--draft-min", "5"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_drafted"] == 0 and len(out["tokens"]) == 6
 
 
 def test_speculative_simple_keeps_the_prompt_out_of_the_penalty_window(tiny_path, tmp_path, capsys):

@@ -294,8 +294,8 @@ def test_statistics_consistent(pair):
 
 def test_bad_spec_params(pair):
     tgt, dft = pair
-    for kw, name in ((dict(n_max=-1), "draft_max"), (dict(n_min=5, n_max=3), "draft_min"),
-                     (dict(p_min=1.5), "draft_p_min"), (dict(verify="magic"), "verify"),
+    for kw, name in ((dict(n_max=-1), "draft_max"), (dict(n_min=-1), "draft_min"),
+                     (dict(p_min="x"), "draft_p_min"), (dict(verify="magic"), "verify"),
                      (dict(types="ngram-fancy"), "ngram-fancy"), (dict(types=""), "spec type"),
                      (dict(ngram_size_n=0), "ngram_size_n"),
                      (dict(synth_rates=[0.5, 0.4]), "must contain 3 values")):

@@ -3,7 +3,11 @@ speculative-simple, demo, models, forge.
 
 Every -m / -md takes a registry name (`specnb models`) or a GGUF path. Every command prints a
 one-line error and exits 2 on bad input (no traceback); `gate` exits 1 when the pair is
-incompatible, `models path` when the model is not installed.
+incompatible, `models path` when the model is not installed, and `speculative-simple`, as master's
+does, when the draft model cannot read the prompt ("failed to process speculative prompt").
+
+The flags of `generate` and `speculative-simple` are written once, in flags.py's table: this module
+builds their parsers and their SamplerParams / SpecParams from it.
 """
 from __future__ import annotations
 
@@ -23,123 +27,33 @@ def _add_model(p, flag="-m", dest="model",
     p.add_argument(flag, f"--{dest.replace('_', '-')}", dest=dest, default=None, help=help_)
 
 
-def _add_alias(p, *flags, dest, of, type=str):
-    """An old name of a flag, listed as such (c392e50's; master 34af94cd refuses it)."""
-    p.add_argument(*flags, dest=dest, type=type, default=argparse.SUPPRESS, metavar="N",
-                   help=f"c392e50's name for {of} (removed at master 34af94cd)")
-
-
-class _Removed(argparse.Action):
-    """A flag master 34af94cd no longer has: refused with its hint, as common/arg.cpp does."""
-
-    def __init__(self, option_strings, dest, hint="", **kw):
-        self.hint = hint
-        super().__init__(option_strings, dest, **kw)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        parser.error(f"{option_string} was removed at llama.cpp master 34af94cd: use {self.hint}")
-
-
-def _add_common(p, activations=True):
-    p.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all cores)")
-    p.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="cpu",
-                   help="compute backend (auto: cuda when a GPU is found, else cpu)")
-    if activations:
-        p.add_argument("--activations", choices=["q8", "f32"], default=None,
-                       help="CPU matrix products: q8 = activations rounded to int8 blocks as "
-                            "llama.cpp's CPU backend does, the fast path (the CPU default); f32 = "
-                            "float32 activations, the exact reference path that agrees with the "
-                            "NumPy oracle (several times slower). CUDA: f32 only")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def _add_sampling(p):
-    """The sampler flags, under llama.cpp's names (common/arg.cpp) and with its defaults, except
-    --temp (0 here, 0.8 in llama.cpp) and --seed (42 here, random in llama.cpp)."""
-    from ..run.sampling import DEFAULT_SAMPLERS
-    g = p.add_argument_group("sampling (llama.cpp's flags; see docs/llama_cpp.md)")
-    g.add_argument("--temp", "--temperature", type=float, default=0.0,
-                   help="temperature; 0 = greedy (default 0; llama.cpp's default is 0.8)")
-    g.add_argument("--top-k", type=int, default=40, help="top-k (default 40, <= 0 = off)")
-    g.add_argument("--top-p", type=float, default=0.95, help="top-p (default 0.95, 1 = off)")
-    g.add_argument("--min-p", type=float, default=0.05, help="min-p (default 0.05, 0 = off)")
-    g.add_argument("--typical", "--typical-p", type=float, default=1.0,
-                   help="locally typical sampling p (default 1 = off)")
-    g.add_argument("--top-nsigma", "--top-n-sigma", dest="top_n_sigma", type=float, default=-1.0,
-                   help="top-n-sigma (default -1 = off)")
-    g.add_argument("--xtc-probability", type=float, default=0.0, help="XTC probability (default 0 = off)")
-    g.add_argument("--xtc-threshold", type=float, default=0.1,
-                   help="XTC threshold (default 0.1, > 0.5 = off)")
-    g.add_argument("--dynatemp-range", type=float, default=0.0,
-                   help="dynamic temperature range (default 0 = off)")
-    g.add_argument("--dynatemp-exp", type=float, default=1.0, help="dynamic temperature exponent (default 1)")
-    g.add_argument("--repeat-penalty", type=float, default=1.0, help="repeat penalty (default 1 = off)")
-    g.add_argument("--repeat-last-n", type=int, default=64,
-                   help="tokens the penalties look back at (default 64, 0 = off)")
-    g.add_argument("--frequency-penalty", type=float, default=0.0, help="(default 0 = off)")
-    g.add_argument("--presence-penalty", type=float, default=0.0, help="(default 0 = off)")
-    g.add_argument("--dry-multiplier", type=float, default=0.0, help="DRY multiplier (default 0 = off)")
-    g.add_argument("--dry-base", type=float, default=1.75, help="DRY base (default 1.75, >= 1)")
-    g.add_argument("--dry-allowed-length", type=int, default=2,
-                   help="DRY: repeats longer than this are penalised (default 2)")
-    g.add_argument("--dry-penalty-last-n", type=int, default=64,
-                   help="DRY: tokens scanned for repeats (default 64, 0 = off)")
-    g.add_argument("--dry-sequence-breaker", action="append", default=None, metavar="STRING",
-                   help="DRY sequence breaker; the first use replaces the defaults (\\n : \" *), "
-                        "'none' removes all")
-    g.add_argument("--mirostat", type=int, default=0, help="0 = off, 1 = Mirostat, 2 = Mirostat 2.0")
-    g.add_argument("--mirostat-lr", type=float, default=0.1, help="Mirostat eta (default 0.1)")
-    g.add_argument("--mirostat-ent", type=float, default=5.0, help="Mirostat tau (default 5)")
-    g.add_argument("-l", "--logit-bias", action="append", default=[], metavar="TOKEN_ID(+/-)BIAS",
-                   help="e.g. 15043+1 or 15043-inf; may be repeated")
-    g.add_argument("--samplers", default=None, metavar="SAMPLERS",
-                   help="samplers in order, separated by ';' (default: " + ";".join(DEFAULT_SAMPLERS) + ")")
-    g.add_argument("--sampler-seq", "--sampling-seq", dest="sampler_seq", default=None,
-                   metavar="SEQUENCE", help="the same as letters (default: edskypmxt)")
-    g.add_argument("-s", "--seed", type=int, default=42,
-                   help="RNG seed (default 42; 4294967295 = random, llama.cpp's default)")
-    g.add_argument("--dist-draw", choices=["master", "c392e50"], default="master",
-                   help="draw the final token as llama.cpp master does, or as c392e50 did "
-                        "(needed to reproduce a c392e50 build's seeds)")
-
-
-def _prompt_args(p):
-    p.add_argument("-p", "--prompt", default=None)
-    p.add_argument("-f", "--file", default=None,
-                   help="read the prompt from a file, bytes as they are (as llama.cpp with --no-escape)")
-    p.add_argument("--chat", action="store_true",
-                   help="wrap the prompt as a user message with the model's chat template")
+def _add_common(p, command):
+    """-t, --backend, --activations (where the command has it) and --json, from the flag table."""
+    from .flags import add_flags
+    add_flags(p, command, groups=("compute",))
 
 
 def sampler_params(a):
+    """The SamplerParams of the sampling flags (flags.py's table names each field)."""
+    from .flags import build
+    from ..run.sampling import SamplerParams
+    return build(a, "sampler", SamplerParams)
+
+
+def _n_ctx(a, model) -> int:
+    """-c: 0 is the model's training context (n_ctx_train), as in master."""
+    return model.hparams.n_ctx_train if a.ctx_size == 0 else a.ctx_size
+
+
+def _n_predict(a, n_ctx: int) -> int:
+    """-n: -1 generates until the end of generation or a full context (at most n_ctx tokens)."""
     from ..errors import ParamError
-    from ..run.sampling import SamplerParams, parse_logit_bias, parse_sampler_seq, parse_samplers
-    if a.samplers is not None and a.sampler_seq is not None:
-        raise ParamError("give either --samplers or --sampler-seq, not both")
-    kw = {}
-    if a.samplers is not None:
-        kw["samplers"] = parse_samplers(a.samplers)
-    elif a.sampler_seq is not None:
-        kw["samplers"] = parse_sampler_seq(a.sampler_seq)
-    if a.dry_sequence_breaker is not None:     # as llama.cpp: the first use drops the defaults
-        breakers = []
-        for b in a.dry_sequence_breaker:
-            breakers = [] if b == "none" else breakers + [b]
-        kw["dry_sequence_breakers"] = tuple(breakers)
-    if a.dry_base < 1.0:
-        raise ParamError(f"invalid --dry-base={a.dry_base}: expected a number >= 1 "
-                         f"(llama.cpp ignores smaller values)")
-    return SamplerParams(temp=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p, typ_p=a.typical,
-                         penalty_repeat=a.repeat_penalty, penalty_last_n=a.repeat_last_n,
-                         penalty_freq=a.frequency_penalty, penalty_present=a.presence_penalty,
-                         top_n_sigma=a.top_n_sigma, xtc_probability=a.xtc_probability,
-                         xtc_threshold=a.xtc_threshold, dynatemp_range=a.dynatemp_range,
-                         dynatemp_exponent=a.dynatemp_exp, dry_multiplier=a.dry_multiplier,
-                         dry_base=a.dry_base, dry_allowed_length=a.dry_allowed_length,
-                         dry_penalty_last_n=a.dry_penalty_last_n, mirostat=a.mirostat,
-                         mirostat_eta=a.mirostat_lr, mirostat_tau=a.mirostat_ent,
-                         logit_bias=tuple(parse_logit_bias(x) for x in a.logit_bias),
-                         seed=a.seed, dist_draw=a.dist_draw, **kw).validate()
+    if a.n_predict == -1:
+        return n_ctx
+    if a.n_predict < 1:
+        raise ParamError(f"-n/--predict/--n-predict: invalid n_predict={a.n_predict}: expected -1 (until "
+                         f"the end of generation or a full context) or a number >= 1")
+    return a.n_predict
 
 
 def _load(model, vocab_only: bool = False):
@@ -180,15 +94,17 @@ def cmd_generate(a):
     model = _load(a.model)
     text = _read_prompt(a, model.vocab)
     ids = model.vocab.tokenize(text)
-    ctx = Context(model, n_ctx=a.ctx_size, backend=a.backend, n_threads=a.threads,
-                  activations=a.activations)
-    smpl = Sampler(sampler_params(a), model.n_vocab)
+    params = sampler_params(a)
+    n_ctx = _n_ctx(a, model)
+    n_predict = _n_predict(a, n_ctx)
+    ctx = Context(model, n_ctx=n_ctx, backend=a.backend, n_threads=a.threads, activations=a.activations)
+    smpl = Sampler(params, model.n_vocab)
     stream = None
     if not a.json:
         sys.stdout.write(as_text(text, "replace"))
         stream = lambda t: (sys.stdout.write(model.vocab.token_to_piece(t, special=False)
                                              .decode("utf-8", "replace")), sys.stdout.flush())
-    r = generate(ctx, smpl, ids, a.n_predict, on_token=stream)
+    r = generate(ctx, smpl, ids, n_predict, on_token=stream)
     if a.json:
         print(json.dumps({"tokens": r.tokens, "text": r.text, "n_prompt": r.n_prompt,
                           "t_prompt_s": r.t_prompt_s, "t_gen_s": r.t_gen_s,
@@ -306,53 +222,49 @@ def _bench_profile(a, modes):
 def _spec_setup(a):
     """The pair and SpecParams of speculative-simple's flags (-md without --spec-type: draft-simple)."""
     import warnings
-    from ..errors import ParamError
+    from .flags import build
     from ..speculation.params import SpecParams
     from ..run.pair import open_pair
-    rates = None
-    if a.spec_synth_rates:
-        try:
-            rates = [float(x) for x in a.spec_synth_rates.split(",")]
-        except ValueError:
-            raise ParamError(f"invalid --spec-synth-rates={a.spec_synth_rates!r}: expected "
-                             f"comma-separated numbers") from None
-    sp = SpecParams(types=a.spec_type, n_max=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
-                    reeval=not a.no_reeval, verify=a.verify, synth_rates=rates,
-                    synth_len=a.spec_synth_len, ngram_simple_size_n=a.ngram_simple_size_n,
-                    ngram_simple_size_m=a.ngram_simple_size_m, ngram_map_k_size_n=a.ngram_map_k_size_n,
-                    ngram_map_k_size_m=a.ngram_map_k_size_m, ngram_map_k4v_size_n=a.ngram_map_k4v_size_n,
-                    ngram_map_k4v_size_m=a.ngram_map_k4v_size_m,
-                    ngram_simple_min_hits=a.ngram_simple_min_hits,
-                    ngram_map_k_min_hits=a.ngram_map_k_min_hits, ngram_map_k4v_min_hits=a.ngram_map_k4v_min_hits,
-                    ngram_mod_n_match=a.ngram_mod_n_match, ngram_mod_n_min=a.ngram_mod_n_min,
-                    ngram_mod_n_max=a.ngram_mod_n_max,
-                    lookup_cache_static=a.lookup_cache_static,
-                    lookup_cache_dynamic=a.lookup_cache_dynamic).validate()
-    need_draft = sp.needs_draft_model()
+    params = build(a, "spec", SpecParams)
+    need_draft = params.needs_draft_model()
     if a.model_draft is not None and not need_draft:
-        warnings.warn(f"--spec-type {a.spec_type} has no draft-simple: the draft model "
+        warnings.warn(f"--spec-type {params.types} has no draft-simple: the draft model "
                       f"{a.model_draft} is not used", stacklevel=2)
-    pair = open_pair(a.model, a.model_draft if need_draft else False, n_ctx=a.ctx_size,
-                     n_seq=max(1, getattr(a, "parallel", 1)), backend=a.backend,
+    target = a.model if a.ctx_size != 0 else _load(a.model)    # -c 0: the target's n_ctx_train
+    n_ctx = a.ctx_size or target.hparams.n_ctx_train
+    pair = open_pair(target, a.model_draft if need_draft else False, n_ctx=n_ctx,
+                     n_seq=max(1, a.parallel), backend=a.backend,
                      n_threads=a.threads, activations=a.activations,
                      tgt_seq_rm=not a.no_seq_rm, dft_seq_rm=not a.no_seq_rm_draft)
-    return pair.target, pair.draft, pair.ctx_tgt, pair.ctx_dft, sp
+    return pair.target, pair.draft, pair.ctx_tgt, pair.ctx_dft, params
+
+
+# master's messages when the draft context cannot decode a batch (speculative-simple.cpp:135-138,
+# 237-240): in the prompt the program returns 1; later it stops and still prints the statistics
+FAILED_PROMPT = "failed to process speculative prompt"
+FAILED_BATCH = "failed to process speculative batch"
+
+
+def _outside_draft_vocab(tokens, ctx_d) -> bool:
+    return ctx_d is not None and any(not 0 <= t < ctx_d.model.n_vocab for t in tokens)
 
 
 def cmd_speculative_simple(a):
     import warnings
+    from ..errors import BatchError
     from ..speculation.loop import SpeculativeLoop
     from ..vocab.textio import as_text
+    color = a.color == "on" or (a.color == "auto" and sys.stdout.isatty())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore" if a.json else "default")
-        tgt, dft, ctx_t, ctx_d, sp = _spec_setup(a)
+        smpl_params = sampler_params(a)
+        tgt, dft, ctx_t, ctx_d, params = _spec_setup(a)
         text = _read_prompt(a, tgt.vocab)
         ids = tgt.vocab.tokenize(text)
         # the example feeds its sampler no prompt token (speculative-simple.cpp); --penalize-prompt
         # does, as llama-cli and llama-server do
-        loop = SpeculativeLoop(ctx_t, ctx_d, [ids] * max(1, a.parallel), a.n_predict,
-                               sampler_params(a), sp, penalize_prompt=a.penalize_prompt,
-                               stop_rule=a.stop)
+        loop = SpeculativeLoop(ctx_t, ctx_d, [ids] * max(1, a.parallel), _n_predict(a, ctx_t.n_ctx),
+                               smpl_params, params, penalize_prompt=a.penalize_prompt, stop_rule=a.stop)
     if not a.json:
         sys.stdout.write(as_text(text, "replace"))
         sys.stdout.flush()
@@ -364,11 +276,23 @@ def cmd_speculative_simple(a):
         k = s.n_accepted if not s.replay else 0
         for i, t in enumerate(s.committed):
             piece = tgt.vocab.token_to_piece(t, special=False).decode("utf-8", "replace")
-            if a.color and i < k:     # accepted draft tokens: green from the draft model, cyan from a lookup
+            if color and i < k:     # accepted draft tokens: green from the draft model, cyan from a lookup
                 piece = f"\x1b[{32 if s.impl == 'draft-simple' else 36}m{piece}\x1b[0m"
             sys.stdout.write(piece)
         sys.stdout.flush()
-    results = loop.run(on_round=show)
+    failed = None
+    try:
+        results = loop.run(on_round=show)
+    except BatchError:
+        # a token the draft model cannot read (its vocab is smaller than the target's)
+        if _outside_draft_vocab(ids[:-1], ctx_d):        # in the prompt: master returns 1 (:135-138)
+            print(f"\n{FAILED_PROMPT}", file=sys.stderr)
+            return 1
+        if not _outside_draft_vocab([ids[-1]] + [t for sl in loop.results() for t in sl.tokens], ctx_d):
+            raise
+        failed = FAILED_BATCH                           # master: break, then the statistics (:237-240)
+        print(f"\n{FAILED_BATCH}", file=sys.stderr)
+        results = loop.results()
     r = results[0]
     impls = loop.chain.stats()
     st = impls[0] if impls else {}
@@ -378,13 +302,13 @@ def cmd_speculative_simple(a):
             "tokens": r.tokens, "text": r.text, "n_prompt": r.n_prompt, "n_drafted": r.n_drafted,
             "n_accept": r.n_accept, "n_rounds": r.n_rounds, "spec_types": loop.chain.types,
             # per draft over --draft-max positions (specnb's); llama.cpp's are in impls[]
-            "acc_rate_per_pos": _per_draft_rates(impls, sp.n_max),
+            "acc_rate_per_pos": _per_draft_rates(impls, params.n_max),
             "mean_acc_len": st.get("mean_acc_len", 0.0), "t_prompt_s": r.t_prompt_s,
             "t_gen_s": r.t_gen_s, "tok_s": len(r.tokens) / r.t_gen_s if r.t_gen_s else 0.0,
             "n_eval_draft": n_eval, "stop_reason": r.stop_reason, "stats": st, "impls": impls,
             "summary": {"n_drafted": loop.n_drafted_simple, "n_accept": loop.n_accept_simple},
             "draft_len": loop.policy.stats(),
-            "parallel": [x.tokens for x in results[1:]]}))
+            "parallel": [x.tokens for x in results[1:]], "error": failed}))
     else:
         print("\n")
         print(f"encoded {r.n_prompt:4d} tokens in {r.t_prompt_s:8.3f} seconds, speed: "
@@ -513,21 +437,21 @@ def cmd_forge(a):
 
 # ---- argument parsing -----------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    from .flags import add_flags
     ap = argparse.ArgumentParser(prog="specnb", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("generate", help="plain decoding")
-    _add_model(p)
-    _prompt_args(p)
-    _add_sampling(p)
-    _add_common(p)
-    p.add_argument("-n", "--n-predict", type=int, default=64)
-    p.add_argument("-c", "--ctx-size", type=int, default=2048)
+    add_flags(p, "generate")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("tokenize", help="text -> token ids, as llama-tokenize")
     _add_model(p)
-    _prompt_args(p)
+    p.add_argument("-p", "--prompt", default=None)
+    p.add_argument("-f", "--file", default=None,
+                   help="read the text from a file, its bytes as they are (as llama-tokenize with --no-escape)")
+    p.add_argument("--chat", action="store_true",
+                   help="wrap the text as a user message with the model's chat template")
     p.add_argument("--ids", action="store_true", help="print only the ids, as a list")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-bos", action="store_true", help="do not add BOS/EOS even if the vocab asks")
@@ -536,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("perplexity", help="perplexity as llama-perplexity")
     _add_model(p)
-    _add_common(p)
+    _add_common(p, "perplexity")
     p.add_argument("-f", "--file", default=None)
     p.add_argument("-c", "--ctx-size", type=int, default=512)
     p.add_argument("--chunks", type=int, default=None, help="score at most this many chunks")
@@ -544,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="decode speed and batch cost, next to llama.cpp's")
     _add_model(p)
-    _add_common(p, activations=False)
+    _add_common(p, "bench")
     _add_model(p, "-md", "model_draft", "a draft model too (a real pair: its decode, the target's "
                                         "batch sweep 1..17, and with --spec speculative decoding)")
     p.add_argument("--activations", choices=["f32", "q8", "both"], default="both",
@@ -585,98 +509,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("speculative-simple", "speculative"):
         p = sub.add_parser(name, help="speculative decoding (a draft model, n-gram lookups)",
                            description="llama-speculative-simple as llama.cpp master 34af94cd has "
-                           "it: its flags, defaults and statistics. c392e50's older names are "
-                           "accepted where labelled so; c392e50 is the build specnb compares "
-                           "speeds and printed counts with (docs/llama_cpp.md)")
-        _add_model(p)
-        p.add_argument("--spec-draft-model", "-md", "--model-draft", dest="model_draft", default=None,
-                       metavar="FNAME",
-                       help="draft: a model name or a GGUF path (default: smollm2-135m-q4_0, the "
-                            "default target requantized to Q4_0)")
-        _prompt_args(p)
-        _add_sampling(p)
-        _add_common(p)
-        p.add_argument("-n", "--n-predict", type=int, default=64)
-        p.add_argument("-c", "--ctx-size", type=int, default=2048)
-        p.add_argument("--spec-draft-n-max", dest="draft_max", default="3",
-                       metavar="N|auto[:CAP]|heuristic[:CAP]",
-                       help="the draft model's tokens per round: N (its drafts cut to N, default 3); "
-                            "auto: each round's length 0..CAP (default 16) chosen from the costs "
-                            "this run measures (specnb.speculation.draft_len); heuristic: transformers' "
-                            "schedule (start 20, +2 after a fully accepted draft, else -1; cap "
-                            "default 64)")
-        p.add_argument("--spec-draft-n-min", dest="draft_min", type=int, default=0, metavar="N",
-                       help="the draft model's fewest tokens: a shorter draft is dropped (default 0)")
-        p.add_argument("--spec-draft-p-min", "--draft-p-min", dest="draft_p_min", type=float, default=0.0,
-                       metavar="P",
-                       help="stop drafting when the draft model's top probability is below P "
-                            "(default 0.0)")
-        _add_alias(p, "--draft-max", "--draft", "--draft-n", dest="draft_max", of="--spec-draft-n-max")
-        _add_alias(p, "--draft-min", "--draft-n-min", dest="draft_min", of="--spec-draft-n-min", type=int)
-        p.add_argument("--verify", choices=["exact", "rejection"], default="exact")
-        p.add_argument("--no-reeval", action="store_true",
-                       help="keep the draft's KV rows instead of re-evaluating them in process()")
-        p.add_argument("--no-seq-rm", action="store_true",
-                       help="target memory refuses partial removal: use checkpoints and replay")
-        p.add_argument("--no-seq-rm-draft", action="store_true",
-                       help="draft memory refuses partial removal: the draft restores a checkpoint "
-                            "instead of removing its rejected rows")
-        p.add_argument("--spec-type", default=None, metavar="TYPES",
-                       help="comma-separated speculator types: none, draft-simple, ngram-simple, "
-                            "ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache; they run in "
-                            "llama.cpp's priority order (n-gram lookups first). The n-gram types "
-                            "need no draft model. Master's draft-eagle3, draft-mtp, draft-dflash "
-                            "and draft-dspark need heads or models trained for the target and are "
-                            "not implemented (the error says why). Default: draft-simple (with "
-                            "-md or the default draft), c392e50's rule; at master 34af94cd the default is none, and "
-                            "llama-speculative-simple -md F alone exits with 'failed to initialize "
-                            "speculative decoding'")
-        for t in ("simple", "map-k", "map-k4v"):
-            g = p.add_argument_group(f"ngram-{t} (master 34af94cd's flags)")
-            d = t.replace("-", "_")
-            g.add_argument(f"--spec-ngram-{t}-size-n", dest=f"ngram_{d}_size_n", type=int, default=12,
-                           metavar="N", help="length of the lookup n-gram (default 12)")
-            g.add_argument(f"--spec-ngram-{t}-size-m", dest=f"ngram_{d}_size_m", type=int, default=48,
-                           metavar="M", help="length of the drafted m-gram, the longest draft "
-                           "(default 48); --spec-draft-n-max does not cut it, as in master")
-            g.add_argument(f"--spec-ngram-{t}-min-hits", dest=f"ngram_{d}_min_hits", type=int,
-                           default=1, metavar="H",
-                           help="the fewest times a key and its value must have been seen (default 1)"
-                           if t == "map-k4v" else "accepted as master does; only ngram-map-k4v reads "
-                           "it there (ngram-map.cpp:401-406), so no effect")
-        g = p.add_argument_group("ngram-mod (master 34af94cd's flags)")
-        g.add_argument("--spec-ngram-mod-n-match", dest="ngram_mod_n_match", type=int, default=24,
-                       metavar="N", help="length of the hashed n-gram (default 24)")
-        g.add_argument("--spec-ngram-mod-n-min", dest="ngram_mod_n_min", type=int, default=48,
-                       metavar="N", help="a draft shorter than N is dropped (default 48)")
-        g.add_argument("--spec-ngram-mod-n-max", dest="ngram_mod_n_max", type=int, default=64,
-                       metavar="N", help="the longest draft (default 64)")
-        for flag, hint in (("--spec-ngram-size-n", "the respective --spec-ngram-*-size-n"),
-                           ("--spec-ngram-size-m", "the respective --spec-ngram-*-size-m"),
-                           ("--spec-ngram-min-hits", "the respective --spec-ngram-*-min-hits"),
-                           ("--spec-ngram-check-rate", "nothing: master looks up every token")):
-            p.add_argument(flag, action=_Removed, hint=hint, help=argparse.SUPPRESS)
-        p.add_argument("-lcs", "--lookup-cache-static", default=None,
-                       help="ngram-cache: a static n-gram cache file (llama.cpp's layout; at "
-                            "master 34af94cd llama-lookup and llama-server take it, "
-                            "llama-speculative-simple does not)")
-        p.add_argument("-lcd", "--lookup-cache-dynamic", default=None,
-                       help="ngram-cache: a dynamic n-gram cache file (read if it exists)")
-        p.add_argument("-np", "--parallel", type=int, default=1, help="sequences decoded together")
-        p.add_argument("--spec-synth-rates", default=None)
-        p.add_argument("--spec-synth-len", type=float, default=None)
-        p.add_argument("--color", action="store_true", help="colour accepted draft tokens")
-        p.add_argument("--stop", choices=["exact", "master", "c392e50"], default="exact",
-                       help="exact: stop at exactly -n tokens, so the output compares token for "
-                            "token with `generate` (specnb's default); master: as "
-                            "llama-speculative-simple at 34af94cd, run while n_predict <= N "
-                            "(at least N + 1 tokens) and let the last round, whose budget is 0, "
-                            "draft uncapped, so n_predict / n_drafted / n_accept print as "
-                            "master's; c392e50: the same stop, no draft budget, as that build")
-        p.add_argument("--penalize-prompt", action="store_true",
-                       help="put the prompt into the sampler's penalty window (repeat, frequency, "
-                            "presence, DRY), as llama-cli and llama-server do; "
-                            "llama-speculative-simple does not (the default here)")
+                           "it: its flags and statistics, with its defaults where no help line says "
+                           "'specnb's default'. Options master lacks are marked [specnb, beyond "
+                           "llama.cpp]. c392e50's older names are accepted where labelled so; c392e50 "
+                           "is the build specnb compares speeds and printed counts with "
+                           "(docs/llama_cpp.md); every flag next to master's: docs/commands.md")
+        add_flags(p, "speculative-simple")
         p.set_defaults(func=cmd_speculative_simple)
 
     from .demo import DEMO_DRAFT_MAX, SWEEP_DRAFT_MAX
@@ -687,7 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="N|auto[:CAP]|heuristic[:CAP]",
                    help=f"the draft length of the speculative runs (default {DEMO_DRAFT_MAX}; auto: "
                         f"chosen each round from measured costs)")
-    _add_alias(p, "--draft-max", dest="draft_max", of="--spec-draft-n-max")
+    p.add_argument("--draft-max", dest="draft_max", default=argparse.SUPPRESS, metavar="N",
+                   help="c392e50's name for --spec-draft-n-max (removed at master 34af94cd)")
     p.add_argument("--sweep", nargs="?", const=",".join(map(str, SWEEP_DRAFT_MAX)), default=None,
                    metavar="N,N,...", help="instead: plain vs speculative speed on the code "
                    "prompts for each draft-max (default 1,2,3,4,6,8)")
@@ -704,7 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=POLICY_REPEATS, metavar="N",
                    help="--policies: runs per cell, the policies taking turns; a cell is the "
                         f"median (default {POLICY_REPEATS})")
-    _add_common(p)
+    _add_common(p, "demo")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("models", help="the models specnb knows by name: list, install, path")

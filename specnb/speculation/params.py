@@ -139,8 +139,11 @@ class SpecParams:
             if v is None and name not in ("ngram_size_n", "ngram_size_m", "ngram_min_hits"):
                 continue
             lo = 0 if name in ("ngram_mod_n_min", "ngram_mod_n_max") else 1   # arg.cpp:4163-4192
-            check_param(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and lo <= v <= 1024,
-                        name, v, f"an integer in [{lo}, 1024]")
+            # min-hits: master checks >= 1 only and stores a uint16_t (common.h:361), so larger
+            # values wrap there; the sizes are checked to 1024 there (arg.cpp:4194-4285)
+            hi = 65535 if name.endswith("min_hits") else 1024
+            check_param(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and lo <= v <= hi,
+                        name, v, f"an integer in [{lo}, {hi}]")
         self.synth_probs()
         return self
 

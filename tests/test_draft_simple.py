@@ -90,3 +90,26 @@ def test_draft_simple_keeps_no_state_of_specnbs_auto(pair):
     assert not {"offset", "_catch_up", "_windowed"} & set(dir(DraftSimple))
     deferred = DeferredDraftSimple(tgt, Context(dft, n_ctx=16), AutoDraftLen(4))
     assert {"_pending", "_off", "policy"} <= set(vars(deferred))
+
+
+def test_n_max_zero_drafts_one_token_as_master_does(pair):
+    """master's draft loop pushes the argmax before it tests n_max (tests/data/
+    master_34af94cd_spec_args.json, draft_n_max_zero): --spec-draft-n-max 0 drafts one token
+    a round, and the loop stays lossless."""
+    import json
+    from pathlib import Path
+    from spec_checks import SAMPLERS, plain
+    from specnb.speculation.loop import SpeculativeLoop
+    from specnb.speculation.params import SpecParams
+    fact = json.loads((Path(__file__).parent / "data" / "master_34af94cd_spec_args.json").read_text())
+    assert "still drafts one token" in fact["draft_n_max_zero"]["rule"]
+    tgt, dft = pair
+    prompt = tgt.vocab.tokenize("Once upon a time")
+    impl = _prefilled(tgt, dft, prompt, n_max=0)
+    assert len(_draft(impl, prompt)) == 1
+    assert _draft(_prefilled(tgt, dft, prompt, n_max=0, p_min=1.0), prompt) == []   # p_min still applies
+    loop = SpeculativeLoop(Context(tgt, n_ctx=64), Context(dft, n_ctx=64), prompt, 12, SAMPLERS["greedy"],
+                           SpecParams(n_max=0))
+    events = list(loop.rounds())
+    assert all(len(ev.slot.draft) == 1 for ev in events if not ev.slot.replay)
+    assert loop.results()[0].tokens == plain(tgt, prompt, SAMPLERS["greedy"], 12)

@@ -205,8 +205,8 @@ class DraftSimple(SpeculativeImpl):
             if not dp.drafting:
                 continue
             self.info[s], self.q[s] = [], []
-            if (self.n_max if dp.n_max < 0 else min(self.n_max, dp.n_max)) <= 0:
-                continue                                           # nothing to draft
+            if dp.n_max == 0:
+                continue                                           # no room this round
             if not self.partial:
                 self._save(s)                                      # ckpt.update_dft
             self._drafted.add(s)
@@ -248,8 +248,9 @@ class DraftSimple(SpeculativeImpl):
                     smpl.accept(tok)
                 self.info[s].append(info)
                 dp.result.append(tok)
-                cap = self.n_max if dp.n_max < 0 else min(self.n_max, dp.n_max)
-                if len(dp.result) >= cap:
+                # the token is pushed before the limits are tested (:347-354), so n_max = 0
+                # still drafts one token, as master does
+                if len(dp.result) >= self.n_max or 0 < dp.n_max <= len(dp.result):
                     continue
                 i_batch[s] = len(batch)
                 batch.add(tok, self._kv_pos(s, dp.n_past + i + 1), s, True)   # next input row

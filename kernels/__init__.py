@@ -16,7 +16,7 @@ and a small benchmark); data flows top to bottom:
   norm.py         rmsnorm_ref          rmsnorm                rmsnorm_cuda         tests/test_kernels
   rope.py         rope_ref             rope                   rope_cuda            tests/test_kernels
   attention.py    attention_ref        attention              attention_cuda       tests/test_kernels
-  activations.py  swiglu_ref           swiglu, argmax, topk   swiglu_cuda          tests/test_kernels
+  activations.py  swiglu_ref           swiglu_into, argmax, topk  swiglu_into_cuda  tests/test_kernels
   forward.py      specnb.model.reference     the whole pass fused   specnb.run.backend_cuda  tests/test_speed_paths
   cuda_common.py  (the CUDA kernels' shared helpers and block reductions)
   stream.py       np.bitwise_xor       stream_xor (a read at memory speed: the bandwidth probe)    check()

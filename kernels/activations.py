@@ -81,8 +81,9 @@ def _swiglu_parallel(gate, up, out):
 
 
 @njit(fastmath=False, cache=True)
-def swiglu(gate, up, out):
-    # [n, n_ff], [n, n_ff] -> out [n, n_ff] (may be gate itself)
+def swiglu_into(gate, up, out):
+    # out [n, n_ff] = silu(gate) * up for gate, up [n, n_ff]; returns out. out may be gate
+    # itself (the forward passes' swiglu_into(g, u, g): g overwritten in place)
     n, f = gate.shape
     if n * f > SERIAL_MAX_ELEMENTS:
         _swiglu_parallel(gate, up, out)
@@ -136,8 +137,8 @@ from numba import cuda  # noqa: E402
 
 
 @cuda.jit
-def swiglu_cuda_kernel(gate, up, out):
-    # [n, n_ff], [n, n_ff] -> out [n, n_ff] (may be gate itself); a grid-stride loop
+def swiglu_into_cuda_kernel(gate, up, out):
+    # out [n, n_ff] = silu(gate) * up (out may be gate itself); a grid-stride loop
     n, f = gate.shape
     for i in range(cuda.grid(1), n * f, cuda.gridsize(1)):
         t = i // f
@@ -147,9 +148,10 @@ def swiglu_cuda_kernel(gate, up, out):
         out[t, j] = np.float32(g / (1.0 + e)) * up[t, j]
 
 
-def swiglu_cuda(gate, up, out, threads: int = 128, blocks: int | None = None, stream=0):
+def swiglu_into_cuda(gate, up, out, threads: int = 128, blocks: int | None = None, stream=0):
+    # swiglu_into on device arrays: out = silu(gate) * up (out may be gate itself)
     n = gate.shape[0] * gate.shape[1]
     if n:
         blocks = blocks or (n + threads - 1) // threads
-        swiglu_cuda_kernel[blocks, threads, stream](gate, up, out)
+        swiglu_into_cuda_kernel[blocks, threads, stream](gate, up, out)
     return out

@@ -3,9 +3,9 @@ builds, run by ggml-cpu's graph compute).
 
 `specnb.run.backend_cpu.CpuBackend.forward_steps` is the readable version: one Python line per
 operation, each a call into a kernel. This function makes exactly the same kernel calls in
-exactly the same order, so its logits are bit-identical (tests/test_context.py checks it), but
-from inside compiled code: a decode step of a 30-layer model makes about 400 kernel calls, and
-from Python each one costs a few microseconds of dispatch before it starts.
+exactly the same order, so its logits are bit-identical (tests/test_speed_paths.py checks it),
+but from inside compiled code: a decode step of a 30-layer model makes about 400 kernel calls,
+and from Python each one costs a few microseconds of dispatch before it starts.
 
 The weights come in as one `FusedWeights` (a named tuple, so Numba caches the compiled pass like
 any other function): one typed list of the layers' matrices (7 per layer: q, k, v, o, gate, up,
@@ -17,11 +17,11 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from .activations import swiglu
+from .activations import swiglu_into
 from .attention import attention
 from .norm import rmsnorm
-from .matmul import _deq_t, matmul_sel
-from .matmul_q8 import Q8_QTYPES, _matmul_q8_by, has_q8_kernel
+from .matmul import dequant_row_by, matmul_sel
+from .matmul_q8 import Q8_QTYPES, has_q8_kernel, matmul_q8_by
 from .qtypes import type_sel
 from .rope import rope
 
@@ -62,7 +62,7 @@ def _mm_by(x, w, qtype, out, sf, si, f_any, i_any, i_k, i_b, ahead):
     # y = x @ W^T with int8 activations for the types of si, float32 ones for those of sf; a
     # path whose selection is empty (None) is not compiled
     if i_any is not None and has_q8_kernel(qtype):
-        _matmul_q8_by(x, w, qtype, out, si, i_k, i_b, ahead)
+        matmul_q8_by(x, w, qtype, out, si, i_k, i_b, ahead)
     elif f_any is not None:
         matmul_sel(x, w, qtype, out, sf)
     else:
@@ -76,17 +76,17 @@ def _mm(x, w, qtype, ts, ahead, out):
 
 
 # the thin wrappers the pass calls, inlined into it for the same reason (the same code as
-# attention.attention, activations.swiglu and matmul.dequant_row_sel)
+# attention.attention, activations.swiglu_into and matmul.dequant_row_sel)
 _attention = njit(inline="always")(attention.py_func)
-_swiglu = njit(inline="always")(swiglu.py_func)
+_swiglu_into = njit(inline="always")(swiglu_into.py_func)
 
 
 @njit(inline="always")
 def _embed_row(w_row, qtype, out, s):
     # one embedding row to float32 (matmul.dequant_row_sel without its shape check: the table's
     # shape was checked when the model loaded)
-    _deq_t(w_row, qtype, out, out.shape[0], s.fl, s.f32, s.f16, s.bf16, s.q8_0, s.q4_0, s.q4_1,
-           s.q5_0, s.q5_1, s.q2_k, s.q3_k, s.q4_k, s.q5_k, s.q6_k)
+    dequant_row_by(w_row, qtype, out, out.shape[0], s.fl, s.f32, s.f16, s.bf16, s.q8_0, s.q4_0,
+                   s.q4_1, s.q5_0, s.q5_1, s.q2_k, s.q3_k, s.q4_k, s.q5_k, s.q6_k)
 
 
 # Element loops instead of NumPy's broadcasting array statements (x += y, row = row): the
@@ -162,7 +162,8 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, h
         rmsnorm(x, ffn_norm[il], norm_eps, a)
         _mm(a, mats[m0 + W_GATE], qt[W_GATE], ts, ahead, g)
         _mm(a, mats[m0 + W_UP], qt[W_UP], ts, ahead, u)
-        _add_to(x, _mm(_swiglu(g, u, g), mats[m0 + W_DOWN], qt[W_DOWN], ts, ahead, t_out))
+        _swiglu_into(g, u, g)                               # g = silu(g) * u, in place
+        _add_to(x, _mm(g, mats[m0 + W_DOWN], qt[W_DOWN], ts, ahead, t_out))
     xo = np.empty((out_rows.shape[0], n_embd), dtype=np.float32)
     for i in range(out_rows.shape[0]):
         _copy_row(xo[i], x[out_rows[i]])

@@ -191,9 +191,11 @@ def _deq_float(w, qtype, out, n, f32, f16, bf16):
 
 
 @_jit
-def _deq_t(w, qtype, out, n, fl, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k,
-           q5_k, q6_k):
-    # the dispatch, each branch compiled only for the types selected (a None flag prunes it)
+def dequant_row_by(w, qtype, out, n, fl, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k,
+                   q5_k, q6_k):
+    # [row_bytes] -> out [n], shapes already checked (the fused pass's embedding lookup calls it
+    # directly): the dispatch, each branch compiled only for the types selected (the TypeSel's
+    # flags; a None flag prunes it)
     if q4_1 is not None and qtype == Q4_1:
         _deq_q4_1(w, out, n)
     elif q8_0 is not None and qtype == Q8_0:
@@ -223,8 +225,8 @@ def _deq_t(w, qtype, out, n, fl, f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q
 @_jit
 def _dequant_row(w, qtype, out, n, s):
     # [row_bytes] -> out [n]; shapes already checked; s: the TypeSel of the types to serve
-    _deq_t(w, qtype, out, n, s.fl, s.f32, s.f16, s.bf16, s.q8_0, s.q4_0, s.q4_1, s.q5_0, s.q5_1,
-           s.q2_k, s.q3_k, s.q4_k, s.q5_k, s.q6_k)
+    dequant_row_by(w, qtype, out, n, s.fl, s.f32, s.f16, s.bf16, s.q8_0, s.q4_0, s.q4_1, s.q5_0,
+                   s.q5_1, s.q2_k, s.q3_k, s.q4_k, s.q5_k, s.q6_k)
 
 
 @_jit

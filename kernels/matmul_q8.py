@@ -1,8 +1,11 @@
 """The matrix product with int8 activations, as llama.cpp's CPU backend computes it (ggml-cpu:
 quantize_row_q8_0 / q8_1 / q8_K and ggml_vec_dot_<type>_q8_<0,1,K>, ggml-cpu-quants.c).
 
-    matmul_q8(x, w, qtype, out)     y = x @ W^T with x rounded to int8 blocks first
-    quantize_q8_k(x) / quantize_q8_32(x)   the activation blocks (for the tests, and the kernels)
+    matmul_q8(x, w, qtype, out, ahead=-1)   y = x @ W^T with x rounded to int8 blocks first
+    matmul_q8_by(...)               the same from compiled code, for a selection of types (forward.py)
+    quantize_q8_k(x) / quantize_q8_32(x)   the activation blocks, row by row (for the tests)
+    pack_q8_k(x), one_row_q4_k(...)   the blocks as the kernels read them, and the decode loop's
+                                    1-row Q4_K pass (tuning.py times it)
     check(), bench()                `python -m specnb.kernels.matmul_q8`
 
 The activation rows are rounded to int8 the way ggml does it for the weight type at hand:
@@ -145,13 +148,31 @@ def _alloc_q8_32(n_rows, n):
             np.empty((nch, n_rows, 16), np.float32))
 
 
+def pack_q8_k(x):
+    """[n_rows, n] float32 -> the block_q8_K activations as the K kernels read them, chunk-major
+    (above): (qx int8 [n / 64, n_rows, 64], d float32 [n / 256, n_rows], bsums int16
+    [n / 256, n_rows, 16])."""
+    x = np.ascontiguousarray(x, np.float32)
+    qx, dx, bs = _alloc_q8_k(*x.shape)
+    _quantize_q8_k(x, qx, dx, bs)
+    return qx, dx, bs
+
+
+def pack_q8_32(x):
+    """[n_rows, n] float32 -> the block_q8_0 / block_q8_1 activations as the 32-block kernels
+    read them, chunk-major (above): (qx int8 [npad / 64, n_rows, 64], d and s float32
+    [npad / 64, n_rows, 16], each block's value 8 times)."""
+    x = np.ascontiguousarray(x, np.float32)
+    qx, dx16, sx16 = _alloc_q8_32(*x.shape)
+    _quantize_q8_32(x, qx, dx16, sx16)
+    return qx, dx16, sx16
+
+
 def quantize_q8_k(x):
     """[n_rows, n] float32 -> ggml's block_q8_K fields, row by row: (qx int8 [n_rows, n],
     d [n_rows, n / 256], bsums int16 [n_rows, n / 16])."""
-    x = np.ascontiguousarray(x, np.float32)
-    n_rows, n = x.shape
-    qx, dx, bs = _alloc_q8_k(n_rows, n)
-    _quantize_q8_k(x, qx, dx, bs)
+    qx, dx, bs = pack_q8_k(x)
+    n_rows, n = np.shape(x)
     return (qx.transpose(1, 0, 2).reshape(n_rows, n), dx.T.copy(),
             bs.transpose(1, 0, 2).reshape(n_rows, n // 16))
 
@@ -159,10 +180,8 @@ def quantize_q8_k(x):
 def quantize_q8_32(x):
     """[n_rows, n] float32 -> ggml's block_q8_0 / block_q8_1 fields, row by row: (qx int8
     [n_rows, n], d [n_rows, n / 32], s [n_rows, n / 32])."""
-    x = np.ascontiguousarray(x, np.float32)
-    n_rows, n = x.shape
-    qx, dx16, sx16 = _alloc_q8_32(n_rows, n)
-    _quantize_q8_32(x, qx, dx16, sx16)
+    qx, dx16, sx16 = pack_q8_32(x)
+    n_rows, n = np.shape(x)
     nb = n // 32
     return (qx.transpose(1, 0, 2).reshape(n_rows, -1)[:, :n],
             dx16[:, :, ::8].transpose(1, 0, 2).reshape(n_rows, -1)[:, :nb],
@@ -394,7 +413,7 @@ def _k_rows(setup, chunk, bsize, l1_act_bytes=L1_ACT_BYTES, prefetch_row_bytes=P
                               pnext)
                         buf_tiles(n_rows - r_max, r_max, buf, 0, nb, qx, dx, bs, out, o, n_out, n_rows, buf,
                                   b0, b1, accs, ao, -1)
-    rows.one = one                              # the decode loop's pass (tuning.py times it)
+    rows.one = one                              # the decode loop's pass (one_row_q4_k)
     return rows
 
 
@@ -413,6 +432,24 @@ _rows_q4_0 = _b_rows(B.pair_q4_0, B.one_q4_0, True, False, 18)
 _rows_q4_1 = _b_rows(B.pair_q4_1, B.one_q4_1, False, True, 20)
 _rows_q5_0 = _b_rows(B.pair_q5_0, B.one_q5_0, True, False, 22)
 _rows_q5_1 = _b_rows(B.pair_q5_1, B.one_q5_1, False, True, 24)
+_one_q4_k = _rows_q4_k.one
+
+
+@_jit
+def one_row_q4_k(qx2, dx2, bs2, w2, out2, lo, hi, ahead):
+    # out2[0, lo:hi] = one activation row (pack_q8_k of x [1, n]) times the Q4_K weight rows
+    # lo .. hi - 1 of w2 [n_out, row_bytes], through the pass matmul_q8 runs for a 1-row Q4_K
+    # product (the decode loop's); ahead as matmul_q8's. tuning.py times it.
+    n_out = out2.shape[1]
+    rb = w2.shape[1]
+    nb = qx2.shape[0] // 4
+    qx, dx, bs, w, out = qx2.reshape(-1), dx2.reshape(-1), bs2.reshape(-1), w2.reshape(-1), out2.reshape(-1)
+    buf = np.empty(1, np.uint8)
+    accs = np.empty(1, np.float32)
+    z = lo - lo
+    for o in range(lo, hi):
+        _one_q4_k(z, 0, w, o * rb, nb, qx, dx, bs, out, o, n_out, 1, buf, z, nb, accs, z,
+                  o * rb + ahead if ahead >= 0 else z - 1)
 
 
 @_jit
@@ -494,9 +531,11 @@ def _matmul_q8_32(x, w, qtype, out, s, ahead):
 
 
 @_jit
-def _matmul_q8_by(x, w, qtype, out, s, k, b, ahead):
-    # the K or the 32-block driver, each compiled only if the selection has such a type; ahead:
-    # how far ahead the weights are prefetched (bytes; < 0: not at all)
+def matmul_q8_by(x, w, qtype, out, s, k, b, ahead):
+    # out = x @ W^T from compiled code, without matmul_q8_sel's checks (the fused pass checked
+    # the shapes when the model loaded; x and w C-contiguous): the K or the 32-block driver,
+    # each compiled only if the TypeSel s has such a type (k = s.k, b = s.b); ahead: how far
+    # ahead the weights are prefetched (bytes; < 0: not at all)
     if k is not None and (qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K):
         _matmul_q8_k(x, w, qtype, out, s, ahead)
     elif b is not None:
@@ -517,7 +556,7 @@ def matmul_q8_sel(x, w, qtype, out, s, ahead):
         raise ValueError("specnb.kernels.matmul_q8: no int8 kernel for this type:", qtype)
     # w as given: np.ascontiguousarray types its result writable, which would compile the whole
     # int8 chain a second time beside the fused pass's read-only one (matmul_q8 passes a C array)
-    _matmul_q8_by(np.ascontiguousarray(x), w, qtype, out, s, s.k, s.b, ahead)
+    matmul_q8_by(np.ascontiguousarray(x), w, qtype, out, s, s.k, s.b, ahead)
 
 
 # The selection of every int8 type, as the fused pass with every type has it (forward.fused_types):
@@ -535,17 +574,14 @@ def _readonly_c(w: np.ndarray) -> np.ndarray:
     return w
 
 
-def matmul_q8(x: np.ndarray, w: np.ndarray, qtype: int, out: np.ndarray, ahead: int | None = None) -> None:
+def matmul_q8(x: np.ndarray, w: np.ndarray, qtype: int, out: np.ndarray, ahead: int = -1) -> None:
     """[n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out] with the activations rounded to
     int8 (llama.cpp's CPU numerics); types without an int8 kernel (F32, F16, BF16) go to
     `matmul`. ahead: how many bytes ahead the weights are prefetched (a hint: the results are the
-    same bits for any value; -1: no prefetching; None: this machine's measured distance,
-    tuning.prefetch_ahead())."""
+    same bits for any value); -1, the default: no prefetching. This machine's measured distance
+    is tuning.prefetch_ahead(), which a caller resolves once (the CPU backend does)."""
     # (a Python-level switch: one jitted function holding both kernel sets compiles much longer)
     if int(qtype) in Q8_QTYPES:
-        if ahead is None:
-            from .tuning import prefetch_ahead
-            ahead = prefetch_ahead()
         matmul_q8_sel(x, _readonly_c(w), int(qtype), out, _Q8_SEL, int(ahead))
     else:
         matmul(x, w, int(qtype), out)

@@ -15,6 +15,8 @@ vendor name:
                          turn, medians; the fastest wins
     python -m specnb.kernels.tuning   measures again and prints the table
 
+The kernels take the distance as an argument (matmul_q8's `ahead`, -1 unless given); the CPU
+backend resolves it here once per context (specnb/run/backend_cpu.py).
 SPECNB_PREFETCH=off | BYTES | auto (the default) overrides the verdict. The distance is a hint to
 the memory system only: every value gives bit-identical results (tests/test_matmul_q8.py).
 The verdict is kept in prefetch.json in the stamped kernel-cache folder (kernels/__init__.py),
@@ -27,29 +29,20 @@ import time
 import numpy as np
 from numba import njit, prange
 
-from . import matmul_q8 as Q8
+from .matmul_q8 import one_row_q4_k, pack_q8_k
 
 CANDIDATES = (-1, 256, 512, 1024, 2048, 4096)     # bytes ahead; -1: the hardware's prefetchers alone
 CAL_N_IN = 1536                                   # a row of the 1.5B's q / gate / up (6 super-blocks)
-_ONE_ROW = Q8._rows_q4_k.one                      # the 1-row Q4_K pass the fused forward pass runs
 
 
 @njit(parallel=True, cache=True)
 def _stream_rows(qx, dx, bs, w, out, ahead, n_chunks):
-    # out[0, :] = x @ W^T for one activation row, every weight row through the decode loop's pass,
-    # the rows split into n_chunks contiguous parts (as the int8 driver splits them)
-    n_out, rb = w.shape
-    nb = qx.shape[0] // 4
-    wf, of = w.reshape(-1), out.reshape(-1)
-    qf, df, bf = qx.reshape(-1), dx.reshape(-1), bs.reshape(-1)
-    buf = np.empty(1, np.uint8)
-    accs = np.empty(1, np.float32)
+    # out[0, :] = x @ W^T for one activation row, every weight row through the decode loop's pass
+    # (the 1-row Q4_K pass the fused forward pass runs), the rows split into n_chunks contiguous
+    # parts (as the int8 driver splits them)
+    n_out = w.shape[0]
     for c in prange(n_chunks):
-        lo, hi = c * n_out // n_chunks, (c + 1) * n_out // n_chunks
-        z = lo - lo
-        for o in range(lo, hi):
-            _ONE_ROW(z, 0, wf, o * rb, nb, qf, df, bf, of, o, n_out, 1, buf, z, nb, accs, z,
-                     o * rb + ahead if ahead >= 0 else z - 1)
+        one_row_q4_k(qx, dx, bs, w, out, c * n_out // n_chunks, (c + 1) * n_out // n_chunks, ahead)
 
 
 def _llc_bytes() -> int:
@@ -89,8 +82,7 @@ def calibrate(candidates=CANDIDATES, reps: int = 5, nbytes: int | None = None) -
     w = np.full((n_out, rb), 0x3C, np.uint8)
     w.flags.writeable = False
     x = np.random.default_rng(0).standard_normal((1, CAL_N_IN)).astype(np.float32)
-    qx, dx, bs = Q8._alloc_q8_k(1, CAL_N_IN)
-    Q8._quantize_q8_k(x, qx, dx, bs)
+    qx, dx, bs = pack_q8_k(x)
     out = np.empty((1, n_out), np.float32)
     n_chunks = min(n_out, 32)
     _stream_rows(qx, dx, bs, w, out, -1, n_chunks)             # compiles, and touches every page

@@ -127,7 +127,7 @@ def group_kernels():
     ref = A.swiglu_ref(g, u)
     for T in (1, 32, 48):
         out = cuda.device_array(g.shape, np.float32)
-        A.swiglu_cuda(d(g), d(u), out, threads=T, blocks=1 if T == 1 else None)
+        A.swiglu_into_cuda(d(g), d(u), out, threads=T, blocks=1 if T == 1 else None)
         ok, err = rel_close(out.copy_to_host(), ref, 1e-6)
         check(ok, f"swiglu, {T} threads: rel err {err:.1e}")
 
@@ -373,7 +373,7 @@ def group_ptx():
                                                  arr(f32, 3))),
         "kv_store": (At.kv_store_cuda_kernel, (arr(f32, 2),) * 2 + (arr(f32, 3),) * 2
                      + (arr(i64, 1),) * 2),
-        "swiglu": (A.swiglu_cuda_kernel, (arr(f32, 2),) * 3),
+        "swiglu": (A.swiglu_into_cuda_kernel, (arr(f32, 2),) * 3),
     }
     w = (arr(T.uint32, 1), arr(T.float16, 1), arr(f32, 1))
     quick = os.environ.get("SPECNB_PTX_TYPES")

@@ -2,9 +2,10 @@
 loop -> statistics and figures -> widgets and commands), with no import circle, the kernels
 included; folders by concern, in the layers' order (docs/architecture.md draws the map).
 
-Only module-level imports count: an import inside a function (a command loading what it needs,
-the front door's names loaded on first use) runs when it is called, never while the package is
-being imported.
+The layers count module-level imports only: an import inside a function (a command loading what
+it needs, the front door's names loaded on first use) runs when it is called, never while the
+package is being imported. Circles count both: two modules that each need the other, one of
+them only when a function runs, are one idea split in two files all the same.
 """
 from __future__ import annotations
 
@@ -73,11 +74,24 @@ def top(name: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def module_level_imports(path: Path) -> set[str]:
-    name = module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+def _statements(tree: ast.AST, call_time: bool):
+    # every node of the module, or (call_time False) those that run while it is imported: not
+    # the bodies of its functions
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if call_time or not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                todo.append(child)
+
+
+def imports_in(source: str, name: str, is_package: bool = False, call_time: bool = False) -> set[str]:
+    """The specnb modules that module `name` (given as source text) imports at module level,
+    or with call_time also inside its functions."""
+    package = name if is_package else name.rpartition(".")[0]
     out = set()
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in _statements(ast.parse(source), call_time):
         if isinstance(node, ast.ImportFrom):
             base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) \
                 if node.level else (node.module or "")
@@ -89,9 +103,37 @@ def module_level_imports(path: Path) -> set[str]:
     return {o for o in out if o != name}
 
 
-def graph() -> dict[str, set[str]]:
+def imports(path: Path, call_time: bool = False) -> set[str]:
+    return imports_in(path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py", call_time)
+
+
+def graph(call_time: bool = False) -> dict[str, set[str]]:
+    """module -> the specnb modules it imports (at module level; call_time: inside functions too)."""
     files = [p for p in [*PKG.rglob("*.py"), *KERNELS.glob("*.py")] if "__pycache__" not in p.parts]
-    return {module_name(p): module_level_imports(p) for p in files}
+    return {module_name(p): imports(p, call_time) for p in files}
+
+
+def circles(g: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of graph g, each as a path that ends where it starts (a depth-first
+    search's back edges: empty exactly when g has no circle)."""
+    state, stack, found = {}, [], []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for d in sorted(g.get(m, ())):
+            if d not in g:
+                continue
+            if state.get(d) == "open":
+                found.append(stack[stack.index(d):] + [d])
+            elif d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = "done"
+    for m in sorted(g):
+        if m not in state:
+            visit(m)
+    return found
 
 
 def test_every_folder_and_module_has_a_layer():
@@ -130,25 +172,27 @@ def test_the_kernels_flow_one_way_and_import_nothing_above_them():
 
 
 def test_no_import_circle():
-    g = graph()
-    state, stack, cycles = {}, [], []
+    """None at import time, and none through imports inside functions either."""
+    found = circles(graph(call_time=True))
+    assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
 
-    def visit(m):
-        state[m] = "open"
-        stack.append(m)
-        for d in sorted(g.get(m, ())):
-            if d not in g:
-                continue
-            if state.get(d) == "open":
-                cycles.append(stack[stack.index(d):] + [d])
-            elif d not in state:
-                visit(d)
-        stack.pop()
-        state[m] = "done"
-    for m in sorted(g):
-        if m not in state:
-            visit(m)
-    assert not cycles, "import circles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+def test_the_circle_finder():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert circles({"a": {"a2"}, "a2": {"b"}, "b": {"a2", "x"}}) == [["a2", "b", "a2"]]   # x: outside
+
+
+def test_a_call_time_import_closes_a_circle():
+    # kernels/matmul_q8.py <-> kernels/tuning.py as they were: tuning imported matmul_q8 at module
+    # level, and matmul_q8() imported tuning when it was called without a prefetch distance
+    q8, tuning = "specnb.kernels.matmul_q8", "specnb.kernels.tuning"
+    src = {q8: "def matmul_q8(x, w, qtype, out, ahead=None):\n"
+               "    if ahead is None:\n"
+               "        from .tuning import prefetch_ahead\n",
+           tuning: "from . import matmul_q8 as Q8\n"}
+    assert circles({m: imports_in(t, m) for m, t in src.items()}) == []
+    assert circles({m: imports_in(t, m, call_time=True) for m, t in src.items()}) == [[q8, tuning, q8]]
 
 
 @pytest.mark.parametrize("mod", ["specnb.gguf.file", "specnb.model", "specnb.run.context", "specnb.run.sampling",

@@ -88,7 +88,7 @@ def test_swiglu_against_reference_and_batch_invariant(f):
     g = (rng.standard_normal((9, f)) * 4).astype(np.float32)
     g[0, :3] = [-800.0, 800.0, 0.0]                          # exp overflow / underflow ends
     u = rng.standard_normal((9, f)).astype(np.float32)
-    out = A.swiglu(g, u, np.empty_like(g))
+    out = A.swiglu_into(g, u, np.empty_like(g))
     with np.errstate(over="ignore"):
         ref = A.swiglu_ref(g, u)
     assert np.abs(out - ref).max() <= 1e-6 * np.abs(ref).max()
@@ -97,8 +97,10 @@ def test_swiglu_against_reference_and_batch_invariant(f):
         g64 = g.astype(np.float64)
         same_ops = (g64 / (1.0 + np.exp(-g64))).astype(np.float32) * u
     assert np.mean(_bits(out) == _bits(same_ops)) > 0.999
-    one = A.swiglu(g[4:5].copy(), u[4:5].copy(), np.empty_like(g[:1]))
+    one = A.swiglu_into(g[4:5].copy(), u[4:5].copy(), np.empty_like(g[:1]))
     assert np.array_equal(_bits(one[0]), _bits(out[4]))
+    inplace = g.copy()                                        # out = gate: the forward passes' form
+    assert A.swiglu_into(inplace, u, inplace) is inplace and np.array_equal(_bits(inplace), _bits(out))
     par = np.empty_like(g)
     A._swiglu_parallel(g, u, par)                             # the threaded path, same bits
     assert np.array_equal(_bits(par), _bits(out))

@@ -186,14 +186,12 @@ for name in sys.argv[1].split(","):
     w = qtypes.random_blocks(qt, 17, 512, rng)
     r = np.empty((n, 17), np.float32)
     if name in ("Q4_K", "Q6_K"):
-        qx, dx, bs = matmul_q8._alloc_q8_k(n, 512)
-        matmul_q8._quantize_q8_k(x, qx, dx, bs)
+        qx, dx, bs = matmul_q8.pack_q8_k(x)
         accs = np.empty(matmul_q8.O_BLOCK * n * 16, np.float32)
         # (prefetching 256 bytes ahead: the prefetch instruction at every level, no effect on bits)
         getattr(matmul_q8, "_rows_" + name.lower())(qx, dx, bs, w, r, 0, 17, 2, buf, accs, 256)
     else:
-        qx, d16, s16 = matmul_q8._alloc_q8_32(n, 512)
-        matmul_q8._quantize_q8_32(x, qx, d16, s16)
+        qx, d16, s16 = matmul_q8.pack_q8_32(x)
         getattr(matmul_q8, "_rows_" + name.lower())(qx, d16, s16, w, r, 0, 17, 16, buf, 256)
     f = np.empty((n, 17), np.float32)
     matmul._matmul_rows(x, w, qt, f, 0, 17, np.empty(512, np.float32), qtypes.type_sel([qt]))

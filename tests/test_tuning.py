@@ -74,5 +74,20 @@ def test_the_context_passes_the_verdict_to_the_fused_pass(monkeypatch, tiny_mode
     from specnb import Context
     monkeypatch.setenv("SPECNB_PREFETCH", "768")
     m = tiny_model
-    assert Context(m, n_ctx=16, activations="q8").backend._fused_shape.ahead == 768
-    assert Context(m, n_ctx=16, activations="f32").backend._fused_shape.ahead == -1
+    q8 = Context(m, n_ctx=16, activations="q8").backend
+    assert q8.ahead == q8._fused_shape.ahead == 768              # forward_steps' products: the same
+    f32 = Context(m, n_ctx=16, activations="f32").backend
+    assert f32.ahead == f32._fused_shape.ahead == -1
+
+
+def test_a_product_alone_never_measures(fresh, monkeypatch):
+    # matmul_q8's distance is an argument, -1 (none) unless given: a call neither calibrates nor
+    # writes a verdict; whoever wants the measured distance resolves it (the CPU backend, once)
+    import os
+    import numpy as np
+    from specnb.kernels import qtypes
+    from specnb.kernels.matmul_q8 import matmul_q8
+    monkeypatch.setattr(tuning, "calibrate", lambda **kw: pytest.fail("measured"))
+    w = qtypes.random_blocks(qtypes.Q4_K, 4, 256, np.random.default_rng(0))
+    matmul_q8(np.ones((1, 256), np.float32), w, qtypes.Q4_K, np.empty((1, 4), np.float32))
+    assert not os.path.exists(tuning.verdict_path())

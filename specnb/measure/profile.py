@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from functools import partial
 
 import numpy as np
 
@@ -49,7 +50,7 @@ def decode_profile(model, activations: str | None = None, n_rows: int = 1, n_pas
     verification batch) after `n_past` positions, on this model's weights, with the given
     activation mode; beside the fused step and Context.decode, measured in the same run."""
     from ..run.context import Batch, Context
-    from ..kernels.activations import swiglu
+    from ..kernels.activations import swiglu_into
     from ..kernels.attention import attention
     from ..kernels.matmul import dequant_row, matmul
     from ..kernels.matmul_q8 import matmul_q8
@@ -59,7 +60,8 @@ def decode_profile(model, activations: str | None = None, n_rows: int = 1, n_pas
 
     ctx = Context(model, n_ctx=n_past + n_rows + 1, n_threads=n_threads, activations=activations)
     h = model.hparams
-    mm = matmul_q8 if ctx.activations == "q8" else matmul
+    # the int8 products at the prefetch distance the pass runs with
+    mm = partial(matmul_q8, ahead=ctx.backend.ahead) if ctx.activations == "q8" else matmul
     rng = np.random.default_rng(0)
     n = n_rows
     call_s = _call_overhead_s()
@@ -104,7 +106,7 @@ def decode_profile(model, activations: str | None = None, n_rows: int = 1, n_pas
     qa = x_of(h.n_head * hd).reshape(n, h.n_head, hd)
     t_att = _median_s(lambda: attention(qa, kc, vc, valid, seq, pos, h.n_head_kv, att), reps)
     g, u = x_of(h.n_ff), x_of(h.n_ff)
-    t_swiglu = _median_s(lambda: swiglu(g, u, np.empty_like(g)), reps)
+    t_swiglu = _median_s(lambda: swiglu_into(g, u, np.empty_like(g)), reps)
     for L in model.layers:
         charge("rmsnorm", "f32", f"{n}x{d}", t_norm)
         for op, w, n_in in (("q", L.wq, d), ("k", L.wk, d), ("v", L.wv, d),

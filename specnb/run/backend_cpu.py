@@ -23,7 +23,7 @@ import numpy as np
 from numba.typed import List
 
 from ..kernels import forward as fused
-from ..kernels.activations import swiglu
+from ..kernels.activations import swiglu_into
 from ..kernels.attention import attention
 from ..kernels.norm import rmsnorm
 from ..kernels.matmul import dequant_row, matmul
@@ -95,9 +95,9 @@ class CpuBackend:
         self._fused_types = fused.fused_types(emb, mats, self._q8)
         # how far ahead the int8 kernels prefetch the weights: measured once per machine
         # (kernels/tuning.py); the float32 path does not prefetch
-        ahead = prefetch_ahead(on_measure=_say) if self._q8 else -1
+        self.ahead = int(prefetch_ahead(on_measure=_say)) if self._q8 else -1
         self._fused_shape = fused.FusedShape(h.n_head, h.n_head_kv, h.head_dim, h.n_ff,
-                                             float(h.norm_eps), int(h.rope_mode), int(ahead))
+                                             float(h.norm_eps), int(h.rope_mode), self.ahead)
         self._entries: dict = {}          # per-call argument types -> the compiled pass
 
     @staticmethod
@@ -174,7 +174,8 @@ class CpuBackend:
             rmsnorm(x, L.ffn_norm, h.norm_eps, a)
             g = self._mm(a, L.w_gate)                                  # [n, d] -> [n, f]
             u = self._mm(a, L.w_up)                                    # [n, d] -> [n, f]
-            x += self._mm(swiglu(g, u, g), L.w_down)                   # [n, f] -> [n, d]
+            swiglu_into(g, u, out=g)                                   # g = silu(g) * u, in place
+            x += self._mm(g, L.w_down)                                 # [n, f] -> [n, d]
         xo = x[out_rows]                                               # [n_out, d]
         rmsnorm(xo, m.output_norm, h.norm_eps, xo)
         return self._mm(xo, m.output)                                  # -> [n_out, n_vocab]
@@ -182,7 +183,10 @@ class CpuBackend:
     def _mm(self, x, w, bias=None):
         # [n, n_in] x QWeight[n_out, n_in] -> [n, n_out]
         out = np.empty((x.shape[0], w.n_out), dtype=np.float32)
-        (matmul_q8 if self._q8 else matmul)(x, w.data, w.qtype, out)
+        if self._q8:
+            matmul_q8(x, w.data, w.qtype, out, self.ahead)
+        else:
+            matmul(x, w.data, w.qtype, out)
         if bias is not None:
             out += bias
         return out

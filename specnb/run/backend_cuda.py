@@ -29,7 +29,7 @@ import numpy as np
 from numba import cuda
 
 from ..errors import UnsupportedError
-from ..kernels.activations import swiglu_cuda
+from ..kernels.activations import swiglu_into_cuda
 from ..kernels.attention import attention_cuda, kv_store_cuda
 from ..kernels.norm import rmsnorm_cuda
 from ..kernels.matmul_cuda import DeviceWeight, dequant_rows_cuda, matmul_cuda
@@ -191,7 +191,7 @@ class CudaBackend:
             rmsnorm_cuda(x, L["ffn_norm"], h.norm_eps, a, rows, threads=L_.norm)
             self._mm(a, L["w_gate"], g)
             self._mm(a, L["w_up"], u)
-            swiglu_cuda(g, u, g, **ew)
+            swiglu_into_cuda(g, u, out=g, **ew)                             # g = silu(g) * u, in place
             self._mm(g, L["w_down"], x, accumulate=True)
         n_out = len(out_rows)
         if n_out == 0:

@@ -17,17 +17,18 @@ DATA = Path(__file__).parent / "data"
 
 
 def test_bench_llama_cpp_figures_are_the_printed_ones():
-    from specnb.measure.bench import LLAMA_CPP, llama_cpp_batch_cost
+    # the default model's recorded llama.cpp column against the tables llama-bench printed
+    from specnb.measure.bench_llamacpp import RECORDED_SMOLLM2 as rec, batch_cost
     text = (DATA / "llamacpp_bench_smollm2.txt").read_text()
     run2 = text.split("## Run 2")[1].split("## Run 3")[0]
     pp = {int(k): float(v) for k, v in re.findall(r"\|\s+pp(\d+) \|\s+([\d.]+) ±", run2)}
-    assert {k: pp[k] for k in LLAMA_CPP["pp_tok_s"]} == LLAMA_CPP["pp_tok_s"]
-    assert float(re.search(r"tg64 \|\s+([\d.]+) ±", run2).group(1)) == LLAMA_CPP["tg64_tok_s"]
+    assert {k: pp[k] for k in rec["pp_tok_s"]} == rec["pp_tok_s"]
+    assert float(re.search(r"tg64 \|\s+([\d.]+) ±", run2).group(1)) == rec["tg64_tok_s"]
     bb = text.split("## llama-batched-bench")[1]
     row1 = [r for r in bb.splitlines() if re.match(r"\|\s+64 \|\s+32 \|\s+1 \|", r)][0]
-    assert float(row1.split("|")[8]) == LLAMA_CPP["batched_bench_tg_tok_s"]
-    assert llama_cpp_batch_cost(1) == 1.0
-    assert abs(llama_cpp_batch_cost(5) - 5 * pp[1] / pp[5]) < 1e-12
+    assert float(row1.split("|")[8]) == rec["batched_bench_tg_tok_s"]
+    assert batch_cost(rec, 1) == 1.0
+    assert abs(batch_cost(rec, 5) - 5 * pp[1] / pp[5]) < 1e-12
 
 
 def test_llama_bench_json_is_parsed():

@@ -30,8 +30,8 @@ on every third small case, peak Python/NumPy allocations (tracemalloc) under 16x
 size + 64 MiB, and without modifying the file. A summary line (cases per strategy, outcomes,
 slowest call, largest allocation) is printed when the module finishes.
 
-Bugs found in specnb/vocab/__init__.py, which this test does not own, are listed in KNOWN_VOCAB_BUGS
-and pinned by regression tests at the end. SPECNB_FUZZ_SCALE=10 runs ten times the examples.
+Bugs the fuzzer found in the vocab loader (specnb/vocab/), now fixed, are pinned by regression
+tests at the end. SPECNB_FUZZ_SCALE=10 runs ten times the examples.
 """
 from __future__ import annotations
 
@@ -127,26 +127,6 @@ CASES: Counter = Counter()       # strategy -> byte strings tried
 CPU: Counter = Counter()         # strategy -> CPU seconds in check_case
 SLOWEST = {"s": 0.0, "case": ""}
 MEM_WORST = {"bytes": 0, "case": ""}
-
-
-# Bugs the fuzzer found in specnb/vocab/__init__.py, now fixed (kept as regression tests at the end of
-# this file). A non-SpecnbError whose traceback ends in a function named here and whose message
-# matches would be counted as "known:<name>" instead of failing the fuzzer; the list is empty.
-KNOWN_VOCAB_BUGS: list = [
-    # (name, exception type, vocab.py function, message regex)
-]
-
-
-def _known_vocab_bug(e: BaseException) -> str | None:
-    tb = e.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is None or not tb.tb_frame.f_code.co_filename.endswith(os.path.join("specnb", "vocab.py")):
-        return None
-    for name, kind, func, msg in KNOWN_VOCAB_BUGS:
-        if isinstance(e, kind) and tb.tb_frame.f_code.co_name == func and re.search(msg, str(e)):
-            return name
-    return None
 
 
 class _Hang(BaseException):
@@ -330,11 +310,8 @@ def _load_guarded(path, vocab_only: bool, size: int, desc: str):
     except _Hang:
         pytest.fail(f"{call} still running after {HANG_ALARM_S} s on {desc}")
     except BaseException as e:      # noqa: BLE001 -- this is exactly what the fuzzer hunts
-        known = _known_vocab_bug(e)
-        if known is None:
-            raise AssertionError(f"{call} raised {type(e).__name__} (not a SpecnbError) on "
-                                 f"{desc}: {e}") from e
-        outcome = f"known:{known}"
+        raise AssertionError(f"{call} raised {type(e).__name__} (not a SpecnbError) on "
+                             f"{desc}: {e}") from e
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)

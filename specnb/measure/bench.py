@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from .bench_llamacpp import RECORDED_SMOLLM2, LlamaCppColumn, find_llama_bench
+from .bench_llamacpp import LlamaCppColumn, find_llama_bench
 from .bench_llamacpp import batch_cost as _llama_batch_cost
 from ..run.context import Batch, Context
 
@@ -31,14 +31,6 @@ QUICK_BATCH_SIZES = (1, 2, 3, 5, 9)
 SWEEP_BATCH_SIZES = tuple(range(1, 18))        # every batch size up to 17: any cliff shows
 CODE_PROMPTS = ["def fibonacci(n):\n", "import numpy as np\n\n\ndef softmax(x):\n",
                 "class Stack:\n    def __init__(self):\n"]
-
-# the default model's llama.cpp figures as a test checks them (kept under this name)
-LLAMA_CPP = {k: RECORDED_SMOLLM2[k] for k in ("source", "pp_tok_s", "tg64_tok_s", "batched_bench_tg_tok_s")}
-
-
-def llama_cpp_batch_cost(k: int) -> float:
-    """What a k-token batch cost llama.cpp on the default model relative to one token (recorded)."""
-    return _llama_batch_cost(RECORDED_SMOLLM2, k)
 
 
 def default_activations(backend: str = "cpu") -> str:
@@ -355,22 +347,21 @@ def _probe_memory(n_ctx: int, n_predict: int, n_threads=None) -> dict:
     from ..speculation.params import SpecParams
     from ..speculation.loop import SpeculativeLoop
     from ..model import load_model
-    from ..model.registry import default_draft_path, default_target_path
+    from ..model.registry import default_target_path
+    from ..run.pair import open_pair
     from ..run.sampling import SamplerParams
     t0 = time.perf_counter()
-    tgt = load_model(default_target_path())
+    tgt = load_model(default_target_path())            # timed apart; open_pair loads the draft
     t_load = time.perf_counter() - t0
-    dft = load_model(default_draft_path())
-    ctx_t = Context(tgt, n_ctx=n_ctx, n_threads=n_threads)
-    ctx_d = Context(dft, n_ctx=n_ctx, n_threads=n_threads)
-    loop = SpeculativeLoop(ctx_t, ctx_d, tgt.vocab.tokenize("Once upon a time"), n_predict,
+    p = open_pair(tgt, None, n_ctx=n_ctx, n_threads=n_threads)
+    loop = SpeculativeLoop(p.ctx_tgt, p.ctx_dft, tgt.vocab.tokenize("Once upon a time"), n_predict,
                            SamplerParams(temp=0.0, seed=1), SpecParams(n_max=3))
     for _ in loop.rounds():
         pass
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss      # KiB on Linux
     return {"peak_rss_mib": peak_kib / 1024, "load_target_s": t_load,
-            "n_ctx": n_ctx, "kv_cache_mib": (ctx_t.backend.nbytes() + ctx_d.backend.nbytes()) / 2**20,
-            "weights_mib": (tgt.weight_bytes() + dft.weight_bytes()) / 2**20}
+            "n_ctx": n_ctx, "kv_cache_mib": (p.ctx_tgt.backend.nbytes() + p.ctx_dft.backend.nbytes()) / 2**20,
+            "weights_mib": (tgt.weight_bytes() + p.draft.weight_bytes()) / 2**20}
 
 
 def compile_times(n_threads=None, model_path=None, activations=None) -> dict:

@@ -99,12 +99,9 @@ def spec_bench(n_predict: int = 64, n_threads=None, backend: str = "cpu", sweep:
                sweep_n_predict: int = 48, draft_max_values=(1, 2, 3, 4, 5, 6, 8),
                activations: str | None = None) -> dict:
     from .experiments import measure_cost_ratio, sweep_draft_max
-    from ..model import load_model
-    from ..model.registry import default_draft_path, default_target_path
-    tgt = load_model(default_target_path())
-    dft = load_model(default_draft_path())
-    ctx_t = Context(tgt, n_ctx=512, backend=backend, n_threads=n_threads, activations=activations)
-    ctx_d = Context(dft, n_ctx=512, backend=backend, n_threads=n_threads, activations=activations)
+    from ..run.pair import open_pair
+    p = open_pair(n_ctx=512, backend=backend, n_threads=n_threads, activations=activations)
+    tgt, dft, ctx_t, ctx_d = p.target, p.draft, p.ctx_tgt, p.ctx_dft
     sp = SamplerParams(temp=0.0, seed=1)
     generate(ctx_t, Sampler(sp), tgt.vocab.tokenize("warm up"), 4)
     prompts = [(t, tgt.vocab.tokenize(t)) for t in PROMPTS] + [("(code edit)", code_edit_prompt(tgt.vocab))]

@@ -30,7 +30,10 @@ _inline = njit(fastmath=False, forceinline=True, _nrt=False)
 
 # ---- half floats -------------------------------------------------------------------------------
 
-_HALF = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+# (errstate: on aarch64 the conversion of the signalling-NaN halves raises the invalid flag, a
+# RuntimeWarning at every import; the table holds NaNs there on every CPU, the flag means nothing)
+with np.errstate(invalid="ignore"):
+    _HALF = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 
 
 @_inline

@@ -247,6 +247,9 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
     if "q8" in activations and resolve_backend(backend) == "cpu":
         from ..kernels.tuning import cached_verdict
         out["prefetch"] = cached_verdict(nt)          # (the contexts above measured it if needed)
+    if resolve_backend(backend) == "cpu":
+        from ..kernels.simd import SIMD_LEVEL
+        out["simd_level"] = SIMD_LEVEL                 # the kernels' instructions (bench_report prints it)
     out["bandwidth"] = bandwidth
     if out["default_activations"] in out["modes"]:
         m = out["modes"][out["default_activations"]]

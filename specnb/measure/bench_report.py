@@ -69,6 +69,8 @@ def format_bench(r: dict) -> str:
     if r.get("prefetch"):
         from ..kernels.tuning import describe
         L.append(describe(r["prefetch"]))
+    if r.get("simd_level"):
+        L.append(f"SIMD level: {r['simd_level']} (the CPU kernels' instructions; SPECNB_SIMD forces a lower one)")
     L += [""] + _model_table(r, "target" if "draft" in r else "model")
     if "draft" in r:
         L += [""] + _model_table(r["draft"], "draft")

@@ -66,31 +66,87 @@ _V32B = ir.VectorType(ir.IntType(8), 32)
 
 # ---- which instructions the kernels use ------------------------------------------------------
 # The host's features, or fewer with SPECNB_SIMD=avx2 (no AVX-512 / VNNI) or SPECNB_SIMD=generic
-# (no x86 intrinsics at all: plain LLVM vector IR, what a CPU without AVX2, e.g. an ARM laptop,
-# compiles). Every level computes the same integers and the same float operations, so results are
-# bit-identical across levels; only the speed differs. (specnb's Numba cache folder depends on
-# SPECNB_SIMD too: machine code compiled for one level is never loaded for another.)
+# (no x86 intrinsics at all: plain LLVM vector IR, what any CPU compiles). On aarch64 (ARM: Apple
+# M-series, Graviton) `neon` is the int8 dot-product instructions of ARMv8.2 (sdot, the dotprod
+# feature) and `neon-i8mm` adds usdot (unsigned x signed bytes, the i8mm feature: Apple M2 and
+# later, Graviton 3); SPECNB_SIMD=neon or generic forces a lower one. Every level computes the
+# same integers and the same float operations, so results are bit-identical across levels; only
+# the speed differs. (specnb's Numba cache folder depends on SPECNB_SIMD too: machine code
+# compiled for one level is never loaded for another.)
 
-SIMD_LEVELS = ("generic", "avx2", "avx512")
+SIMD_LEVELS = ("generic", "avx2", "avx512", "neon", "neon-i8mm")
+_CHAINS = (("generic", "avx2", "avx512"), ("generic", "neon", "neon-i8mm"))   # each: lowest first
 
 
 def _simd_level(requested: str, features) -> str:
     has = lambda *names: all(bool(features.get(n, False)) for n in names)
     best = ("avx512" if has("avx2", "avx512f", "avx512bw", "avx512vl", "avx512vnni")
-            else "avx2" if has("avx2") else "generic")
+            else "avx2" if has("avx2")
+            else "neon-i8mm" if has("neon", "dotprod", "i8mm")
+            else "neon" if has("neon", "dotprod") else "generic")
     if requested in ("", "auto"):
-        return best
+        # the neon levels are chosen only when asked for (SPECNB_SIMD=neon): their bits are not
+        # yet checked on an ARM CPU (docs/aarch64.md), so auto keeps ARM on the generic level
+        return "generic" if best in _CHAINS[1][1:] else best
     if requested not in SIMD_LEVELS:
         raise ValueError(f"SPECNB_SIMD={requested!r}: expected one of auto, "
                          + ", ".join(SIMD_LEVELS))
-    return SIMD_LEVELS[min(SIMD_LEVELS.index(requested), SIMD_LEVELS.index(best))]
+    chain = next(c for c in _CHAINS if best in c)
+    if requested not in chain:          # another architecture's level: this CPU has none of it
+        return "generic"
+    return chain[min(chain.index(requested), chain.index(best))]
 
 
-_FEATURES = llvm_binding.get_host_cpu_features()
+def _arm_reported() -> dict:
+    """aarch64: the int8 features the CPU reports through the operating system (Linux: the
+    kernel's HWCAP words; macOS: sysctl hw.optional.arm.FEAT_*), as LLVM feature names. LLVM's
+    own detection reads /proc/cpuinfo on Linux (which qemu-user does not emulate) and has no
+    feature list on macOS, so these complete it."""
+    import ctypes
+    import sys
+    found = {}
+    try:
+        libc = ctypes.CDLL(None)
+        if sys.platform.startswith("linux"):
+            libc.getauxval.restype = ctypes.c_ulong
+            libc.getauxval.argtypes = [ctypes.c_ulong]
+            hwcap, hwcap2 = libc.getauxval(16), libc.getauxval(26)       # AT_HWCAP, AT_HWCAP2
+            found = {"neon": bool(hwcap & 2), "dotprod": bool(hwcap & (1 << 20)),   # ASIMD, ASIMDDP
+                     "i8mm": bool(hwcap2 & (1 << 13))}                              # HWCAP2_I8MM
+        elif sys.platform == "darwin":
+            def sysctl(name):
+                v, n = ctypes.c_int(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_int))
+                ok = libc.sysctlbyname(name.encode(), ctypes.byref(v), ctypes.byref(n), None, 0) == 0
+                return ok and v.value != 0
+            found = {"neon": True, "dotprod": sysctl("hw.optional.arm.FEAT_DotProd"),
+                     "i8mm": sysctl("hw.optional.arm.FEAT_I8MM")}
+    except (OSError, AttributeError):
+        pass
+    return {k: v for k, v in found.items() if v}
+
+
+def _host_features() -> dict:
+    try:
+        features = dict(llvm_binding.get_host_cpu_features())
+    except RuntimeError:                # LLVM has no feature list for this host (e.g. macOS on ARM)
+        features = {}
+    import platform
+    if platform.machine().lower() in ("aarch64", "arm64"):
+        # what the CPU reports, beside LLVM's view; Numba compiles for LLVM's view, so a neon level
+        # asked for on a host where LLVM sees no dotprod (qemu-user, macOS) cannot compile yet:
+        # the compile target is made before this module runs (docs/aarch64.md, Status)
+        for f, on in _arm_reported().items():
+            features.setdefault(f, on)
+    return features
+
+
+_FEATURES = _host_features()
 SIMD_LEVEL = _simd_level(os.environ.get("SPECNB_SIMD", "auto"), _FEATURES)
 _AVX2 = SIMD_LEVEL in ("avx2", "avx512")
 _AVX512 = SIMD_LEVEL == "avx512"        # 512-bit byte dot products (AVX512-BW and VNNI)
-_F16C = SIMD_LEVEL != "generic" and bool(_FEATURES.get("f16c", False))
+_NEON = SIMD_LEVEL in ("neon", "neon-i8mm")     # aarch64 sdot
+_I8MM = SIMD_LEVEL == "neon-i8mm"               # aarch64 usdot
+_F16C = _AVX2 and bool(_FEATURES.get("f16c", False))
 
 
 def _is_1d_c(a, dtype):
@@ -403,11 +459,15 @@ def vhsum_i(typingctx, v):
 
 def _dot_bytes(signed_a):
     # i32x8 lane l = sum_k a[4l+k] * b[4l+k] (k = 0..3), b signed, a signed or unsigned. With AVX2
-    # it is llama.cpp's pmaddubsw + pmaddwd (for a signed: |a| times b with a's sign); elsewhere
-    # plain widening IR. Both give the same integers as long as pmaddubsw cannot saturate: a
-    # unsigned < 128, or a signed and b never -128, which is how matmul_q8 uses them.
+    # it is llama.cpp's pmaddubsw + pmaddwd (for a signed: |a| times b with a's sign); on aarch64
+    # sdot / usdot (neon_dot4, exact for every input); elsewhere plain widening IR. All give the
+    # same integers as long as pmaddubsw cannot saturate: a unsigned < 128, or a signed and b never
+    # -128, which is how matmul_q8 uses them.
     def codegen(context, builder, sig, args):
         a, b = args
+        if _NEON:
+            return _concat_halves(builder, [neon_dot4(builder, None, _bytes16(builder, a, h),
+                                                      _bytes16(builder, b, h), signed_a) for h in range(2)])
         if _AVX2:
             v16s = ir.VectorType(ir.IntType(16), 16)
             if signed_a:
@@ -425,6 +485,41 @@ def _dot_bytes(signed_a):
         if a == i8x32 and b == i8x32:
             return i32x8(a, b), codegen
     return dot
+
+
+_V16B = ir.VectorType(ir.IntType(8), 16)
+_V4I = ir.VectorType(_i32, 4)
+
+
+def _bytes16(builder, v, h):
+    # bytes 16h .. 16h + 15 of a <32 x i8>
+    return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, 16), list(range(16 * h, 16 * h + 16))))
+
+
+def _concat_halves(builder, parts):
+    # <4 x i32> parts, in order, as one vector
+    while len(parts) > 1:
+        n = 2 * parts[0].type.count
+        parts = [builder.shuffle_vector(parts[k], parts[k + 1], ir.Constant(ir.VectorType(_i32, n), list(range(n))))
+                 for k in range(0, len(parts), 2)]
+    return parts[0]
+
+
+def neon_dot4(builder, acc, a, b, signed_a):
+    """aarch64 (the neon levels): <4 x i32> acc + lane l = sum_k a[4l+k] * b[4l+k] of two <16 x i8>,
+    b signed, a signed (sdot) or unsigned. Unsigned a: usdot with i8mm; else sdot on a - 128 (the
+    byte a ^ 0x80 read as signed) plus 128 * sum_k b[4l+k] (an sdot of b with -128, subtracted).
+    Exact for every input, like the generic IR (the AVX2 path needs a < 128)."""
+    acc = ir.Constant(_V4I, None) if acc is None else acc
+    if signed_a:
+        return _call(builder, "llvm.aarch64.neon.sdot.v4i32.v16i8", _V4I, [acc, a, b])
+    if _I8MM:
+        return _call(builder, "llvm.aarch64.neon.usdot.v4i32.v16i8", _V4I, [acc, a, b])
+    d = _call(builder, "llvm.aarch64.neon.sdot.v4i32.v16i8", _V4I,
+              [acc, builder.xor(a, ir.Constant(_V16B, [-128] * 16)), b])
+    m = _call(builder, "llvm.aarch64.neon.sdot.v4i32.v16i8", _V4I,
+              [ir.Constant(_V4I, None), b, ir.Constant(_V16B, [-128] * 16)])
+    return builder.sub(d, m)
 
 
 vdot_u8i8 = _dot_bytes(False)

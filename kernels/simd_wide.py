@@ -26,7 +26,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from .simd import _AVX2, _AVX512, Vec, _V8I, _call, _i32, _is_bytes, _ptr, _splat, _typed_load, llvm_binding
+from .simd import (_AVX2, _AVX512, _NEON, Vec, _V8I, _call, _i32, _is_bytes, _ptr, _splat, _typed_load,
+                   llvm_binding, neon_dot4)
 
 i8x64 = Vec(types.int8, 64)
 i16x16 = Vec(types.int16, 16)
@@ -87,6 +88,15 @@ def dot4_codegen(builder, acc, u, x, s=None):
             sh = ir.Constant(_V16S, [1] * 16) if s is None else builder.bitcast(_slice(builder, s, 8 * h, 8), _V16S)
             halves.append(_call(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [p, sh]))
         return builder.add(acc, _concat(builder, halves[0], halves[1]))
+    if _NEON:
+        # four sdot / usdot of 16 bytes (simd.neon_dot4), accumulating into acc when unscaled
+        quads = [neon_dot4(builder, None if s is not None else _slice(builder, acc, 4 * q, 4),
+                           _slice(builder, u, 16 * q, 16), _slice(builder, x, 16 * q, 16), False)
+                 for q in range(4)]
+        d = _concat(builder, _concat(builder, quads[0], quads[1]), _concat(builder, quads[2], quads[3]))
+        if s is None:
+            return d
+        return builder.add(acc, builder.mul(d, builder.ashr(s, ir.Constant(_V16I, [16] * 16))))
     v64 = ir.VectorType(_i32, 64)
     p = builder.mul(builder.zext(u, v64), builder.sext(x, v64))
     parts = [builder.shuffle_vector(p, p, ir.Constant(_V16I, list(range(k, 64, 4)))) for k in range(4)]

@@ -235,6 +235,38 @@ def test_simd_level_choice():
     assert S._simd_level("generic", feats) == "generic"
     assert S._simd_level("auto", {"avx2": True}) == "avx2"
     assert S._simd_level("avx512", {"avx2": True}) == "avx2"       # never more than the CPU has
-    assert S._simd_level("auto", {}) == "generic"                  # e.g. an ARM CPU
+    assert S._simd_level("auto", {}) == "generic"                  # e.g. an ARMv8.0 CPU
+    arm = {"neon": True, "dotprod": True}
+    assert S._simd_level("auto", dict(arm, i8mm=True)) == "generic"   # neon only when asked for
+    assert S._simd_level("neon-i8mm", dict(arm, i8mm=True)) == "neon-i8mm"   # Apple M2+, Graviton 3
+    assert S._simd_level("neon-i8mm", arm) == "neon"                # Apple M1, Graviton 2
+    assert S._simd_level("neon", dict(arm, i8mm=True)) == "neon"
+    assert S._simd_level("neon-i8mm", arm) == "neon"
+    assert S._simd_level("generic", arm) == "generic"
+    assert S._simd_level("avx2", arm) == "generic"                  # another architecture's level
+    assert S._simd_level("neon", feats) == "generic"
     with pytest.raises(ValueError, match="SPECNB_SIMD='sse9'"):
         S._simd_level("sse9", feats)
+
+
+@pytest.mark.parametrize("i8mm", [False, True])
+def test_the_neon_dot_products_compile_for_aarch64(monkeypatch, i8mm):
+    # on any host: the IR of the neon levels (simd.neon_dot4) through LLVM's AArch64 back end
+    # (the bits are checked on aarch64 under emulation: tests/aarch64/run.sh, docs/aarch64.md)
+    import llvmlite.binding as llvm
+    from llvmlite import ir
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    monkeypatch.setattr(S, "_I8MM", i8mm)
+    m = ir.Module()
+    m.triple = "aarch64-unknown-linux-gnu"
+    v16, v4 = ir.VectorType(ir.IntType(8), 16), ir.VectorType(ir.IntType(32), 4)
+    f = ir.Function(m, ir.FunctionType(v4, [v4, v16, v16]), "f")
+    b = ir.IRBuilder(f.append_basic_block())
+    b.ret(S.neon_dot4(b, S.neon_dot4(b, f.args[0], f.args[1], f.args[2], False), f.args[1], f.args[2], True))
+    mod = llvm.parse_assembly(str(m))
+    mod.verify()
+    tm = llvm.Target.from_triple(m.triple).create_target_machine(
+        cpu="generic", features="+neon,+dotprod" + (",+i8mm" if i8mm else ""))
+    asm = tm.emit_assembly(mod)
+    assert "sdot" in asm and ("usdot" in asm) == i8mm

@@ -140,11 +140,6 @@ def type_sel(qtypes) -> TypeSel:
                    b=group(SUPPORTED_QTYPES - FLOAT_QTYPES - K_QTYPES), **flag)
 
 
-def sel_types(sel: TypeSel) -> frozenset:
-    """The type codes a TypeSel serves."""
-    return frozenset(t for f, t in _FIELD_TYPE.items() if getattr(sel, f) is not None)
-
-
 @_jit
 def all_types():
     # (jitted) the selection of every supported type: what the kernels' public entry points use

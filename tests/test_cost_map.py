@@ -34,7 +34,7 @@ def test_engine_speedup_matches_measure_cost_speedup_engine():
     rates = [0.9, 0.8, 0.6]
     c = 0.3
     b = LINEAR[4]
-    mine = cost_map.engine_speedup(cost.expected_tokens_from_rates(rates), 3, c, LINEAR)
+    mine = cost_map.engine_speedup(1 + sum(rates), 3, c, LINEAR)
     # measure.cost.speedup_engine with the round's batches (target bc(4) + the draft's replay c bc(4)) as
     # its verify cost and the gamma one-row draft steps as its draft evaluations
     ref = cost.speedup_engine(rates, c, b + c * b, 3)

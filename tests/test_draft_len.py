@@ -12,7 +12,7 @@ from specnb.measure.cost import speedup
 from specnb.speculation.draft_len import (
     AUTO_CAP, CATCH_UP_WINDOW, HEURISTIC_CAP, HEURISTIC_START, NO_GAIN_RECHECK, PROBE_FIRST, PROBE_LEN,
     PROBE_MAX, PROBE_SHARE, Acceptance, AutoDraftLen, BatchCost, Decision, HeuristicDraftLen, best_length,
-    best_length_leviathan, expected_tokens, expected_tokens_upto, format_chosen, monotone, parse_draft_max)
+    expected_tokens, expected_tokens_upto, format_chosen, monotone, parse_draft_max)
 from specnb.speculation.events import RoundEvent, SlotRound
 from specnb.speculation.params import SpecParams
 from specnb.speculation.deferred import DeferredDraftSimple
@@ -33,6 +33,12 @@ def test_choice_is_the_argmax_of_leviathans_speedup(alpha, c):
     for g in range(n_max + 1):    # E(d) is Leviathan's Eq. 1
         assert expected_tokens(alpha, g) == pytest.approx((1 - alpha ** (g + 1)) / (1 - alpha))
 
+
+
+def best_length_leviathan(alpha: float, c: float, n_max: int) -> int:
+    """best_length in Leviathan's units (a target call 1, a draft token c, verification free):
+    argmax_gamma cost.speedup(alpha, gamma, c)."""
+    return best_length(alpha, lambda k: 1.0, lambda d: d * c, n_max)[0]
 
 def test_choice_with_linear_verification_cost():
     """t_target(k) = 1 + b (k - 1), t_draft(d) = c d: the brute-force argmax of E / T."""

@@ -25,26 +25,31 @@ from specnb.kernels.forward import fused_types
 from specnb.model import load_model
 
 
+
+def sel_types(sel) -> frozenset:
+    """The type codes a TypeSel serves (its fields that are not None)."""
+    return frozenset(t for f, t in T._FIELD_TYPE.items() if getattr(sel, f) is not None)
+
 def test_type_sel_names_exactly_its_types():
     s = T.type_sel([T.Q4_K, T.Q6_K])
-    assert T.sel_types(s) == {T.Q4_K, T.Q6_K}
+    assert sel_types(s) == {T.Q4_K, T.Q6_K}
     assert (s.any, s.k, s.b, s.fl) == (0, 0, None, None)
     s = T.type_sel([T.F16, T.Q8_0])
-    assert T.sel_types(s) == {T.F16, T.Q8_0} and (s.k, s.b, s.fl) == (None, 0, 0)
+    assert sel_types(s) == {T.F16, T.Q8_0} and (s.k, s.b, s.fl) == (None, 0, 0)
     empty = T.type_sel([])
-    assert empty.any is None and T.sel_types(empty) == frozenset()
-    assert T.sel_types(T.all_types()) == T.SUPPORTED_QTYPES
+    assert empty.any is None and sel_types(empty) == frozenset()
+    assert sel_types(T.all_types()) == T.SUPPORTED_QTYPES
     with pytest.raises(ValueError, match="not supported"):
         T.type_sel([T.Q4_K, 99])
 
 
 def test_fused_types_send_each_type_to_its_product():
     ts = fused_types({T.Q8_0}, {T.Q4_K, T.Q5_0, T.F32}, q8=True)
-    assert T.sel_types(ts.i) == {T.Q4_K, T.Q5_0}            # the int8 kernels
-    assert T.sel_types(ts.f) == {T.F32}                     # no int8 kernel: float32 activations
-    assert T.sel_types(ts.emb) == {T.Q8_0}
+    assert sel_types(ts.i) == {T.Q4_K, T.Q5_0}            # the int8 kernels
+    assert sel_types(ts.f) == {T.F32}                     # no int8 kernel: float32 activations
+    assert sel_types(ts.emb) == {T.Q8_0}
     ts = fused_types({T.Q8_0}, {T.Q4_K, T.F32}, q8=False)
-    assert T.sel_types(ts.f) == {T.Q4_K, T.F32} and ts.i.any is None
+    assert sel_types(ts.f) == {T.Q4_K, T.F32} and ts.i.any is None
 
 
 def test_a_pair_shares_one_selection(tiny_path):

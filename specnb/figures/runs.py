@@ -176,21 +176,6 @@ def fig_speedup_vs_draft_max(sweep: dict, title: str | None = None) -> go.Figure
     return _layout(fig, title, "draft-max (gamma)", "speedup over plain decoding")
 
 
-def fig_acceptance_vs_temperature(sweep: dict, title: str = "Acceptance against temperature") -> go.Figure:
-    """Acceptance rate (accepted / drafted) per temperature, one line per verification mode;
-    `sweep` is `specnb.measure.experiments.sweep_temperature(...)`'s result."""
-    fig = go.Figure()
-    colours = {"exact": TARGET, "rejection": ACCEPTED}
-    names = {"exact": "exact match (llama.cpp)", "rejection": "rejection sampling (Leviathan/Chen)"}
-    for mode in ("exact", "rejection"):
-        if mode not in sweep:
-            continue
-        fig.add_scatter(x=sweep["temp"], y=sweep[mode], mode="lines+markers",
-                        name=names[mode], line=dict(color=colours[mode]))
-    fig.update_yaxes(range=[0, 1.05])
-    return _layout(fig, title, "temperature", "acceptance (accepted / drafted)")
-
-
 def figures(stats_or_events, n_max: int | None = None) -> dict:
     """The per-run figures at once: {name: Figure} (timeline only when events are given)."""
     st = as_stats(stats_or_events, n_max)

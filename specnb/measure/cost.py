@@ -97,16 +97,6 @@ def _check_rates(rates) -> list:
     return rates
 
 
-def expected_tokens_from_rates(rates) -> float:
-    """Expected tokens per target call from unconditional acceptance per position: 1 + sum(rates).
-
-    rates[i] is the fraction of drafts whose first i+1 tokens were all accepted (llama.cpp's
-    `#acc rate/pos`, `impl_stats(...)["acc_rate_per_pos"]`). With rates[i] = alpha^(i+1) this
-    equals `expected_tokens_per_call(alpha, len(rates))`.
-    """
-    return 1.0 + sum(_check_rates(rates))
-
-
 def speedup_from_rates(rates, c: float) -> float:
     """The speedup of Theorem 3.8 with measured per-position rates: (1 + sum r_i) / (gamma c + 1).
 

@@ -131,12 +131,6 @@ def best_length(accept, t_target, t_draft, n_max: int) -> tuple[int, list]:
     return best, rates
 
 
-def best_length_leviathan(alpha: float, c: float, n_max: int) -> int:
-    """The same choice in Leviathan's units (a target call 1, a draft token c, verification free):
-    argmax_gamma cost.speedup(alpha, gamma, c)."""
-    return best_length(alpha, lambda k: 1.0, lambda d: d * c, n_max)[0]
-
-
 # ---- measured costs ------------------------------------------------------------------------------
 def monotone(points: list, weights: list) -> list:
     """The non-decreasing sequence closest to `points` (values in order of k) in weighted least

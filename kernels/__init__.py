@@ -10,8 +10,8 @@ and a small benchmark); data flows top to bottom:
   tiles.py        (register tiles: one vector per activation row, R rows per pass)
   blocks.py       gguf.quants          _g_* (to float32)      -                    tests/test_matmul
   blocks_q8.py    ggml-common.h        the int8 block views   -                    tests/test_matmul_q8
-  matmul.py       matmul_ref           matmul, dequant_row    matmul_cuda.py       check(), bench()
-  matmul_q8.py    ggml's integer sums  matmul_q8              (CPU only)           check(), bench()
+  matmul.py       matmul_ref           matmul, dequant_row    matmul_cuda.py       self_check(), bench()
+  matmul_q8.py    ggml's integer sums  matmul_q8              (CPU only)           self_check(), bench()
   tuning.py       (how far ahead matmul_q8 prefetches the weights: measured once per machine)
   norm.py         rmsnorm_ref          rmsnorm                rmsnorm_cuda         tests/test_kernels
   rope.py         rope_ref             rope                   rope_cuda            tests/test_kernels
@@ -19,7 +19,7 @@ and a small benchmark); data flows top to bottom:
   activations.py  swiglu_ref           swiglu_into, argmax, topk  swiglu_into_cuda  tests/test_kernels
   forward.py      specnb.model.reference     the whole pass fused   specnb.run.backend_cuda  tests/test_speed_paths
   cuda_common.py  (the CUDA kernels' shared helpers and block reductions)
-  stream.py       np.bitwise_xor       stream_xor (a read at memory speed: the bandwidth probe)    check()
+  stream.py       np.bitwise_xor       stream_xor (a read at memory speed: the bandwidth probe)    self_check()
 
 `python -m specnb.kernels.matmul` and `python -m specnb.kernels.matmul_q8` run the check and the
 benchmark of every type; `python -m specnb.kernels.stream` the bandwidth probe's. The CUDA twins

@@ -5,7 +5,7 @@ ggml-quants.c dequantize_row_* and ggml-cpu's mul_mat, with float32 activations)
     dequant_row(w_row, qtype, out)  one row to float32 (the embedding lookup)
     dequantize(w, qtype, n_in)      all rows to float32
     matmul_ref(x, w, qtype, n_in)   the reference: NumPy through gguf.quants.dequantize, float64 sums
-    check(), bench()                `python -m specnb.kernels.matmul`: both, for every type
+    self_check(), bench()           `python -m specnb.kernels.matmul`: both, for every type
 
 Each weight row is decoded block by block into float32 vectors (blocks.py: bit for bit the values
 gguf.quants.dequantize gives) and meets the activation rows in fused multiply-adds. Every dot
@@ -361,7 +361,7 @@ def matmul_ref(x: np.ndarray, w: np.ndarray, qtype: int, n_in: int) -> np.ndarra
 REL_TOL = 1e-5   # |matmul - matmul_ref| <= REL_TOL * (|x| @ |W|^T): float32 sums in another order
 
 
-def check(qtypes=None, n_out: int = 37, rows=(1, 2, 3, 4, 5, 9, 17), seed: int = 0) -> list:
+def self_check(qtypes=None, n_out: int = 37, rows=(1, 2, 3, 4, 5, 9, 17), seed: int = 0) -> list:
     """For every type: dequantize bit-exact against gguf.quants.dequantize, matmul within REL_TOL of
     matmul_ref, and every row of every batch size bit-identical to the same row alone. Returns
     [(type, what, ok, detail)]; the tests assert every ok."""
@@ -444,7 +444,7 @@ def print_check(res) -> bool:
 
 def _main():
     print("checking every type against gguf.quants.dequantize and matmul_ref ...")
-    ok = print_check(check())
+    ok = print_check(self_check())
     print()
     bench()
     return 0 if ok else 1

@@ -6,7 +6,7 @@ quantize_row_q8_0 / q8_1 / q8_K and ggml_vec_dot_<type>_q8_<0,1,K>, ggml-cpu-qua
     quantize_q8_k(x) / quantize_q8_32(x)   the activation blocks, row by row (for the tests)
     pack_q8_k(x), one_row_q4_k(...)   the blocks as the kernels read them, and the decode loop's
                                     1-row Q4_K pass (tuning.py times it)
-    check(), bench()                `python -m specnb.kernels.matmul_q8`
+    self_check(), bench()           `python -m specnb.kernels.matmul_q8`
 
 The activation rows are rounded to int8 the way ggml does it for the weight type at hand:
   - K types (Q2_K .. Q6_K): per 256-element block (block_q8_K) d = max / -127 where max is the
@@ -589,7 +589,7 @@ def matmul_q8(x: np.ndarray, w: np.ndarray, qtype: int, out: np.ndarray, ahead: 
 
 # ---- check and benchmark: python -m specnb.kernels.matmul_q8 ------------------------------------
 
-def check(qtypes=None, n_out: int = 23, rows=(1, 2, 3, 4, 5, 8, 9, 17), seed: int = 0) -> list:
+def self_check(qtypes=None, n_out: int = 23, rows=(1, 2, 3, 4, 5, 8, 9, 17), seed: int = 0) -> list:
     """For every int8 type: within the int8 rounding bound of matmul_ref, and every row of every
     batch size bit-identical to the same row alone. Returns [(type, what, ok, detail)]."""
     rng = np.random.default_rng(seed)
@@ -632,7 +632,7 @@ def _main():
     from .simd import SIMD_LEVEL
     print(f"checking every int8 type against matmul_ref (SIMD level {SIMD_LEVEL}) ...")
     t0 = time.perf_counter()
-    ok = print_check(check())
+    ok = print_check(self_check())
     print(f"  ({time.perf_counter() - t0:.1f} s with compiling)\n")
     bench()
     return 0 if ok else 1

@@ -43,14 +43,14 @@ def stream_gb_s(a: np.ndarray, n_parts: int) -> float:
     return a.nbytes / (time.perf_counter() - t) / 1e9
 
 
-def check(n: int = 1003) -> bool:
+def self_check(n: int = 1003) -> bool:
     a = np.random.default_rng(0).integers(0, 2**63, n, dtype=np.uint64)
     return all(int(stream_xor(a, k)) == int(np.bitwise_xor.reduce(a)) for k in (1, 2, 3))
 
 
 def bench(gib: float = 1.0, reps: int = 3):
     a = np.ones(int(gib * 2**30) // 8, np.uint64)
-    print(f"stream_xor over {gib:g} GiB, medians of {reps}: check {'ok' if check() else 'FAILED'}")
+    print(f"stream_xor over {gib:g} GiB, medians of {reps}: check {'ok' if self_check() else 'FAILED'}")
     for k in sorted({1, numba.get_num_threads()}):
         print(f"  {k} thread(s): {np.median([stream_gb_s(a, k) for _ in range(reps)]):.1f} GB/s")
 

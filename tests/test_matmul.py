@@ -146,7 +146,7 @@ def test_empty_batch():
 
 
 def test_the_modules_own_check_passes():
-    # matmul.check(): the same properties for every type, at the batch sizes of a verification
-    res = M.check(rows=(1, 3, 9))
+    # matmul.self_check(): the same properties for every type, at the batch sizes of a verification
+    res = M.self_check(rows=(1, 3, 9))
     assert res and all(ok for _, _, ok, _ in res), [r for r in res if not r[2]]
 

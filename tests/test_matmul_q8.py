@@ -254,7 +254,7 @@ def test_matmul_q8_of_no_rows(name):
 
 
 def test_the_modules_own_check_passes():
-    res = Q8.check(rows=(1, 3, 9))
+    res = Q8.self_check(rows=(1, 3, 9))
     assert res and all(ok for _, _, ok, _ in res), [r for r in res if not r[2]]
 
 

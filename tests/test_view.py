@@ -369,17 +369,17 @@ def test_bad_settings_show_an_error(pair):
     tgt, dft = pair
     view = LiveView(tgt, dft, PROMPT, n_predict=8, spec=SpecParams(n_max=3))
     view.step()
-    view.w_p_min.value = 1.5                 # raises ParamError inside: shown, not raised
-    assert "draft_p_min" in view.error and "1.5" in view.error
-    assert "specnb-error" in view.w_error.value and "draft_p_min" in view.w_error.value
+    view.w_draft_min.value = -2              # raises ParamError inside: shown, not raised
+    assert "draft_min" in view.error and "-2" in view.error
+    assert "specnb-error" in view.w_error.value and "draft_min" in view.w_error.value
     assert view.loop is None and view.step() is None
     view.b_step.click()                      # the buttons do nothing harmful
     view.b_play.click()
     view.b_run.click()
     assert view.counters["rounds"] == 0
-    view.w_p_min.value = 0.2                 # fixed: the error goes away
+    view.w_draft_min.value = 0               # fixed: the error goes away
     assert view.error == "" and view.w_error.value == "" and view.loop is not None
-    for name, value, word in [("w_draft_min", 5, "draft_min"), ("w_top_p", 0.0, "top_p"),
+    for name, value, word in [("w_draft_min", -1, "draft_min"), ("w_top_p", 0.0, "top_p"),
                               ("w_temp", -1.0, "temp"), ("w_n_predict", 0, "n_predict"),
                               ("w_prompt", "   ", "prompt"), ("w_prompt", "ids: 1 99999", "token ids")]:
         getattr(view, name).value = value

@@ -151,9 +151,11 @@ def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), 
         # llama.cpp wants exactly draft-max rates: a sweep takes the first g of its list
         rates = None if synth_rates is None else list(synth_rates)[:int(g_)]
         for _ in range(max(1, repeats)):
+            # draft-max 0 is the plain baseline here (master's --spec-draft-n-max 0 still drafts one)
             loop = SpeculativeLoop(ctx_t, ctx_d, ids, n_predict, sp,
                                    SpecParams(n_max=int(g_), verify=verify, synth_rates=rates,
-                                              synth_len=synth_len, reeval=reeval))
+                                              synth_len=synth_len, reeval=reeval,
+                                              types="none" if int(g_) == 0 else None))
             events = list(loop.rounds())
             st = run_stats(loop, events)
             st["draft_evals_per_round"] = (sum(ev.n_dft_eval for ev in events) / len(events)

@@ -147,6 +147,7 @@ def run_stats(loop, events) -> dict:
     plus tokens per call, alpha and the time per committed token."""
     events = list(events)
     st = dict(loop.chain.main_stats())
+    st.setdefault("acc_rate_per_pos", [])            # no impl (--spec-type none): no draft position
     n_committed = sum(committed_per_round(events))
     acc, exa = examined_counts(events)
     st.update(n_rounds=len(events), n_committed=n_committed,

@@ -196,3 +196,15 @@ def test_plain_generation_times_one_decode_per_token_as_the_loop_does(tiny_model
     assert out == toks
     one = generate(Context(tiny_model, n_ctx=64), Sampler(SamplerParams(temp=0.0)), prompt[:1], 3)
     assert len(one.tokens) == 3                  # a one-token prompt: no prompt batch at all
+
+
+def test_decode_log_records_each_decode_when_asked(tiny_model):
+    """Context.decode_log: None by default (nothing kept); a list gets (rows, seconds) per decode."""
+    from specnb.run.context import Batch, Context
+    ctx = Context(tiny_model, n_ctx=16)
+    ctx.decode(Batch.from_tokens([1, 2], 0, 0, "last"))
+    assert ctx.decode_log is None
+    ctx.decode_log = []
+    ctx.decode(Batch.from_tokens([3, 4, 5], 2, 0, "last"))
+    ctx.decode(Batch.from_tokens([6], 5, 0, "last"))
+    assert [n for n, _ in ctx.decode_log] == [3, 1] and all(s > 0 for _, s in ctx.decode_log)

@@ -180,6 +180,7 @@ class Context:
         self.n_eval = 0          # token rows evaluated
         self.n_decode = 0        # decode calls
         self.t_decode = 0.0      # seconds spent in decode
+        self.decode_log: list | None = None   # set to a list: each decode appends (rows, seconds)
 
     # ---- decode ------------------------------------------------------------------------
     def _validate(self, batch: Batch):
@@ -244,7 +245,10 @@ class Context:
         self._logits = (np.concatenate(outs) if len(outs) > 1 else outs[0]) if outs else \
             np.zeros((0, self.model.n_vocab), dtype=np.float32)
         self._out_ids = {int(i): j for j, i in enumerate(np.nonzero(flags)[0])}
-        self.t_decode += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        self.t_decode += dt
+        if self.decode_log is not None:
+            self.decode_log.append((len(tokens), dt))
         self.n_eval += len(tokens)
         self.n_decode += 1
         return self._logits

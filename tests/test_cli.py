@@ -200,3 +200,10 @@ def test_speculative_simple_counts_as_llama_cpp_prints_them(capsys):
     # the same text up to the near-tie llama.cpp's batched rows flip (see README in tests/data)
     head = "Once upon a time, the city of Nova Haven was a thriving metropolis"
     assert head in rec and all(head in out for out in got.values())
+
+
+def test_a_negative_context_size_is_named_by_its_flag(tiny_path, capsys):
+    from specnb.app.cli import main
+    assert main(["generate", "-m", str(tiny_path("Q8_0")), "-p", "hi", "-n", "2", "-c", "-5"]) == 2
+    err = capsys.readouterr().err
+    assert "-c/--ctx-size" in err and "-5" in err

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from ..errors import SpecnbError
+from ..errors import ParamError, SpecnbError
 
 EXIT_BAD_INPUT = 2
 POLICY_REPEATS = 5             # demo --policies: runs per cell (the median is kept)
@@ -42,6 +42,9 @@ def sampler_params(a):
 
 def _n_ctx(a, model) -> int:
     """-c: 0 is the model's training context (n_ctx_train), as in master."""
+    if a.ctx_size < 0:
+        raise ParamError(f"-c/--ctx-size: invalid context size {a.ctx_size}: expected 0 (the model's "
+                         f"training context, {model.hparams.n_ctx_train}) or a number of tokens")
     return model.hparams.n_ctx_train if a.ctx_size == 0 else a.ctx_size
 
 

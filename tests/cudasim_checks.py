@@ -261,6 +261,17 @@ def group_decode():
                       "token by token, then a 5-token batch == one 8-token batch, bit for bit")
                 check(ctx.backend.nbytes() == Context(m, n_ctx=32, activations="f32").backend.nbytes(),
                       "KV cache of the same size as the CPU backend's")
+                head = np.arange(1, m.n_vocab, 3)                 # a restricted output head
+                ctx.clear()
+                ctx.set_output_ids(head)
+                sub = ctx.decode(Batch.from_tokens(ids, 0, 0, "all"))
+                check(sub.shape == (len(ids), len(head)) and np.array_equal(sub, got[:, head]),
+                      f"a head restricted to {len(head)} of {m.n_vocab} rows == those columns of "
+                      "the full logits, bit for bit")
+                ctx.clear()
+                ctx.set_output_ids(None)
+                check(np.array_equal(ctx.decode(Batch.from_tokens(ids, 0, 0, "all")), got),
+                      "set_output_ids(None) restores the whole head")
                 from specnb.measure.bench import check_against_reference
                 c = check_against_reference(m, ctx, ids[:4])
                 check(c["against"] == "cpu" and c["top1_agree"] == 1.0 and
@@ -314,8 +325,9 @@ def group_speculative():
         greedy = SamplerParams(temp=0.0)
         sampled = SamplerParams(temp=0.8, top_k=40, top_p=1.0, min_p=0.0, seed=3)
         expect = {}
-        for name, sp, seq_rm in (("greedy", greedy, True), ("temp 0.8 top-k 40", sampled, True),
-                                 ("temp 0.8 top-k 40, checkpoints", sampled, False)):
+        for name, sp, seq_rm, vocab in (("greedy", greedy, True, 0), ("temp 0.8 top-k 40", sampled, True, 0),
+                                        ("temp 0.8 top-k 40, checkpoints", sampled, False, 0),
+                                        ("temp 0.8 top-k 40, a 120-token draft vocabulary", sampled, True, 120)):
             if id(sp) not in expect:
                 ctx = Context(tgt, n_ctx=32, backend="cuda")
                 expect[id(sp)] = generate(ctx, Sampler(sp), prompt, 8).tokens
@@ -323,7 +335,7 @@ def group_speculative():
             # checkpoint instead (state_seq_get / state_seq_set on the device cache)
             loop = SpeculativeLoop(Context(tgt, n_ctx=32, backend="cuda", partial_seq_rm=seq_rm),
                                    Context(dft, n_ctx=32, backend="cuda"), prompt, 8, sp,
-                                   SpecParams(n_max=3))
+                                   SpecParams(n_max=3, draft_vocab=vocab))
             events = list(loop.rounds())
             got = loop.results()[0].tokens
             restored = sum(r.checkpoint == "restored" for ev in events for r in ev.slots)

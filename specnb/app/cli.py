@@ -311,6 +311,7 @@ def cmd_speculative_simple(a):
             "n_eval_draft": n_eval, "stop_reason": r.stop_reason, "stats": st, "impls": impls,
             "summary": {"n_drafted": loop.n_drafted_simple, "n_accept": loop.n_accept_simple},
             "draft_len": loop.policy.stats(),
+            "draft_vocab": None if ctx_d is None or ctx_d.output_ids is None else len(ctx_d.output_ids),
             "parallel": [x.tokens for x in results[1:]], "error": failed}))
     else:
         print("\n")
@@ -327,6 +328,10 @@ def cmd_speculative_simple(a):
         if ctx_d is not None:
             print(f"  draft evaluations: {n_eval} over {r.n_rounds} rounds "
                   f"({n_eval / max(r.n_rounds, 1):.2f} per round)")
+            if ctx_d.output_ids is not None:
+                print(f"  draft vocabulary [specnb, beyond llama.cpp]: the draft scored "
+                      f"{len(ctx_d.output_ids)} of its {ctx_d.model.n_vocab} tokens "
+                      f"(--spec-draft-vocab {params.draft_vocab}, the prompt's and the control tokens)")
     return 0
 
 

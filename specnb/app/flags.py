@@ -288,6 +288,13 @@ FLAGS: tuple[Flag, ...] = (
          "process() (llama-server's TAG_SPEC_AVOID_DRAFT_REEVAL idea)", action="store_true",
          default=False, group="speculative", field="spec.reeval", to_field=_not, commands=SPEC,
          master=ABSENT),
+    Flag(("--spec-draft-vocab",), "draft_vocab", "the draft model scores only its N highest-ranked "
+         "tokens (ranked by the GGUF file's own tables: BPE merge order, or SentencePiece scores) plus "
+         "the prompt's and the control tokens, so each draft token reads a fraction of its output head "
+         "(FR-Spec, Zhao et al. 2025); the target still verifies over the whole vocabulary, so the "
+         "output is unchanged; 0: the whole vocabulary", default=0, type=int, group="speculative",
+         field="spec.draft_vocab", metavar="N", commands=SPEC, master=ABSENT, bounds=(0, None),
+         check_name="draft_vocab"),
     Flag(("--no-seq-rm",), "no_seq_rm", "simulate a target memory that refuses partial removal "
          "(a recurrent one): checkpoints and replay, as master does for such models",
          action="store_true", default=False, group="speculative", commands=SPEC, master=ABSENT),

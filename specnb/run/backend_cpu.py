@@ -23,6 +23,7 @@ import numpy as np
 from numba.typed import List
 
 from ..kernels import forward as fused
+from ..model import QWeight
 from ..kernels.activations import swiglu_into
 from ..kernels.attention import attention
 from ..kernels.norm import rmsnorm
@@ -83,6 +84,7 @@ class CpuBackend:
         self._ff = None if model.rope_freqs is None else model.rope_freqs.astype(np.float64)
         self._q8 = activations == "q8"
         self._fused_weights = self._pack_weights(model)
+        self._output = model.output                 # the head forward_steps multiplies by
         # the kernels this model and mode need, and only those, are compiled (kernels/qtypes.py);
         # models run side by side (a target and its draft) share one compiled pass
         emb, mats = set(), set()
@@ -127,6 +129,16 @@ class CpuBackend:
             mats=mats, qtypes=qtypes, bias_q=stack("bq"), bias_k=stack("bk"), bias_v=stack("bv"),
             has_bias=has_bias, output_norm=np.ascontiguousarray(model.output_norm, np.float32),
             output=ro(model.output.data), output_qtype=int(model.output.qtype))
+
+    def set_output_rows(self, ids) -> None:
+        """The output head's rows for these token ids only (None: all): a copy of those rows
+        of the quantized matrix, of the same type, so the compiled pass is the same."""
+        out = self.model.output
+        rows = out.data if ids is None else out.data[np.asarray(ids, np.int64)]
+        a = np.ascontiguousarray(rows).view()
+        a.flags.writeable = False
+        self._fused_weights = self._fused_weights._replace(output=a)
+        self._output = out if ids is None else QWeight(out.name, a, out.qtype, out.n_in, len(a))
 
     # ---- the forward pass -------------------------------------------------------------
     def forward(self, tokens, pos, seq, valid, out_rows) -> np.ndarray:
@@ -178,7 +190,7 @@ class CpuBackend:
             x += self._mm(g, L.w_down)                                 # [n, f] -> [n, d]
         xo = x[out_rows]                                               # [n_out, d]
         rmsnorm(xo, m.output_norm, h.norm_eps, xo)
-        return self._mm(xo, m.output)                                  # -> [n_out, n_vocab]
+        return self._mm(xo, self._output)                              # -> [n_out, n_vocab]
 
     def _mm(self, x, w, bias=None):
         # [n, n_in] x QWeight[n_out, n_in] -> [n, n_out]

@@ -99,7 +99,7 @@ def device_model(model) -> DeviceModel:
 class _Workspace:
     """Device activations for batches of up to `cap` rows (grown by doubling, reused)."""
 
-    def __init__(self, h, dm: DeviceModel, cap: int, n_ctx: int):
+    def __init__(self, h, dm: DeviceModel, cap: int, n_ctx: int, n_logits: int):
         f32 = np.float32
         qd, kvd = h.n_head * h.head_dim, h.n_head_kv * h.head_dim
         self.cap = cap
@@ -111,7 +111,7 @@ class _Workspace:
         self.attn = cuda.device_array((cap, qd), f32)
         self.g = cuda.device_array((cap, h.n_ff), f32)
         self.u = cuda.device_array((cap, h.n_ff), f32)
-        self.logits = cuda.device_array((cap, h.n_vocab), f32)
+        self.logits = cuda.device_array((cap, n_logits), f32)
         self.xp = cuda.device_array(cap * dm.max_n_in, f32)       # permuted activations
         self.rows_per_launch = max(1, min(cap, SCRATCH_FLOATS // (h.n_head * n_ctx)))
         self.scores = cuda.device_array((self.rows_per_launch * h.n_head, n_ctx), f32)
@@ -141,6 +141,14 @@ class CudaBackend:
         self.valid = cuda.device_array((n_seq_max, n_ctx), np.bool_)
         self._ff = None if model.rope_freqs is None else model.rope_freqs.astype(np.float64)
         self._ws = None
+        self._output = self.dm.output              # the head (set_output_rows restricts it)
+
+    def set_output_rows(self, ids) -> None:
+        """The output head's rows for these token ids only (None: all), uploaded once."""
+        out = self.model.output
+        self._output = self.dm.output if ids is None else \
+            DeviceWeight(out.data[np.asarray(ids, np.int64)], out.qtype, out.n_in)
+        self._ws = None                          # the logits buffer's width changes
 
     def _workspace(self, n: int) -> _Workspace:
         if self._ws is None or self._ws.cap < n:
@@ -148,7 +156,7 @@ class CudaBackend:
             while cap < n:
                 cap *= 2
             self._ws = None                      # free the old buffers first
-            self._ws = _Workspace(self.h, self.dm, cap, self.n_ctx)
+            self._ws = _Workspace(self.h, self.dm, cap, self.n_ctx, self._output.n_out)
         return self._ws
 
     # ---- the forward pass -------------------------------------------------------------
@@ -195,12 +203,12 @@ class CudaBackend:
             self._mm(g, L["w_down"], x, accumulate=True)
         n_out = len(out_rows)
         if n_out == 0:
-            return np.zeros((0, h.n_vocab), np.float32)
+            return np.zeros((0, self._output.n_out), np.float32)
         out_d = cuda.to_device(np.asarray(out_rows, np.int64))
         xo = ws.a[:n_out]                                                   # gathered, normed
         rmsnorm_cuda(x, dm.output_norm, h.norm_eps, xo, out_d, threads=L_.norm)
         logits = ws.logits[:n_out]
-        self._mm(xo, dm.output, logits)
+        self._mm(xo, self._output, logits)
         return logits.copy_to_host()
 
     def _mm(self, x, w: DeviceWeight, out, bias=None, accumulate=False):

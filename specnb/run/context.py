@@ -174,6 +174,7 @@ class Context:
         self.valid = np.zeros((self.n_seq_max, self.n_ctx), dtype=np.bool_)
         self.cell_tokens = np.full((self.n_seq_max, self.n_ctx), -1, dtype=np.int32)  # see holds()
         self._pos_max = np.full(self.n_seq_max, -1, dtype=np.int64)
+        self.output_ids: np.ndarray | None = None   # the head's rows (set_output_ids); None: all
         self._logits = np.zeros((0, model.n_vocab), dtype=np.float32)
         self._out_ids: dict[int, int] = {}
         # counters (llama_perf_context analogue)
@@ -243,7 +244,7 @@ class Context:
             self.valid[:], self._pos_max[:] = saved
             raise
         self._logits = (np.concatenate(outs) if len(outs) > 1 else outs[0]) if outs else \
-            np.zeros((0, self.model.n_vocab), dtype=np.float32)
+            np.zeros((0, self.n_logits), dtype=np.float32)
         self._out_ids = {int(i): j for j, i in enumerate(np.nonzero(flags)[0])}
         dt = time.perf_counter() - t0
         self.t_decode += dt
@@ -253,8 +254,41 @@ class Context:
         self.n_decode += 1
         return self._logits
 
+    # ---- a restricted output head (specnb: a draft vocabulary, speculation/draft_vocab.py) ----
+    @property
+    def n_logits(self) -> int:
+        """The length of a logits row: n_vocab, or len(output_ids) for a restricted head."""
+        return self.model.n_vocab if self.output_ids is None else len(self.output_ids)
+
+    def set_output_ids(self, ids) -> None:
+        """Compute logits for these token ids only (ascending; None: the whole vocabulary).
+        Logits row j is then token output_ids[j]'s, bit-identical to the full head's (each
+        output row is its own product); a Sampler given this context maps the rows back to the
+        real ids. The KV cache and every other row of the forward pass are unchanged."""
+        if ids is not None:
+            ids = np.asarray(ids)
+            check_param(ids.ndim == 1 and ids.size > 0 and np.issubdtype(ids.dtype, np.integer),
+                        "output_ids", ids if ids.size <= 8 else f"{ids.size} values",
+                        "a non-empty 1-D array of token ids")
+            ids = ids.astype(np.int64)
+            check_param(bool(np.all(np.diff(ids) > 0)), "output_ids", ids[:8].tolist(),
+                        "ascending token ids, each once")
+            check_param(ids[0] >= 0 and ids[-1] < self.model.n_vocab, "output_ids",
+                        [int(ids[0]), int(ids[-1])], f"token ids in [0, {self.model.n_vocab})")
+            if ids.size == self.model.n_vocab:
+                ids = None
+        if ids is None and self.output_ids is None:
+            return
+        if ids is not None and self.output_ids is not None and np.array_equal(ids, self.output_ids):
+            return
+        self.backend.set_output_rows(ids)
+        self.output_ids = ids
+        self._logits = np.zeros((0, self.n_logits), dtype=np.float32)
+        self._out_ids = {}
+
     def get_logits_ith(self, i: int) -> np.ndarray:
-        """llama_get_logits_ith: the logits row of batch row i (negative i counts from the end)."""
+        """llama_get_logits_ith: the logits row of batch row i (negative i counts from the end);
+        with a restricted head (set_output_ids), the rows of output_ids only."""
         if i < 0:
             i = len(self._out_ids) + i
             rows = sorted(self._out_ids)

@@ -43,10 +43,13 @@ class Candidates:
     vocab_order: bool = False  # ids[i] == i for every i (the array as llama.cpp first fills it)
 
     @classmethod
-    def from_logits(cls, logits) -> "Candidates":
-        # [n_vocab] -> one candidate per token, in vocab order (common_sampler::set_logits)
+    def from_logits(cls, logits, ids=None) -> "Candidates":
+        # [n_vocab] -> one candidate per token, in vocab order (common_sampler::set_logits);
+        # ids: the token of each logit, ascending (a restricted head), else 0..n-1
         logits = np.array(logits, dtype=F32)
         n = len(logits)
+        if ids is not None:
+            return cls(np.asarray(ids, dtype=np.int64), logits, np.zeros(n, dtype=F32))
         if n not in _ARANGE:
             _ARANGE[n] = np.arange(n, dtype=np.int64)
         return cls(_ARANGE[n], logits, np.zeros(n, dtype=F32), vocab_order=True)

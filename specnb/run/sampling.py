@@ -284,6 +284,8 @@ class Sampler:
                     len(self.chain))
 
     def _vocab_from(self, ctx) -> None:
+        if self.n_vocab is None and getattr(ctx, "output_ids", None) is not None:
+            self.n_vocab = ctx.model.n_vocab   # (not len(logits): a restricted head's are shorter)
         if self.vocab is None and any(isinstance(st, Dry) and st.breakers is None
                                       for st in self.chain):
             self.vocab = ctx.model.vocab
@@ -306,7 +308,8 @@ class Sampler:
         return True
 
     # ---- the chain -----------------------------------------------------------------------
-    def _run(self, logits, preview: bool) -> Candidates:
+    def _run(self, logits, preview: bool, ids=None) -> Candidates:
+        # ids: the token id of each logit (a restricted head, Context.output_ids); None: 0..n-1
         if self.n_vocab is None:
             self.n_vocab = len(logits)
         if isinstance(self.final, Mirostat) and not self.final.n_vocab:
@@ -314,14 +317,14 @@ class Sampler:
         if self._fast_path_now():
             # same result as the chain: nothing moves the argmax, the temperature keeps it
             i = int(argmax(np.asarray(logits, dtype=np.float32)))
-            cur = Candidates(np.array([i]), np.array([logits[i]], dtype=np.float32),
+            cur = Candidates(np.array([i if ids is None else ids[i]]), np.array([logits[i]], dtype=np.float32),
                              np.ones(1, dtype=np.float32), sorted=True)
             if not preview:
                 cur.selected = 0
                 if self.params.dist_draw == "master":
                     self.final.rng.canonical_double()      # dist still draws once
             return cur
-        cur = Candidates.from_logits(logits)
+        cur = Candidates.from_logits(logits, ids)
         for st in self.chain:
             if isinstance(st, Dry) and st.breakers is None:
                 raise ParamError("DRY sequence breakers need the vocab: pass Sampler(..., vocab=) "
@@ -332,6 +335,9 @@ class Sampler:
     def sample_logits(self, logits: np.ndarray) -> int:
         """Run the chain over one logits row [n_vocab] and return the chosen token id."""
         self.cur = self._run(logits, preview=False)
+        return self._chosen()
+
+    def _chosen(self) -> int:
         if self.cur.selected < 0:
             raise ParamError("the sampler chain left no candidate to sample")
         return int(self.cur.ids[self.cur.selected])
@@ -339,7 +345,8 @@ class Sampler:
     def sample(self, ctx, idx: int) -> int:
         """common_sampler_sample(gsmpl, ctx, idx): sample from the logits of batch row idx."""
         self._vocab_from(ctx)
-        return self.sample_logits(ctx.get_logits_ith(idx))
+        self.cur = self._run(ctx.get_logits_ith(idx), False, getattr(ctx, "output_ids", None))
+        return self._chosen()
 
     def distribution_logits(self, logits: np.ndarray) -> Candidates:
         """The candidates (ids, p) the final draw of `sample_logits(logits)` would pick from,
@@ -350,7 +357,7 @@ class Sampler:
     def distribution(self, ctx, idx: int) -> Candidates:
         """distribution_logits for batch row idx of the last decode."""
         self._vocab_from(ctx)
-        return self.distribution_logits(ctx.get_logits_ith(idx))
+        return self._run(ctx.get_logits_ith(idx), True, getattr(ctx, "output_ids", None))
 
     def accept(self, token: int) -> None:
         """common_sampler_accept: the token enters the penalty window and DRY's history."""

@@ -27,6 +27,7 @@ from ..run.context import Batch
 from ..errors import ParamError
 from ..vocab.gate import IncompatibleVocabError, are_compatible
 from ..run.sampling import Sampler, SamplerParams
+from .draft_vocab import draft_output_ids
 from .impl import DraftParams, SpeculativeImpl, check_draft_limits
 from .verify import draw_index
 
@@ -66,12 +67,16 @@ class DraftSimple(SpeculativeImpl):
     not share), and the clone accepts it before the next position (:549). Without a target
     sampler in the request (dp.smpl None) the chain is plain softmax(logits / draft_temp).
     p_min does not apply to a sampled draft.
+    `draft_vocab=N` (specnb, beyond llama.cpp; draft_vocab.py) restricts the draft model's
+    output head to its N highest-ranked tokens, the control tokens and every prompt's tokens
+    (`begin`), set on the draft context for as long as this impl drafts with it; 0 (llama.cpp)
+    keeps the whole vocabulary. The target verifies over its whole vocabulary either way.
     """
     type = "draft-simple"
 
     def __init__(self, target, ctx_dft, n_seq: int = 1, n_max: int = 3, n_min: int = 0,
                  p_min: float = 0.0, reeval: bool = True, sample_draft: bool = False,
-                 draft_temp: float = 1.0, seed: int = 0):
+                 draft_temp: float = 1.0, seed: int = 0, draft_vocab: int = 0):
         check_draft_limits(n_max, n_min, p_min)
         report = are_compatible(target, ctx_dft.model)
         if not report.ok:
@@ -97,6 +102,15 @@ class DraftSimple(SpeculativeImpl):
         self._ckpt: list = [None] * n_seq
         self._since: list[list] = [[] for _ in range(n_seq)]
         self._drafted: set = set()            # sequences draft() decoded for since before_verify
+        self.draft_vocab = draft_vocab
+        self._prompt_tokens: set = set()      # every prompt's tokens (kept in a restricted head)
+        self._set_head()                      # (checks draft_vocab)
+        self.draft_vocab = int(draft_vocab)
+
+    def _set_head(self) -> None:
+        """The draft context's output head: the draft vocabulary, or the whole one."""
+        self.ctx.set_output_ids(draft_output_ids(self.ctx.model.vocab, self.draft_vocab,
+                                                 sorted(self._prompt_tokens)))
 
     # ---- the draft memory's checkpoint (only when it cannot drop part of a sequence) -------
     def _save(self, seq: int) -> None:
@@ -164,6 +178,13 @@ class DraftSimple(SpeculativeImpl):
             self._restore(seq, p0)
 
     # ---- the interface --------------------------------------------------------------------
+    def begin(self, seq: int, prompt) -> None:
+        """A restricted head also keeps this prompt's tokens (a prompt's words recur in its
+        answer, and the draft can only propose tokens its head scores)."""
+        if self.draft_vocab and not set(map(int, prompt)) <= self._prompt_tokens:
+            self._prompt_tokens.update(map(int, prompt))
+            self._set_head()
+
     def process(self, batch: Batch) -> bool:
         """Keep the draft KV in sync with a target batch, no logits."""
         if not self.partial:

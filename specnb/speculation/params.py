@@ -85,6 +85,8 @@ class SpecParams:
     n_min: int = 0            # --spec-draft-n-min; c392e50: --draft-min
     p_min: float = 0.0        # --spec-draft-p-min
     reeval: bool = True       # llama.cpp's draft re-evaluation; False: keep the draft's KV rows
+    draft_vocab: int = 0      # specnb: the draft's output head cut to its N highest-ranked tokens
+                              # and the prompt's (FR-Spec; draft_vocab.py); 0: the whole vocab
     verify: str = "exact"     # "exact" (llama.cpp) or "rejection" (Leviathan / Chen)
     synth_rates: list | None = None   # --spec-synth-rates: unconditional acceptance per position
     synth_len: float | None = None    # --spec-synth-len: mean accepted length L
@@ -126,6 +128,9 @@ class SpecParams:
         check_param(self.schedule in SCHEDULES, "draft_schedule", self.schedule,
                     " or ".join(SCHEDULES))
         check_draft_limits(self.n_max, self.n_min, self.p_min)
+        check_param(isinstance(self.draft_vocab, (int, np.integer)) and not isinstance(self.draft_vocab, bool)
+                    and self.draft_vocab >= 0, "draft_vocab", self.draft_vocab,
+                    "an integer >= 0 (0: the draft's whole vocabulary)")
         check_param(self.verify in VERIFY_MODES, "verify", self.verify, " or ".join(VERIFY_MODES))
         check_param(self.synth_rates is None or self.synth_len is None, "synth_len",
                     self.synth_len, "not given together with synth_rates")

@@ -49,7 +49,8 @@ def build_speculative(p: SpecParams, target, ctx_dft, n_seq: int = 1, sample_dra
                 raise ParamError("speculative type 'draft-simple' needs a draft model (-md) and a "
                                  "draft context; the n-gram types need neither")
             kw = dict(n_seq=n_seq, n_max=p.n_max, n_min=p.n_min, p_min=p.p_min, reeval=p.reeval,
-                      sample_draft=sample_draft, draft_temp=draft_temp, seed=seed)
+                      sample_draft=sample_draft, draft_temp=draft_temp, seed=seed,
+                      draft_vocab=p.draft_vocab)
             impls.append(DeferredDraftSimple(target, ctx_dft, policy, **kw) if policy.schedule == "auto"
                          else DraftSimple(target, ctx_dft, **kw))
         elif t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):

@@ -199,6 +199,8 @@ class Vocab:
         self.ignore_merges = flags.get("ignore_merges", False)
         self.clean_spaces = flags.get("clean_spaces", True)
         self._read_add_flags(meta, add_bos=flags.get("add_bos", False), add_eos=False)
+        # the merge rules in the order BPE learned them: roughly the tokens' frequency order
+        self.merges: list = list(meta.get("tokenizer.ggml.merges") or ())
         self._tokenizer = vocab_bpe.build_tokenizer(
             self._token_to_id, meta.get("tokenizer.ggml.merges"), self.pre_regexes,
             self.ignore_merges, self._where)
@@ -213,6 +215,7 @@ class Vocab:
         self.add_space_prefix = True
         self._read_add_flags(meta, add_bos=True, add_eos=False)
         self._tokenizer = None
+        self.merges = []
         self._scores_list = (self.scores.tolist() if self.scores is not None
                              else [0.0] * self.n_vocab)
         self._byte_ids = vocab_spm.byte_token_ids(self._token_to_id)

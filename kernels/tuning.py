@@ -1,4 +1,5 @@
-"""How far ahead the int8 kernels prefetch the weights, measured once per machine.
+"""How far ahead the int8 kernels prefetch the weights, and how fast their dot product runs,
+measured once per machine.
 
 A decode step streams every weight byte from memory once, and one core can only keep so many
 reads in flight. Some CPUs' hardware prefetchers run far enough ahead of the kernels' loads on
@@ -21,8 +22,28 @@ SPECNB_PREFETCH=off | BYTES | auto (the default) overrides the verdict. The dist
 the memory system only: every value gives bit-identical results (tests/test_matmul_q8.py).
 The verdict is kept in prefetch.json in the stamped kernel-cache folder (kernels/__init__.py),
 keyed by the CPU and the thread count, so an edit of any kernel measures again.
+
+The int8 compute limit: the peak rate of the 64-byte int8 dot product the kernels are built on
+(tiles.tdot4: one VNNI vpdpbusd with AVX-512, vpmaddubsw + vpmaddwd with AVX2, sdot on ARM), the
+roofline's compute ceiling (Williams, Waterman and Patterson 2009) for the int8 kernels. Each
+extra row of a verification batch costs multiply-adds, not weight bytes, so `bench` sets what a
+row beyond the first costs beside what it would cost at this rate:
+
+    int8_peak()          G multiply-adds per second on n_threads threads at this SIMD level, from
+                         the cached verdict, or measured now (about a second, once per machine)
+    measure_int8_peak()  the measurement: every thread at once (prange over the threads, so SMT
+                         siblings share a core as they do in a decode), each running tdot4 into
+                         PEAK_ROWS independent accumulators (latency does not limit it) on data
+                         resident in L1, about `seconds` a round; the median of `reps` rounds
+
+SPECNB_INT8_PEAK=<G multiply-adds per second> | auto (the default) overrides it. The verdict is
+kept in int8_peak.json beside prefetch.json, keyed by the CPU, the thread count and the SIMD
+level; a measurement during which other work held the CPUs (the threads had less than 90% of
+their CPU time) serves its process only and is measured again next time. `python -m
+specnb.kernels.tuning` measures both again and prints them.
 """
 import json
+import math
 import os
 import time
 
@@ -30,6 +51,9 @@ import numpy as np
 from numba import njit, prange
 
 from .matmul_q8 import one_row_q4_k, pack_q8_k
+from .simd import _AVX512, SIMD_LEVEL
+from .simd_wide import vload_b64
+from .tiles import tdot4, tfloat, tload_bytes, tstore_hsum, tzeros
 
 CANDIDATES = (-1, 256, 512, 1024, 2048, 4096)     # bytes ahead; -1: the hardware's prefetchers alone
 CAL_N_IN = 1536                                   # a row of the 1.5B's q / gate / up (6 super-blocks)
@@ -169,7 +193,6 @@ def prefetch_ahead(n_threads: int | None = None, on_measure=None) -> int:
 def measure_and_record(n_threads: int | None = None, **kw) -> dict:
     """calibrate() with n_threads threads and record the verdict for prefetch_ahead()."""
     import numba
-    from ..cache import write_bytes_atomic
     n_threads = n_threads or numba.get_num_threads()
     before = numba.get_num_threads()
     numba.set_num_threads(n_threads)
@@ -180,16 +203,21 @@ def measure_and_record(n_threads: int | None = None, **kw) -> dict:
     v["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
     v["ms"] = {str(k): round(m, 3) for k, m in v["ms"].items()}
     v["gb_s"] = {str(k): round(g, 2) for k, g in v["gb_s"].items()}
-    path = verdict_path()
+    _record(verdict_path(), _machine_key(n_threads), v)
+    _memo[n_threads] = int(v["ahead"])
+    return v
+
+
+def _record(path: str, key: str, v: dict) -> None:
+    # v as the verdict for key in the JSON file at path, beside the other machines' ones
+    from ..cache import write_bytes_atomic
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         verdicts = _read_verdicts(path)
-        verdicts[_machine_key(n_threads)] = v
+        verdicts[key] = v
         write_bytes_atomic(path, json.dumps(verdicts, indent=1).encode())
     except OSError:
         pass                           # a read-only cache: measured again next time
-    _memo[n_threads] = int(v["ahead"])
-    return v
 
 
 def describe(v: dict) -> str:
@@ -202,5 +230,177 @@ def describe(v: dict) -> str:
             f"over {v['mib']:.0f} MiB, GB/s: {cells})")
 
 
+# ---- the int8 compute limit, once per machine ---------------------------------------------------
+
+PEAK_ENV = "SPECNB_INT8_PEAK"
+PEAK_ROWS = 12 if _AVX512 else 4      # accumulators per thread: a VNNI vpdpbusd's latency is about 5
+                                      # cycles at 1-2 a cycle; AVX2's sums chain through vpaddd only
+PEAK_VECS = 16                        # 64-byte vectors per row of a thread's data: (1 + PEAK_ROWS) KiB
+MIN_CPU_SHARE = 0.9                   # a measurement whose threads had less of their CPUs is not kept
+MACS_PER_DOT = 64                     # multiply-adds of one tdot4 (64 bytes times 64 bytes)
+PEAK_INSTRUCTIONS = {"avx512": "VNNI vpdpbusd", "avx2": "vpmaddubsw + vpmaddwd", "neon": "sdot",
+                     "neon-i8mm": "usdot", "generic": "plain LLVM vector multiply-adds"}
+
+
+@njit(cache=True, fastmath=False)
+def _dot4_rounds(w, x, out, t, n_iter):
+    # thread t's part: n_iter rounds of PEAK_ROWS 64-byte dot products (tiles.tdot4), one weight
+    # vector against PEAK_ROWS activation vectors into PEAK_ROWS independent accumulators; the
+    # offsets cycle through PEAK_VECS vectors, so every load comes from L1 and none is hoisted
+    row = PEAK_VECS * 64
+    wb = t * row
+    xb = t * PEAK_ROWS * row
+    acc = tzeros(np.int32, 16, PEAK_ROWS)
+    for it in range(n_iter):
+        off = (it & (PEAK_VECS - 1)) * 64
+        acc = tdot4(acc, vload_b64(w, wb + off), tload_bytes(x, xb + off, row, PEAK_ROWS, 64))
+    tstore_hsum(out, t * PEAK_ROWS, 1, tfloat(acc))        # (so that the sums are not dead code)
+
+
+@njit(parallel=True, cache=True)
+def _dot4_peak(w, x, out, n_threads, n_iter):
+    for t in prange(n_threads):
+        _dot4_rounds(w, x, out, t, n_iter)
+
+
+def measure_int8_peak(n_threads: int | None = None, reps: int = 5, seconds: float = 0.15) -> dict:
+    """G int8 multiply-adds per second of tiles.tdot4 on n_threads threads at once (default:
+    Numba's thread count), each with its own (1 + PEAK_ROWS) KiB of data: rounds of about `seconds`,
+    the median of `reps`. Returns {"gmacs_s", "rounds_gmacs_s", "threads", "simd_level",
+    "instruction", "accumulators", "iterations", "cpu_share"}; cpu_share is the process's CPU time
+    over the rounds / (their wall time x n_threads): below 1 when other work held the CPUs."""
+    import numba
+    n = int(n_threads or numba.get_num_threads())
+    if n < 1 or reps < 1 or not seconds > 0:
+        raise ValueError(f"measure_int8_peak: needs n_threads >= 1, reps >= 1, seconds > 0, not "
+                         f"{n_threads!r}, {reps!r}, {seconds!r}")
+    # weights < 128 and activations in -127..127, as the kernels call tdot4 (no vpmaddubsw saturation)
+    rng = np.random.default_rng(0)
+    w = rng.integers(0, 64, n * PEAK_VECS * 64, dtype=np.uint8)
+    x = rng.integers(-127, 128, n * PEAK_ROWS * PEAK_VECS * 64, dtype=np.int8)
+    out = np.empty(n * PEAK_ROWS, np.float32)
+    before = numba.get_num_threads()
+    numba.set_num_threads(n)
+    try:
+        def run(n_iter):
+            t = time.perf_counter()
+            _dot4_peak(w, x, out, n, n_iter)
+            return time.perf_counter() - t
+        run(PEAK_VECS)                                  # compiles (or loads from the cache)
+        n_iter = 1 << 14
+        while (dt := run(n_iter)) < seconds / 8 and n_iter < 1 << 40:
+            n_iter *= 4
+        n_iter = max(PEAK_VECS, int(n_iter * seconds / max(dt, 1e-9)))
+        macs = n * n_iter * PEAK_ROWS * MACS_PER_DOT
+        cpu = time.process_time()
+        walls = [run(n_iter) for _ in range(reps)]
+        cpu = time.process_time() - cpu
+    finally:
+        numba.set_num_threads(before)
+    rounds = [macs / t / 1e9 for t in walls]
+    return {"gmacs_s": float(np.median(rounds)), "rounds_gmacs_s": rounds, "threads": n,
+            "simd_level": SIMD_LEVEL, "instruction": PEAK_INSTRUCTIONS.get(SIMD_LEVEL, SIMD_LEVEL),
+            "accumulators": PEAK_ROWS, "iterations": n_iter,
+            "cpu_share": min(1.0, cpu / sum(walls) / n)}
+
+
+def peak_path() -> str:
+    """int8_peak.json in this kernel source's stamped cache folder (beside prefetch.json)."""
+    from . import cache_folder
+    return os.path.join(cache_folder(), "int8_peak.json")
+
+
+def _peak_key(n_threads: int) -> str:
+    return f"{_machine_key(n_threads)}|SIMD {SIMD_LEVEL}"
+
+
+_peak_memo: dict = {}
+
+
+def cached_int8_peak(n_threads: int | None = None):
+    """This machine's recorded int8 compute limit (measure_int8_peak()'s dict, with "date"), or None."""
+    import numba
+    v = _read_verdicts(peak_path()).get(_peak_key(n_threads or numba.get_num_threads()))
+    ok = isinstance(v, dict) and isinstance(v.get("gmacs_s"), (int, float)) and v["gmacs_s"] > 0
+    return v if ok else None
+
+
+def _peak_from_env():
+    # SPECNB_INT8_PEAK as G multiply-adds per second, or None (auto)
+    raw = os.environ.get(PEAK_ENV, "auto")
+    env = raw.strip().lower()
+    if env in ("", "auto"):
+        return None
+    try:
+        g = float(env)
+    except ValueError:
+        g = math.nan
+    if not (math.isfinite(g) and g > 0):
+        raise ValueError(f"{PEAK_ENV}={raw!r}: expected auto or the int8 compute limit in G "
+                         f"multiply-adds per second, a number > 0 (e.g. 250)")
+    return g
+
+
+def int8_peak_verdict(n_threads: int | None = None, on_measure=None) -> dict:
+    """The int8 compute limit as a dict ("gmacs_s", "threads", "simd_level", "source": "measured"
+    or SPECNB_INT8_PEAK): the environment's value if set, else the recorded verdict for this
+    machine, else measure_int8_peak() now, recorded. on_measure(text) is called before a
+    measurement."""
+    import numba
+    n_threads = int(n_threads or numba.get_num_threads())
+    g = _peak_from_env()
+    if g is not None:
+        return {"gmacs_s": g, "threads": n_threads, "simd_level": SIMD_LEVEL,
+                "instruction": PEAK_INSTRUCTIONS.get(SIMD_LEVEL, SIMD_LEVEL), "source": PEAK_ENV}
+    if n_threads not in _peak_memo:
+        v = cached_int8_peak(n_threads)
+        if v is None:
+            if on_measure is not None:
+                on_measure("measuring the int8 compute limit of this CPU (once)")
+            v = record_int8_peak(n_threads)
+        _peak_memo[n_threads] = v
+    return dict(_peak_memo[n_threads], source="measured")
+
+
+def int8_peak(n_threads: int | None = None, on_measure=None) -> float:
+    """G int8 multiply-adds per second this machine's n_threads threads do at most with the
+    kernels' dot product (int8_peak_verdict()'s "gmacs_s")."""
+    return float(int8_peak_verdict(n_threads, on_measure)["gmacs_s"])
+
+
+def record_int8_peak(n_threads: int | None = None, **kw) -> dict:
+    """measure_int8_peak() and record the verdict for int8_peak(), unless other work held the
+    CPUs meanwhile (cpu_share below MIN_CPU_SHARE): then it serves this process only, and the
+    next one measures again."""
+    import numba
+    n_threads = int(n_threads or numba.get_num_threads())
+    v = measure_int8_peak(n_threads, **kw)
+    v["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    v["rounds_gmacs_s"] = [round(g, 2) for g in v["rounds_gmacs_s"]]
+    v["recorded"] = v.get("cpu_share", 1.0) >= MIN_CPU_SHARE
+    if v["recorded"]:
+        _record(peak_path(), _peak_key(n_threads), v)
+    _peak_memo[n_threads] = v
+    return v
+
+
+def describe_int8_peak(v: dict) -> str:
+    """One line: the limit, its thread count and SIMD level, and where it comes from."""
+    how = (f"from {PEAK_ENV}" if v.get("source") == PEAK_ENV else
+           f"measured: {v.get('instruction', '?')} into {v.get('accumulators', '?')} accumulators per "
+           f"thread, data in L1"
+           + (", rounds " + ", ".join(f"{float(g):.1f}" for g in v["rounds_gmacs_s"]) if v.get("rounds_gmacs_s")
+              else ""))
+    if v.get("source") != PEAK_ENV and v.get("cpu_share", 1.0) < MIN_CPU_SHARE:
+        how += (f"; its threads had {v['cpu_share']:.0%} of their CPUs, other work was running: an "
+                f"understatement, not recorded")
+    threads = f"{v['threads']} thread" + ("" if v["threads"] == 1 else "s")
+    return (f"int8 compute limit: {float(v['gmacs_s']):.1f} G multiply-adds/s on {threads} "
+            f"(SIMD level {v['simd_level']}; {how})")
+
+
 if __name__ == "__main__":
     print(describe(measure_and_record()))
+    print(describe_int8_peak(record_int8_peak()))
+    if _peak_from_env() is not None:
+        print(f"({PEAK_ENV}={os.environ[PEAK_ENV]} overrides it: int8_peak() = {_peak_from_env():g})")

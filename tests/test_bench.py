@@ -11,7 +11,7 @@ import pytest
 
 from specnb import ParamError
 from specnb.measure.bench_llamacpp import find_llama_bench, parse_llama_bench_json
-from specnb.measure.bench_report import cliffs, format_goals, goals
+from specnb.measure.bench_report import cliffs, extra_row_costs, format_bench, format_goals, goals, steps
 
 DATA = Path(__file__).parent / "data"
 
@@ -62,9 +62,10 @@ def test_llama_bench_is_found_or_refused(tmp_path, monkeypatch):
 
 
 def test_bench_on_a_tiny_model_prints_both_modes(tiny_path, monkeypatch):
-    from specnb.measure.bench import bench
-    from specnb.measure.bench_report import format_bench
+    from specnb.measure.bench import bench, macs_per_row
+    from specnb.model import load_model
     monkeypatch.delenv("SPECNB_LLAMA_BENCH", raising=False)
+    monkeypatch.setenv("SPECNB_INT8_PEAK", "0.5")
     r = bench(tiny_path("Q4_1"), reps=2, n_gen=4, quick=True, memory=False, bandwidth_gib=0.02)
     assert set(r["modes"]) == {"f32", "q8"}
     for mode in r["modes"].values():
@@ -83,7 +84,21 @@ def test_bench_on_a_tiny_model_prints_both_modes(tiny_path, monkeypatch):
     # the prefetch distance the q8 context ran with, and what it was measured from
     from specnb.kernels.tuning import describe, prefetch_ahead
     assert r["prefetch"]["ahead"] == prefetch_ahead() and describe(r["prefetch"]) in text
-    json.dumps(r)                                           # the --json output
+    # the int8 compute limit (here SPECNB_INT8_PEAK's), the model's multiply-adds per row, and each
+    # extra row against its cost at the limit: q8 only, the f32 mode has no int8 limit
+    assert r["int8_peak"]["gmacs_s"] == 0.5 and r["int8_peak"]["source"] == "SPECNB_INT8_PEAK"
+    assert f"int8 compute limit: 0.5 G multiply-adds/s on {r['n_threads']} thread" in text
+    assert r["macs_per_row"] == macs_per_row(load_model(tiny_path("Q4_1"))) > 0
+    q8, f32 = r["modes"]["q8"], r["modes"]["f32"]
+    assert q8["ideal_extra_row_cost"] == pytest.approx(r["macs_per_row"] / 0.5e9 / (q8["batch_ms"][1] / 1e3))
+    assert f32["ideal_extra_row_cost"] is None and f32["extra_row_x_limit"] is None
+    for m in (q8, f32):
+        assert m["extra_row_cost"] == pytest.approx({k: (m["batch_cost"][k] - 1) / (k - 1) for k in (2, 3, 5, 9)})
+    assert f"{q8['ideal_extra_row_cost']:.3f} of a one-row step" in text
+    assert f"{q8['extra_row_x_limit'][5]:6.1f}x" in text
+    back = json.loads(json.dumps(r))                        # the --json output
+    assert back["modes"]["q8"]["extra_row_x_limit"]["9"] == pytest.approx(q8["extra_row_x_limit"][9])
+    assert back["macs_per_row"] == r["macs_per_row"] and back["int8_peak"]["gmacs_s"] == 0.5
 
 
 def test_bench_runs_llama_bench_on_the_measured_model(tiny_path, tmp_path):
@@ -138,7 +153,7 @@ def test_goals_of_a_real_pair():
     assert g["decode of the draft >= llama.cpp's"] == {"f32": False, "q8": False}     # 55 < 60
     assert g["3 rows <= 1.2x one row"] == {"f32": False, "q8": False}                 # 1.30
     assert g["9 rows <= 2.5x one row"] == {"f32": False, "q8": True}                  # 2.2
-    assert g["no cliff from 1 to 17 rows (no step k -> k + 1 over 3x the median step)"] == {"f32": True, "q8": True}
+    assert g[STEP_GOAL] == {"f32": True, "q8": True}
     key = "speculative decoding of the pair on code prompts >= 1.3x llama.cpp's plain decoding of the target"
     assert g[key] == {"f32": False, "q8": True}                                       # 45 >= 39
     assert g["speculative output identical to plain decoding"] == {"f32": True, "q8": True}
@@ -235,3 +250,120 @@ def test_the_prefetch_verdict_reads_as_one_line():
     line = describe(v)
     assert "\n" not in line and "2048 B ahead" in line and "off 10.3, 2048 B 26.8" in line
     assert "do not prefetch" in describe(v | {"ahead": -1})
+
+
+# ---- a row beyond the first, against the int8 compute limit -----------------------------------
+
+STEP_GOAL = "no step from 1 to 17 rows exceeds 2x the median step (a step: cost(k + 1) - cost(k))"
+
+
+def test_extra_row_costs_arithmetic():
+    # a 1.6 G multiply-add row at 100 G/s is 16 ms; against an 80 ms one-row step: 0.2 of a step
+    bc = {1: 1.0, 2: 1.3, 5: 1.8, 9: 2.6}
+    e = extra_row_costs(bc, 0.080, 1.6e9, 100.0)
+    assert e["ideal_extra_row_cost"] == pytest.approx(0.2)
+    assert e["extra_row_cost"] == pytest.approx({2: 0.3, 5: 0.2, 9: 0.2})
+    assert e["extra_row_x_limit"] == pytest.approx({2: 1.5, 5: 1.0, 9: 1.0})
+    e2 = extra_row_costs({1: 1.0, 3: 1.1}, 0.010, 2e8, 50.0)                  # 4 ms of 10 ms
+    assert e2["ideal_extra_row_cost"] == pytest.approx(0.4) and e2["extra_row_cost"] == pytest.approx({3: 0.05})
+    assert e2["extra_row_x_limit"] == pytest.approx({3: 0.125})
+    none = extra_row_costs(bc, 0.080, 1.6e9, None)                             # no limit (f32)
+    assert none["ideal_extra_row_cost"] is None and none["extra_row_x_limit"] is None
+    assert none["extra_row_cost"] == e["extra_row_cost"]
+
+
+def test_macs_per_row_counts_every_product_once(tiny_path):
+    # the head's multiply-adds are counted, the embedding lookup's are not (tied or not)
+    from specnb.measure.bench import macs_per_row
+    from specnb.model import load_model
+    for tied in (True, False):
+        m = load_model(tiny_path("Q8_0", tied=tied))
+        h = m.hparams
+        layer = (h.n_embd * (h.n_head + 2 * h.n_head_kv) * h.head_dim + h.n_head * h.head_dim * h.n_embd
+                 + 3 * h.n_embd * h.n_ff)
+        assert macs_per_row(m) == h.n_layer * layer + h.n_vocab * h.n_embd
+        assert macs_per_row(m) == m.n_params() - (0 if tied else m.tok_embd.n_in * m.tok_embd.n_out)
+
+
+def _curve(per_row, k_max=17, jump_at=None, jump=0.0):
+    # cost(k) = 1 + per_row (k - 1), with `jump` more one-row steps from jump_at + 1 rows on
+    return {k: 1 + per_row * (k - 1) + (jump if jump_at and k > jump_at else 0.0) for k in range(1, k_max + 1)}
+
+
+def _pair(bc, level, ideal=None):
+    mode = {"decode_tok_s": 30.0, "bandwidth_frac": 0.8, "batch_cost": bc, "ideal_extra_row_cost": ideal}
+    return {"default_activations": "q8", "simd_level": level, "llama_cpp": None, "modes": {"q8": mode},
+            "draft": {"default_activations": "q8", "llama_cpp": None, "modes": {"q8": dict(mode)}}}
+
+
+def _goal(r, start):
+    [(goal, measured, met)] = [g for g in goals(r) if g[0].startswith(start)]
+    return goal, measured, met
+
+
+EXTRA = "a row beyond the first costs"
+
+
+@pytest.mark.parametrize("per_row, level, want, lim", [
+    (0.20, "avx2", True, "0.25"), (0.25, "avx2", True, "0.25"), (0.26, "avx2", False, "0.25"),
+    (0.14, "avx512", True, "0.15"), (0.20, "avx512", False, "0.15"), (0.20, "generic", True, "0.25")])
+def test_the_extra_row_goal_reads_the_cpus_level(per_row, level, want, lim):
+    goal, measured, met = _goal(_pair(_curve(per_row, 9), level, ideal=0.1), EXTRA)
+    assert met == {"q8": want}
+    assert goal.startswith(f"{EXTRA} <= {lim} of a one-row step at k = 5 and 9") and f"this CPU: {level}" in goal
+    assert "AVX-512 VNNI CPUs: <= 0.15, AVX2-only: <= 0.25" in goal
+    assert f"q8 {per_row:.3f} at k = 5, {per_row:.3f} at k = 9" in measured
+    assert f"{per_row / 0.1:.1f}x, {per_row / 0.1:.1f}x the int8 limit's 0.100" in measured
+
+
+def test_the_extra_row_goal_needs_both_k():
+    bc = _curve(0.2, 9)
+    bc[9] = 1 + 8 * 0.3                                    # fine at 5 rows, not at 9
+    assert _goal(_pair(bc, "avx2"), EXTRA)[2] == {"q8": False}
+    del bc[9]
+    assert _goal(_pair(bc, "avx2"), EXTRA)[1:] == ("not measured", None)
+    text = format_goals(_pair(_curve(0.3, 9), "avx2"))
+    assert f"[q8 MISSED] {EXTRA} <= 0.25" in text
+    assert f"[q8 met] {EXTRA} <= 0.25" in format_goals(_pair(_curve(0.1, 9), "avx2"))
+
+
+@pytest.mark.parametrize("jump, want", [(0.0, True), (0.18, True), (0.22, False), (1.0, False)])
+def test_the_step_goal_is_twice_the_median_step(jump, want):
+    # steps of 0.2; one step of 0.2 + jump from 12 to 13 rows (over 2x the median: jump > 0.2)
+    bc = _curve(0.2, 17, jump_at=12, jump=jump)
+    assert steps(bc)[12] == pytest.approx(0.2 + jump) and steps(bc)[3] == pytest.approx(0.2)
+    goal, measured, met = _goal(_pair(bc, "avx2"), "no step from 1 to 17 rows")
+    assert goal == STEP_GOAL and met == {"q8": want}
+    assert ("over 2x at k = none" if want else "over 2x at k = [12]") in measured
+    if jump:
+        assert f"largest {0.2 + jump:.3f} at k = 12 -> 13, median 0.200" in measured
+    assert ("[q8 met] " if want else "[q8 MISSED] ") + STEP_GOAL in format_goals(_pair(bc, "avx2"))
+
+
+def test_the_step_goal_needs_the_sweep():
+    r = _pair(_curve(0.2, 9), "avx2")
+    del r["modes"]["q8"]["batch_cost"][4]                  # the quick sizes 1, 2, 3, 5, 9
+    assert _goal(r, "no step")[2] is None
+    # the default model: only with every size measured
+    single = {k: v for k, v in _pair(_curve(0.2, 9), "avx2").items() if k != "draft"}
+    assert not [g for g in goals(single) if g[0].startswith("no step")]
+    single["modes"]["q8"]["batch_cost"] = _curve(0.2, 17, jump_at=5, jump=1.0)
+    assert _goal(single, "no step")[2] == {"q8": False}
+    assert _goal(single, EXTRA)[2] == {"q8": False}        # (1 + 0.2 * 8 + 1 - 1) / 8 at 9 rows
+
+
+def test_the_extra_row_table_is_printed():
+    bc = {1: 1.0, 2: 1.3, 3: 1.5, 5: 1.8, 9: 2.6}
+    mode = {"decode_tok_s": 12.0, "decode_ms_per_tok": 83.3, "weight_gb_s": 11.8, "bandwidth_frac": 0.6,
+            "prompt_tok_s": 40.0, "batch_ms": {k: 80.0 * c for k, c in bc.items()}, "batch_cost": bc,
+            **extra_row_costs(bc, 0.080, 1.6e9, 100.0)}
+    r = {"model": "m", "backend": "cpu", "n_threads": 2, "load_s": 1.0, "n_prompt": 128, "weight_mib": 940.0,
+         "decode_bytes": 9.8e8, "macs_per_row": 1_600_000_000, "llama_cpp": None, "default_activations": "q8",
+         "modes": {"q8": mode, "f32": dict(mode, **extra_row_costs(bc, 0.080, 1.6e9, None))},
+         "int8_peak": {"gmacs_s": 100.0, "threads": 2, "simd_level": "avx2", "source": "SPECNB_INT8_PEAK"}}
+    text = format_bench(r)
+    assert "int8 compute limit: 100.0 G multiply-adds/s on 2 threads (SIMD level avx2; from SPECNB_INT8_PEAK)" in text
+    assert "multiply-adds per row: 1.600 G" in text
+    assert "a row beyond the first costs 0.200 of a one-row step (q8: 16.00 ms of 80.00 ms)" in text
+    assert re.search(r"k =  2 +\|   0\.300    1\.5x \|   0\.300 +$", text, re.M)
+    assert re.search(r"k =  9 +\|   0\.200    1\.0x \|   0\.200 +$", text, re.M)

@@ -1,5 +1,6 @@
-"""kernels/tuning.py: the prefetch distance is measured once per machine, recorded beside the
-kernel cache, read back without measuring again, and overridden by SPECNB_PREFETCH."""
+"""kernels/tuning.py: the prefetch distance and the int8 compute limit are measured once per
+machine, recorded beside the kernel cache, read back without measuring again, and overridden by
+SPECNB_PREFETCH and SPECNB_INT8_PEAK."""
 import json
 
 import pytest
@@ -91,3 +92,119 @@ def test_a_product_alone_never_measures(fresh, monkeypatch):
     w = qtypes.random_blocks(qtypes.Q4_K, 4, 256, np.random.default_rng(0))
     matmul_q8(np.ones((1, 256), np.float32), w, qtypes.Q4_K, np.empty((1, 4), np.float32))
     assert not os.path.exists(tuning.verdict_path())
+
+
+# ---- the int8 compute limit --------------------------------------------------------------------
+
+@pytest.fixture
+def fresh_peak(monkeypatch, tmp_path):
+    # a cache of its own, no verdict in memory, no override; measure_int8_peak counted and faked
+    monkeypatch.setenv("SPECNB_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("SPECNB_INT8_PEAK", raising=False)
+    monkeypatch.setattr(tuning, "_peak_memo", {})
+    calls = []
+
+    def fake(n_threads=None, **kw):
+        calls.append(n_threads)
+        return {"gmacs_s": 123.0, "rounds_gmacs_s": [120.0, 123.0, 125.0], "threads": n_threads,
+                "simd_level": tuning.SIMD_LEVEL, "instruction": "x", "accumulators": 4, "iterations": 10,
+                "cpu_share": fake.cpu_share}
+    fake.cpu_share = 1.0
+    monkeypatch.setattr(tuning, "measure_int8_peak", fake)
+    return calls, fake
+
+
+def test_the_int8_peak_is_measured_once_then_read_back(fresh_peak, monkeypatch, tmp_path):
+    calls, _ = fresh_peak
+    said = []
+    assert tuning.int8_peak(2, on_measure=said.append) == 123.0 and calls == [2] and len(said) == 1
+    assert tuning.peak_path().startswith(str(tmp_path))
+    assert tuning.peak_path() == tuning.verdict_path().replace("prefetch.json", "int8_peak.json")
+    recorded = json.loads(open(tuning.peak_path()).read())
+    [key] = recorded
+    assert key.endswith(f"|2 threads|SIMD {tuning.SIMD_LEVEL}") and recorded[key]["gmacs_s"] == 123.0
+    # the same process: from memory; a new process (no memo): from the file; neither measures
+    assert tuning.int8_peak(2, on_measure=said.append) == 123.0
+    monkeypatch.setattr(tuning, "_peak_memo", {})
+    v = tuning.int8_peak_verdict(2, on_measure=said.append)
+    assert v["gmacs_s"] == 123.0 and v["source"] == "measured" and calls == [2] and len(said) == 1
+    # another thread count is another verdict
+    assert tuning.int8_peak(1) == 123.0 and calls == [2, 1]
+    assert len(json.loads(open(tuning.peak_path()).read())) == 2
+
+
+def test_a_contended_int8_peak_is_not_recorded(fresh_peak, monkeypatch):
+    # other work held the CPUs while it ran: the number serves this process, the next measures again
+    calls, fake = fresh_peak
+    fake.cpu_share = 0.5
+    assert tuning.int8_peak(2) == 123.0 and tuning.int8_peak(2) == 123.0 and calls == [2]
+    assert tuning.cached_int8_peak(2) is None
+    line = tuning.describe_int8_peak(tuning.int8_peak_verdict(2))
+    assert "50% of their CPUs" in line and "not recorded" in line
+    monkeypatch.setattr(tuning, "_peak_memo", {})
+    fake.cpu_share = 1.0
+    assert tuning.int8_peak(2) == 123.0 and calls == [2, 2] and tuning.cached_int8_peak(2) is not None
+
+
+def test_an_unreadable_int8_peak_is_measured_again(fresh_peak):
+    import os
+    calls, _ = fresh_peak
+    os.makedirs(os.path.dirname(tuning.peak_path()), exist_ok=True)
+    open(tuning.peak_path(), "w").write("{not json")
+    assert tuning.int8_peak(2) == 123.0 and calls == [2]
+    assert tuning.cached_int8_peak(2)["gmacs_s"] == 123.0
+
+
+@pytest.mark.parametrize("env, want", [("250", 250.0), (" 1.5e3 ", 1500.0), ("0.5", 0.5)])
+def test_the_environment_overrides_the_int8_peak(fresh_peak, monkeypatch, env, want):
+    calls, _ = fresh_peak
+    tuning.int8_peak(2)                                   # a recorded verdict: the override still wins
+    monkeypatch.setenv("SPECNB_INT8_PEAK", env)
+    v = tuning.int8_peak_verdict(2)
+    assert tuning.int8_peak(2) == want and v["source"] == "SPECNB_INT8_PEAK" and calls == [2]
+    assert v["threads"] == 2 and v["simd_level"] == tuning.SIMD_LEVEL
+    assert "from SPECNB_INT8_PEAK" in tuning.describe_int8_peak(v)
+    monkeypatch.setenv("SPECNB_INT8_PEAK", "auto")
+    assert tuning.int8_peak(2) == 123.0
+
+
+@pytest.mark.parametrize("env", ["fast", "-5", "0", "nan", "inf", "1e400", "12 G"])
+def test_a_bad_int8_peak_value_is_named(fresh_peak, monkeypatch, env):
+    calls, _ = fresh_peak
+    monkeypatch.setenv("SPECNB_INT8_PEAK", env)
+    with pytest.raises(ValueError, match=f"SPECNB_INT8_PEAK={env!r}: expected auto or"):
+        tuning.int8_peak(2)
+    assert calls == []
+
+
+def test_the_peak_kernel_does_the_dot_products_it_counts():
+    # PEAK_VECS rounds visit every 64-byte vector once: accumulator r holds w . x_r over the
+    # thread's whole row (small integers: exact in float32), so the rate counts real work
+    import numpy as np
+    rng = np.random.default_rng(1)
+    row, R = tuning.PEAK_VECS * 64, tuning.PEAK_ROWS
+    w = rng.integers(0, 128, 2 * row, dtype=np.uint8)
+    x = rng.integers(-127, 128, 2 * R * row, dtype=np.int8)
+    out = np.zeros(2 * R, np.float32)
+    tuning._dot4_rounds(w, x, out, 1, tuning.PEAK_VECS)           # thread 1's part only
+    want = [int(w[row:].astype(np.int64) @ x[(R + r) * row:(R + r + 1) * row].astype(np.int64)) for r in range(R)]
+    assert out[:R].tolist() == [0.0] * R and out[R:].astype(np.int64).tolist() == want
+    tuning._dot4_rounds(w, x, out, 1, 3 * tuning.PEAK_VECS)
+    assert out[R:].astype(np.int64).tolist() == [3 * v for v in want]
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_the_int8_peak_is_plausible(n_threads):
+    v = tuning.measure_int8_peak(n_threads, reps=2, seconds=0.02)
+    assert 1 < v["gmacs_s"] < 100000 and len(v["rounds_gmacs_s"]) == 2
+    assert v["gmacs_s"] == pytest.approx(sorted(v["rounds_gmacs_s"])[0] / 2 + sorted(v["rounds_gmacs_s"])[1] / 2)
+    assert v["threads"] == n_threads and v["simd_level"] == tuning.SIMD_LEVEL and 0 < v["cpu_share"] <= 1
+    assert v["accumulators"] == tuning.PEAK_ROWS and v["instruction"] == tuning.PEAK_INSTRUCTIONS[tuning.SIMD_LEVEL]
+    line = tuning.describe_int8_peak(v)
+    assert line.startswith(f"int8 compute limit: {v['gmacs_s']:.1f} G multiply-adds/s on {n_threads} thread")
+    assert f"SIMD level {tuning.SIMD_LEVEL}" in line and "\n" not in line
+
+
+def test_the_int8_peak_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="measure_int8_peak"):
+        tuning.measure_int8_peak(1, reps=0)

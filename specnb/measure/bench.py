@@ -1,5 +1,6 @@
 """`specnb bench`: decode speed, prompt speed, what a k-row verification batch costs relative to
-one row, the machine's streaming bandwidth and the fraction of it a decode uses, next to
+one row (and each row beyond the first against the int8 compute limit, kernels/tuning.py), the
+machine's streaming bandwidth and the fraction of it a decode uses, next to
 llama.cpp's figures for the same model; with a draft model (`-md`) the same for the draft and, with
 --spec, speculative decoding of the pair on code prompts; memory, load and compile time.
 
@@ -46,6 +47,16 @@ def decode_bytes(model) -> int:
     if not model.hparams.tied_output:
         n -= model.tok_embd.data.nbytes
     return n
+
+
+def macs_per_row(model) -> int:
+    """Multiply-adds one row of a batch costs in the matrix products: n_in * n_out summed over
+    every matrix a step multiplies by, the output head included (the token embedding is a
+    lookup, not a product, unless it is the head too)."""
+    n = model.output.n_in * model.output.n_out
+    for L in model.layers:
+        n += sum(w.n_in * w.n_out for w in (L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down))
+    return int(n)
 
 
 # ---- batch costs ---------------------------------------------------------------------------
@@ -171,23 +182,28 @@ class ModelBench:
             self.t_tok[a].append((time.perf_counter() - t) / n_gen)
         self.llama.run(n_threads, batch_sizes, n_gen)
 
-    def result(self, sizes, reps, bandwidth_gb_s) -> dict:
+    def result(self, sizes, reps, bandwidth_gb_s, int8_gmacs_s=None) -> dict:
+        # int8_gmacs_s: the int8 compute limit (kernels/tuning.py), the q8 mode's ideal extra row
+        from .bench_report import extra_row_costs
         times = _batch_costs_side_by_side(self.ctxs, self.prompt[:64], sizes, reps)
         first = next(iter(self.ctxs.values()))
         nb = decode_bytes(self.model)
+        macs = macs_per_row(self.model)
         out = {"model": self.model.name, "path": self.path, "backend": first.backend_name,
                "n_threads": first.n_threads, "load_s": self.t_load, "n_prompt": len(self.prompt),
-               "weight_mib": self.model.weight_bytes() / 2**20, "decode_bytes": nb, "modes": {},
-               "llama_cpp": self.llama.result()}
+               "weight_mib": self.model.weight_bytes() / 2**20, "decode_bytes": nb, "macs_per_row": macs,
+               "modes": {}, "llama_cpp": self.llama.result()}
         for a in self.ctxs:
             tt = statistics.median(self.t_tok[a])
+            bc = {k: times[a][k] / times[a][1] for k in times[a]}
             out["modes"][a] = {
                 "decode_tok_s": 1.0 / tt, "decode_ms_per_tok": 1e3 * tt,
                 "weight_gb_s": nb / tt / 1e9,
                 "bandwidth_frac": nb / tt / 1e9 / bandwidth_gb_s if bandwidth_gb_s else None,
                 "prompt_tok_s": len(self.prompt) / statistics.median(self.t_prompt[a]),
                 "batch_ms": {k: 1e3 * t for k, t in times[a].items()},
-                "batch_cost": {k: times[a][k] / times[a][1] for k in times[a]},
+                "batch_cost": bc,
+                **extra_row_costs(bc, times[a][1], macs, int8_gmacs_s if a == "q8" else None),
             }
         lc = out["llama_cpp"]
         if lc is not None:
@@ -225,6 +241,11 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
         runs["draft"] = ModelBench(draft_path, backend, n_threads, activations, exe, False,
                                    share_kernels_with=(runs["target"].model,))
     nt = next(iter(runs["target"].ctxs.values())).n_threads
+    peak = None
+    if "q8" in activations and resolve_backend(backend) == "cpu":
+        # the int8 kernels' compute limit on these threads (measured once per machine)
+        from ..kernels.tuning import int8_peak_verdict
+        peak = int8_peak_verdict(nt, on_measure=lambda text: print(f"specnb: {text}", file=sys.stderr, flush=True))
     if sweep is None:
         sweep = draft_path is not None and not quick
     sizes = QUICK_BATCH_SIZES if quick else (SWEEP_BATCH_SIZES if sweep else BATCH_SIZES)
@@ -241,7 +262,7 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
                  "xor_gb_s": statistics.median(b["xor_gb_s"] for b in bw),
                  "how": f"the faster of a {nt}-thread xor over {nt * bandwidth_gib:g} GiB and {nt} NumPy sums "
                         f"over {bandwidth_gib:g} GiB each, side by side"}
-    res = {name: mb.result(sizes, reps, bandwidth["gb_s"]) for name, mb in runs.items()}
+    res = {name: mb.result(sizes, reps, bandwidth["gb_s"], peak and peak["gmacs_s"]) for name, mb in runs.items()}
     out = dict(res["target"])
     out["default_activations"] = default_activations()
     if "q8" in activations and resolve_backend(backend) == "cpu":
@@ -251,6 +272,8 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
         from ..kernels.simd import SIMD_LEVEL
         out["simd_level"] = SIMD_LEVEL                 # the kernels' instructions (bench_report prints it)
     out["bandwidth"] = bandwidth
+    if peak is not None:
+        out["int8_peak"] = peak                         # G multiply-adds/s (bench_report prints it)
     if out["default_activations"] in out["modes"]:
         m = out["modes"][out["default_activations"]]
         out.update(decode_tok_s=m["decode_tok_s"], prompt_tok_s=m["prompt_tok_s"], batch_cost=m["batch_cost"])

@@ -4,6 +4,8 @@
     goals(r)           [(goal, measured, met)], met True / False / None (not measured in this run)
                        or, for the goals that depend on the activation mode, {mode: that}
     format_goals(r)    goals(r) as text, each goal marked met or MISSED
+    extra_row_costs()  what each row beyond the first costs, beside its cost at the int8 compute
+                       limit (kernels/tuning.py): the roofline's compute ceiling for a batch row
 """
 from __future__ import annotations
 
@@ -13,7 +15,26 @@ DEFAULT_BATCH_GOALS = ((5, 2.0),)
 PAIR_SPEEDUP_GOAL = 1.3         # speculative tok/s / llama.cpp's plain tok/s of the target
 # a cliff: going from k to k + 1 rows costs more than CLIFF_FACTOR times the median such step
 # and more than CLIFF_MIN one-row decodes
-CLIFF_FACTOR, CLIFF_MIN = 3.0, 0.3
+CLIFF_FACTOR, CLIFF_MIN = 2.0, 0.0
+# a row beyond the first, in one-row steps, at most (by SIMD level; the others: the AVX2 bound) at
+# k = EXTRA_ROW_KS rows: one VNNI instruction does the 64-byte dot product AVX2 does in two pairs
+EXTRA_ROW_GOALS = {"avx512": 0.15, "avx2": 0.25}
+EXTRA_ROW_DEFAULT_GOAL = 0.25
+EXTRA_ROW_KS = (5, 9)
+
+
+def extra_row_costs(batch_cost: dict, one_row_s: float, macs_per_row: float, gmacs_s=None) -> dict:
+    """What each row beyond the first costs, from a batch-cost curve (cost(k) = time of k rows /
+    time of 1 row) whose one-row step took one_row_s seconds:
+    extra_row_cost {k: (cost(k) - 1) / (k - 1)} for every k > 1, in one-row steps;
+    ideal_extra_row_cost: macs_per_row at the int8 compute limit (gmacs_s G multiply-adds per
+    second) as a share of the one-row step, the least a row of arithmetic can add (the roofline's
+    compute ceiling, Williams et al. 2009); extra_row_x_limit {k: measured / ideal}.
+    The last two are None without a limit."""
+    per_row = {k: (c - 1.0) / (k - 1) for k, c in batch_cost.items() if k > 1}
+    ideal = macs_per_row / (gmacs_s * 1e9) / one_row_s if gmacs_s and one_row_s > 0 else None
+    return {"extra_row_cost": per_row, "ideal_extra_row_cost": ideal,
+            "extra_row_x_limit": {k: c / ideal for k, c in per_row.items()} if ideal else None}
 
 
 def _modes(r):
@@ -55,6 +76,31 @@ def _model_table(r: dict, title: str) -> list:
         ref = lc["batch_cost"].get(k) if lc and "batch_cost" in lc else None
         L.append(f"  k = {k:2d}                 | " + " | ".join(_fmt_k(r["modes"][m]["batch_cost"][k]) for m in modes)
                  + f" | {'' if ref is None else f'{ref:.2f}'}")
+    if r.get("macs_per_row") and all("extra_row_cost" in r["modes"][m] for m in modes):
+        L += _extra_row_table(r, modes)
+    return L
+
+
+def _extra_row_table(r: dict, modes: list) -> list:
+    # each row beyond the first, in one-row steps, and (q8) that / its cost at the int8 limit
+    L = ["", f"  multiply-adds per row: {r['macs_per_row'] / 1e9:.3f} G (n_in x n_out over every matrix, "
+             f"the output head included)"]
+    for m in modes:
+        x = r["modes"][m]
+        if x.get("ideal_extra_row_cost"):
+            L.append(f"  at the int8 compute limit a row beyond the first costs {x['ideal_extra_row_cost']:.3f} "
+                     f"of a one-row step ({m}: {x['ideal_extra_row_cost'] * x['batch_ms'][1]:.2f} ms of "
+                     f"{x['batch_ms'][1]:.2f} ms)")
+    L.append("  per extra row: (cost(k) - 1) / (k - 1), in one-row steps; x: that / the cost at the int8 limit")
+    L.append("                         | " + " | ".join(
+        f"{m + ('*' if m == r.get('default_activations') else ''):>15s}" for m in modes))
+    for k in r["modes"][modes[0]]["extra_row_cost"]:
+        cells = []
+        for m in modes:
+            x = r["modes"][m]
+            lim = (x.get("extra_row_x_limit") or {}).get(k)
+            cells.append(f"{x['extra_row_cost'][k]:7.3f}" + (f" {lim:6.1f}x" if lim is not None else " " * 8))
+        L.append(f"  k = {k:2d}                 | " + " | ".join(cells))
     return L
 
 
@@ -66,6 +112,9 @@ def format_bench(r: dict) -> str:
         probes = (f"; xor {b['xor_gb_s']:.1f}, NumPy {b['numpy_gb_s']:.1f}" if "xor_gb_s" in b else "")
         L.append(f"streaming bandwidth: {b['gb_s']:.1f} GB/s ({b['how']}{probes}; runs "
                  + ", ".join(f"{x:.1f}" for x in b["runs_gb_s"]) + ")")
+    if r.get("int8_peak"):
+        from ..kernels.tuning import describe_int8_peak
+        L.append(describe_int8_peak(r["int8_peak"]))
     if r.get("prefetch"):
         from ..kernels.tuning import describe
         L.append(describe(r["prefetch"]))
@@ -158,15 +207,65 @@ def _decode_goals(r: dict, who: str) -> list:
     return out
 
 
+def steps(batch_cost: dict) -> dict:
+    """{k: cost(k + 1) - cost(k)}: what going from k to k + 1 rows adds, in one-row steps (only
+    consecutive batch sizes count)."""
+    ks = sorted(batch_cost)
+    return {k: batch_cost[k1] - batch_cost[k] for k, k1 in zip(ks, ks[1:]) if k1 == k + 1}
+
+
 def cliffs(batch_cost: dict) -> list:
     """The k where going from k to k + 1 rows costs more than CLIFF_FACTOR times the median step
     and more than CLIFF_MIN one-row decodes (only consecutive batch sizes count)."""
-    ks = sorted(batch_cost)
-    steps = {k: batch_cost[k1] - batch_cost[k] for k, k1 in zip(ks, ks[1:]) if k1 == k + 1}
-    if not steps:
+    st = steps(batch_cost)
+    if not st:
         return []
-    limit = max(CLIFF_MIN, CLIFF_FACTOR * _median(list(steps.values())))
-    return [k for k, step in steps.items() if step > limit]
+    limit = max(CLIFF_MIN, CLIFF_FACTOR * _median(list(st.values())))
+    return [k for k, step in st.items() if step > limit]
+
+
+def _sweep_measured(r: dict) -> bool:
+    return sorted(r["modes"][_modes(r)[0]]["batch_cost"]) == list(range(1, 18))
+
+
+def _step_goal(r: dict) -> tuple:
+    goal = f"no step from 1 to 17 rows exceeds {CLIFF_FACTOR:g}x the median step (a step: cost(k + 1) - cost(k))"
+    if not _sweep_measured(r):
+        return goal, "needs every batch size 1..17 (bench with -md, not --quick)", None
+
+    def said(bc):
+        st = steps(bc)
+        k = max(st, key=st.get)
+        return (f"largest {st[k]:.3f} at k = {k} -> {k + 1}, median {_median(list(st.values())):.3f}; "
+                f"over {CLIFF_FACTOR:g}x at k = {cliffs(bc) or 'none'}")
+    return (goal, "; ".join(f"{m}: {said(r['modes'][m]['batch_cost'])}" for m in _modes(r)),
+            _per_mode(r, lambda x: not cliffs(x["batch_cost"])))
+
+
+def _extra_row_goal(r: dict) -> tuple:
+    # a row beyond the first at k = 5 and 9 rows, against the bound of this CPU's SIMD level
+    level = r.get("simd_level") or "unknown"
+    lim = EXTRA_ROW_GOALS.get(level, EXTRA_ROW_DEFAULT_GOAL)
+    ks = EXTRA_ROW_KS
+    goal = (f"a row beyond the first costs <= {lim:g} of a one-row step at k = {' and '.join(map(str, ks))} "
+            f"(AVX-512 VNNI CPUs: <= {EXTRA_ROW_GOALS['avx512']:g}, AVX2-only: <= {EXTRA_ROW_GOALS['avx2']:g}; "
+            f"this CPU: {level})")
+    if not all(k in r["modes"][_modes(r)[0]]["batch_cost"] for k in ks):
+        return goal, "not measured", None
+
+    def per_row(x, k):
+        return (x["batch_cost"][k] - 1.0) / (k - 1)
+
+    def said(m):
+        x = r["modes"][m]
+        text = f"{m} " + ", ".join(f"{per_row(x, k):.3f} at k = {k}" for k in ks)
+        ideal = x.get("ideal_extra_row_cost")
+        if ideal:
+            text += (" = " + ", ".join(f"{per_row(x, k) / ideal:.1f}x" for k in ks)
+                     + f" the int8 limit's {ideal:.3f}")
+        return text
+    return (goal, "; ".join(said(m) for m in _modes(r)),
+            _per_mode(r, lambda x: all(per_row(x, k) <= lim for k in ks)))
 
 
 def _batch_goals(r: dict, limits, sweep_goal: bool) -> list:
@@ -178,16 +277,9 @@ def _batch_goals(r: dict, limits, sweep_goal: bool) -> list:
                         _per_mode(r, lambda x, k=k, lim=lim: x["batch_cost"][k] <= lim)))
         else:
             out.append((f"{k} rows <= {lim}x one row", "not measured", None))
-    if sweep_goal:
-        ks = sorted(r["modes"][_modes(r)[0]]["batch_cost"])
-        if ks == list(range(1, 18)):
-            out.append((f"no cliff from 1 to 17 rows (no step k -> k + 1 over {CLIFF_FACTOR:g}x the median step)",
-                        "; ".join(f"{m}: steps at k = {cliffs(r['modes'][m]['batch_cost']) or 'none'}"
-                                  for m in _modes(r)),
-                        _per_mode(r, lambda x: not cliffs(x["batch_cost"]))))
-        else:
-            out.append(("no cliff from 1 to 17 rows", "needs every batch size 1..17 (bench with -md, not --quick)",
-                        None))
+    out.append(_extra_row_goal(r))
+    if sweep_goal or _sweep_measured(r):
+        out.append(_step_goal(r))
     return out
 
 

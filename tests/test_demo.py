@@ -2,6 +2,7 @@
 one (the real pair's figures are measured by hand: README, "Where speculation wins and loses")."""
 import json
 import re
+import statistics
 
 import pytest
 
@@ -14,50 +15,178 @@ SHORT = [("write a function", "Write a Python function that adds two numbers.", 
          ("complete code", "def add(a, b):\n", False)]
 
 
-@pytest.mark.slow
-def test_demo_shows_the_three_parts(capsys):
-    rc = demo_mod.demo(n_predict=8, draft_max=3, real_pair=SMOL, code_prompts=SHORT, repeats=1,
+TINY_PROMPTS = [("repeats", "the cat sat on the mat, the cat sat on", False),
+                ("story", "once upon a time", False)]
+TINY_LOW = ("prose", "a b c d e f g", False)
+TIMING = dict(repeats=1, quiet=None)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(pair_paths):
+    from specnb.run.pair import open_pair
+    return open_pair(*pair_paths, n_ctx=256)
+
+
+def test_the_stage_list_gives_the_documented_flags():
+    st = demo_mod.waterfall_stages()
+    assert [s["flags"] for s in st] == [
+        [],
+        ["--no-reeval"],
+        ["--no-reeval", "--spec-draft-vocab", "32768"],
+        ["--spec-draft-n-max", "auto", "--no-reeval", "--spec-draft-vocab", "32768"],
+        ["--spec-draft-n-max", "auto", "--spec-type", "ngram-simple,draft-simple", "--no-reeval",
+         "--spec-draft-vocab", "32768"]]
+    assert [s["step"] for s in st] == [[], ["--no-reeval"], ["--spec-draft-vocab", "32768"],
+                                       ["--spec-draft-n-max", "auto"],
+                                       ["--spec-type", "ngram-simple,draft-simple"]]
+    assert [s["beyond"] for s in st] == [False, True, True, True, True]
+    # llama.cpp's own line is master's defaults: n_max 3, p_min 0, re-evaluation
+    p = st[0]["params"]
+    assert (p.types, p.n_max, p.p_min, p.reeval, p.draft_vocab) == (None, 3, 0.0, True, 0)
+    assert st[-1]["params"].schedule == "auto" and st[-1]["params"].n_max == 16
+
+
+def _same(p, q) -> bool:
+    from dataclasses import asdict
+    from specnb.speculation.params import parse_spec_types
+    a, b = asdict(p), asdict(q)
+    a["types"], b["types"] = parse_spec_types(a["types"]), parse_spec_types(b["types"])
+    return a == b
+
+
+@pytest.mark.parametrize("fields", [s["fields"] for s in demo_mod.waterfall_stages()] + [
+    dict(n_max=5, p_min=0.75, n_min=2), dict(n_max="heuristic:12", verify="rejection"),
+    dict(types="ngram-map-k4v", ngram_map_k4v_size_n=6, ngram_map_k4v_min_hits=3),
+    dict(n_max=2, synth_rates=[0.5, 0.25]), dict(types=("none",)), dict(n_max="auto:8")])
+def test_spec_flags_round_trip_through_the_cli_parser(fields):
+    """SpecParams -> spec_flags -> the speculative-simple parser -> build -> the same SpecParams."""
+    from specnb.app.cli import build_parser
+    from specnb.app.flags import build, spec_flags
+    from specnb.speculation.params import SpecParams
+
+    def parse(argv):
+        return build(build_parser().parse_args(["speculative-simple", *argv]), "spec", SpecParams)
+    base = parse([])                                  # the command's defaults
+    want = base.replace(**fields)
+    flags = spec_flags(want)
+    assert _same(parse(flags), want), flags
+    assert spec_flags(parse(flags)) == flags
+    assert spec_flags(base) == [] and spec_flags(SpecParams()) == []
+
+
+def test_the_headline_is_the_fastest_lossless_line():
+    def row(i, speedup, identical=True):
+        return {"stage": i, "speedup": speedup, "identical": identical}
+    rows = [row(0, 1.0), row(1, 0.9), row(2, 1.4), row(3, 2.5, identical=False), row(4, 1.4), row(5, 1.2)]
+    assert demo_mod.pick_headline(rows)["stage"] == 2       # 3 is faster but not lossless; 2 before 4
+    rows[3]["identical"] = True
+    assert demo_mod.pick_headline(rows)["stage"] == 3
+    slow = [row(0, 1.0), row(1, 0.8), row(2, 0.95), row(3, 3.0, identical=False)]
+    assert demo_mod.pick_headline(slow)["stage"] == 0        # plain decoding, when nothing beats it
+    assert demo_mod.pick_headline([row(1, 2.0, identical=False)]) is None
+    st = [dict(r, label="x", step=[], beyond=False, flags=[], tok_s=1.0) for r in slow]
+    w = {"stages": st, "headline": demo_mod.pick_headline(st)}
+    text = "\n".join(demo_mod.headline_lines(w, "t.gguf", "d.gguf"))
+    assert "plain decoding was the fastest here" in text and "loses at 0.95x" in text
+    assert "python -m specnb generate -m t.gguf -p PROMPT" in text
+    assert demo_mod.recommended(w) is w["stages"][-1]
+
+
+def test_the_waterfall_on_the_tiny_pair_is_lossless(tiny_pair):
+    said = []
+    w = demo_mod.waterfall(tiny_pair, TINY_PROMPTS, demo_mod.samplings(), 16, TIMING, say=said.append)
+    assert w["identical"] and len(said) == 4                     # one line per prompt x sampling
+    st = w["stages"]
+    assert [s["stage"] for s in st] == list(range(len(demo_mod.WATERFALL) + 1))
+    assert st[0]["label"] == demo_mod.PLAIN and st[0]["speedup"] == 1.0 and st[0]["c"] is None
+    for s in st:
+        assert s["identical"] and len(s["runs"]) == 4
+        assert s["speedup"] == pytest.approx(statistics.median(r["speedup"] for r in s["runs"]))
+    for s in st[1:]:
+        assert all(r["identical"] and r["n_tokens"] == 16 for r in s["runs"])
+        assert s["flags"] == demo_mod.waterfall_stages()[s["stage"] - 1]["flags"]
+        for r in s["runs"]:               # each speed-up against the same prompt's plain run
+            plain = next(p for p in st[0]["runs"] if (p["prompt"], p["sampling"]) == (r["prompt"], r["sampling"]))
+            assert r["plain_tok_s"] == plain["tok_s"]
+            assert r["speedup"] == pytest.approx(r["spec_tok_s"] / plain["tok_s"])
+    # the draft's cost and the verification's price, from the loop (llama.cpp's line drafts every round)
+    one = st[1]["runs"][0]
+    assert one["c"] > 0 and one["rows_per_round"] > 1 and one["verify_row"] is not None
+    assert w["headline"] is demo_mod.pick_headline(st)
+    table = "\n".join(demo_mod.format_waterfall(w))
+    assert table.count("[specnb, beyond llama.cpp]") == 4
+    assert "| 1. llama.cpp's draft-simple at master's defaults\n" in table
+    assert "| 3. + a restricted draft vocabulary: --spec-draft-vocab 32768 [specnb, beyond llama.cpp]" in table
+
+
+def test_demo_json_has_the_waterfall_and_the_headline_flags(capsys, pair_paths):
+    rc = demo_mod.demo(n_predict=8, real_pair=pair_paths, teaching_pair=pair_paths,
+                       code_prompts=TINY_PROMPTS[:1], low_prompt=TINY_LOW, json_out=True, repeats=1,
                        quiet=None)
-    out = capsys.readouterr().out
-    assert rc == 0
-    lines = out.splitlines()
-    assert lines[0].startswith("specnb demo: speculative decoding")
-    assert "About 4 minutes" in out.split("\n==")[0]                  # says how long, up front
-    assert "== 1. smollm2-135m-q4_0 (92 MB) drafting for smollm2-135m (98 MB) ==" in out
-    results = [ln for ln in lines if ln.startswith("  ") and "identical to plain decoding:" in ln]
-    # parts 1, 2 (fixed, then auto) and 3 (fixed, then auto)
-    assert len(results) == 2 * len(SHORT) + 2 + 2
-    assert out.count("with --spec-draft-n-max auto") == 2 and "chosen per round" in out
-    assert all("identical to plain decoding: yes" in ln for ln in results)
-    assert all("speedup" in ln and "acceptance" in ln and "mean accepted length" in ln
-               for ln in results)
-    why = next(ln for ln in lines if ln.strip().startswith("why:"))
-    rows = re.search(r"to verify ([\d.]+) rows", why)
-    assert "c = " in why and rows and 1 < float(rows.group(1)) <= 4      # 1 + draft-max 3 at most
-    assert "median speedup on code" in out
-    assert out.rstrip().endswith("all speculative outputs identical to plain decoding: yes")
-    assert "SmolLM2" not in out.split("== 3.")[0].split("\n", 5)[-1]    # registry names, not general.name
-
-
-@pytest.mark.slow
-def test_demo_json_and_the_why_arithmetic(capsys):
-    rc = demo_mod.demo(n_predict=8, real_pair=SMOL, code_prompts=SHORT[:1], json_out=True,
-                       repeats=1, quiet=None)
     d = json.loads(capsys.readouterr().out)
-    assert rc == 0 and d["identical"] and d["draft_max"] == demo_mod.DEMO_DRAFT_MAX
-    assert [r["part"] for r in d["runs"]] == [1, 1, 2, 2, 3, 3]
-    assert [r.get("draft_max") for r in d["runs"]] == [None, None, None, "auto", None, "auto"]
+    assert rc == 0 and d["identical"]
+    assert [s["stage"] for s in d["waterfall"]] == list(range(len(demo_mod.WATERFALL) + 1))
+    h = d["headline"]
+    best = max((s for s in d["waterfall"] if s["identical"]), key=lambda s: s["speedup"])
+    assert h["stage"] == best["stage"] and h["flags"] == best["flags"]
+    if h["stage"]:
+        assert h["command"].endswith("-p PROMPT" + "".join(" " + f for f in h["flags"]))
+        assert " speculative-simple -m " in h["command"] and " -md " in h["command"]
+    else:
+        assert " generate -m " in h["command"]
+    # part 2: llama.cpp's defaults, then the recommended line with auto; part 3: defaults, auto
+    assert [r["part"] for r in d["runs"]] == [2, 2, 3, 3]
+    assert d["runs"][0]["flags"] == [] and "--spec-draft-n-max" in d["runs"][1]["flags"]
+    assert d["runs"][3]["flags"] == ["--spec-draft-n-max", "auto"]
     for r in d["runs"]:
         assert r["identical"] and r["n_tokens"] >= 1
         assert r["speedup"] == pytest.approx(r["spec_tok_s"] / r["plain_tok_s"])
         assert r["t_verify_ms"] + r["t_draft_ms"] <= r["t_round_ms"] * 1.0001
-    lose = d["runs"][2]
-    assert lose["c"] > 0
+    lose = d["runs"][0]
     # the why line's ratio is the measured one: tokens per round over a round's cost
-    line = demo_mod.why_line(lose, lose["c"], demo_mod.DEMO_DRAFT_MAX)
+    line = demo_mod.why_line(lose)
     ratio = float(line.rsplit("= ", 1)[1].rstrip("x"))
     want = lose["tokens_per_round"] * lose["t_plain_token_ms"] / lose["t_round_ms"]
     assert ratio == pytest.approx(want, abs=0.01)
+
+
+def test_demo_shows_the_three_parts(capsys, pair_paths):
+    rc = demo_mod.demo(n_predict=8, real_pair=pair_paths, teaching_pair=pair_paths,
+                       code_prompts=TINY_PROMPTS, low_prompt=TINY_LOW, repeats=1, quiet=None)
+    out = capsys.readouterr().out
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("specnb demo: speculative decoding")
+    assert "About 8 minutes" in out.split("\n==")[0]                  # says how long, up front
+    assert "== 1. pair-draft-Q4_0.gguf (0 MB) drafting for tiny-llama-Q8_0-0-2-0.gguf (0 MB): the waterfall ==" in out
+    assert sum(ln.startswith("  repeats [") or ln.startswith("  story [") for ln in lines) == 4
+    table = out[out.index("  speed-up |"):]
+    assert "| 0. plain decoding (the target alone)" in table
+    for i, (label, _, beyond) in enumerate(demo_mod.WATERFALL):
+        line = next(ln for ln in table.splitlines() if f"| {i + 1}. {label}" in ln)
+        assert line.endswith("[specnb, beyond llama.cpp]") == beyond and re.search(r"\|\s+yes \|", line)
+    assert re.search(r"headline: (line \d|plain decoding was the fastest)", out)
+    assert re.search(r"python -m specnb (speculative-simple -m \S+ -md \S+|generate -m \S+) -p PROMPT", out)
+    results = [ln for ln in lines if ln.startswith("  ") and "identical to plain decoding:" in ln]
+    assert len(results) == 2 + 2                                  # parts 2 and 3, two runs each
+    assert all("identical to plain decoding: yes" in ln for ln in results)
+    why = next(ln for ln in lines if ln.strip().startswith("why:"))
+    rows = re.search(r"to verify ([\d.]+) rows", why)
+    assert "c = " in why and rows and 1 < float(rows.group(1)) <= 4      # 1 + n_max 3 at most
+    # every verdict word printed comes from the number printed beside it
+    verdicts = list(re.finditer(r"(wins|loses|breaks even) (?:at )?\(?([\d.]+)x", out))
+    assert len(verdicts) >= 3
+    assert all(m.group(1) == demo_mod.verdict(float(m.group(2))) for m in verdicts)
+    assert out.rstrip().endswith("all speculative outputs identical to plain decoding: yes")
+
+
+def test_commands_name_registry_models():
+    from specnb.model.registry import REGISTRY
+    e = REGISTRY[registry.REAL_TARGET]
+    assert demo_mod.cli_name(f"/somewhere/{e.file_name}") == registry.REAL_TARGET
+    assert demo_mod.cli_name("/x/other.gguf") == "/x/other.gguf"
+    assert demo_mod.command("t", "d", ["--no-reeval", "--spec-draft-n-max", "auto"]) == \
+        "python -m specnb speculative-simple -m t -md d -p PROMPT --no-reeval --spec-draft-n-max auto"
 
 
 def test_demo_without_the_real_pair_says_how_to_install_it(capsys, monkeypatch):

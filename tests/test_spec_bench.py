@@ -61,3 +61,50 @@ def test_compare_policies_table(pair_paths):
         assert auto["speedup"] == pytest.approx(sum(a / p for a, p in zip(auto["runs"], plain["runs"])) / 2)
     out = format_policies(r)
     assert "auto:6" in out and "identical to plain decoding: yes" in out
+
+
+def test_pair_waterfall_reports_the_demo_waterfall_and_the_goals(pair_paths):
+    """`bench --spec -md`: the demo's waterfall through the same function, the poem, the goals."""
+    from specnb.app import demo
+    from specnb.app.demo import format_pair_waterfall, pair_waterfall
+    r = pair_waterfall(*pair_paths, n_predict=12, repeats=1, quiet=None,
+                       prompts=[("repeats", "the cat sat on the mat, the cat sat on", False)],
+                       low_prompt=("prose", "a b c d e f g", False),
+                       llama_cpp={"tg_tok_s": 1.0, "measured": True})
+    assert r["identical"] and r["poem"]["identical"]
+    assert [s["stage"] for s in r["stages"]] == list(range(len(demo.WATERFALL) + 1))
+    assert [s["flags"] for s in r["stages"][1:]] == [s["flags"] for s in demo.waterfall_stages()]
+    h = r["headline"]
+    assert h["stage"] == demo.pick_headline(r["stages"])["stage"]
+    assert h["vs_llama_cpp"] == pytest.approx(h["tok_s"] / 1.0)
+    assert "--spec-draft-n-max" in r["poem"]["flags"] and "auto" in r["poem"]["flags"]
+    goals = {g: met for g, _, met in r["goals"]}
+    assert goals["output identical everywhere"] is True
+    assert set(goals) == {"the headline on code >= 1.6x specnb's plain decoding", "on the poem >= 0.97x",
+                          "draft cost c in the loop <= 0.25", "output identical everywhere"}
+    text = format_pair_waterfall(r)
+    assert "| 0. plain decoding (the target alone)" in text and "goals (the pair's" in text
+    assert text.count("[specnb, beyond llama.cpp]") >= 4 and h["command"] in text
+
+
+def _made_up(headline_speedup, c, poem_speedup, identical=True):
+    stages = [{"stage": 0, "speedup": 1.0, "identical": True, "c": None},
+              {"stage": 1, "speedup": 0.9, "identical": True, "c": 0.4},
+              {"stage": 2, "speedup": headline_speedup, "identical": identical, "c": c}]
+    from specnb.app.demo import pick_headline
+    h = pick_headline(stages)
+    return {"stages": stages, "identical": identical, "headline": dict(h, label="x", flags=[]),
+            "poem": {"speedup": poem_speedup, "stage": 2, "flags": ["--spec-draft-n-max", "auto"],
+                     "identical": True}}
+
+
+def test_waterfall_goals_are_met_or_missed_from_the_numbers():
+    from specnb.app.demo import waterfall_goals
+    met = [m for _, _, m in waterfall_goals(_made_up(1.7, 0.2, 0.98))]
+    assert met == [True, True, True, True]
+    met = [m for _, _, m in waterfall_goals(_made_up(1.5, 0.3, 0.9))]
+    assert met == [False, False, False, True]
+    # a line whose output differs is never the headline, and the identity goal is missed
+    g = waterfall_goals(_made_up(3.0, 0.1, 1.0, identical=False))
+    assert g[0][2] is False and "1.00x, line 0" in g[0][1]      # plain decoding, 1.0x: not >= 1.6
+    assert g[-1][2] is False

@@ -183,20 +183,35 @@ def cmd_bench(a):
     r = bench(a.model, backend=a.backend, n_threads=a.threads, reps=a.reps, n_gen=a.n_gen,
               check=a.check, quick=a.quick, peak_gbs=a.peak_gbs, activations=modes,
               memory=not a.no_memory, compile_time=a.compile_time, draft_path=a.model_draft,
-              llama_bench=a.llama_bench, bandwidth_gib=a.bandwidth_gib,
-              pair_spec=a.spec and a.model_draft is not None)
+              llama_bench=a.llama_bench, bandwidth_gib=a.bandwidth_gib)
+    one_mode = None if a.activations == "both" else a.activations
     if a.spec and a.model_draft is None:
         from ..measure.spec_bench import format_spec_bench, spec_bench
         r["speculative"] = spec_bench(n_threads=a.threads, backend=a.backend, sweep=not a.quick,
-                                      activations=None if a.activations == "both" else a.activations)
+                                      activations=one_mode)
+    elif a.spec:
+        # the demo's waterfall of the pair (app/demo.pair_waterfall), after the decode
+        # figures so that the two never share the CPU
+        from .demo import pair_waterfall
+        say = None if a.json else (lambda *x: print(*x, file=sys.stderr, flush=True))
+        r["waterfall"] = pair_waterfall(a.model, a.model_draft, n_threads=a.threads,
+                                        backend=a.backend, activations=one_mode,
+                                        repeats=1 if a.quick else 2, llama_cpp=r.get("llama_cpp"),
+                                        say=say)
     if a.json:
         print(json.dumps(r))
     else:
         print(format_bench(r))
         if "speculative" in r:
             print("\n" + format_spec_bench(r["speculative"]))
+        if "waterfall" in r:
+            from .demo import format_pair_waterfall
+            print("\n" + format_pair_waterfall(r["waterfall"]))
         if r["backend"] == "cpu":
-            print("\n" + format_goals(r))
+            goals = format_goals(r)
+            if "waterfall" in r:        # its goals are printed above, measured
+                goals = "\n".join(ln for ln in goals.splitlines() if not ln.endswith(": run bench --spec"))
+            print("\n" + goals)
     return 0
 
 
@@ -368,9 +383,7 @@ def cmd_demo(a):
         if not values or min(values) < 1:
             raise ParamError(f"invalid --sweep={a.sweep!r}: draft-max values must be >= 1")
         return sweep(values, **kw)
-    from ..speculation.draft_len import parse_draft_max
-    schedule, n = parse_draft_max(a.draft_max)
-    return demo(draft_max=n if schedule == "fixed" else a.draft_max, llama_bench=a.llama_bench, **kw)
+    return demo(llama_bench=a.llama_bench, **kw)
 
 
 def cmd_models(a):
@@ -502,9 +515,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peak-gbs", type=float, default=4800.0,
                    help="memory bandwidth peak for the GPU fraction column (an H200: 4800)")
     p.add_argument("--spec", action="store_true",
-                   help="also measure speculative decoding: with -md the pair on code prompts "
-                        "against llama.cpp's plain decoding; else the default pair (acceptance, "
-                        "draft work, loop overhead, speedup vs draft-max against the cost model)")
+                   help="also measure speculative decoding: with -md the demo's waterfall of the "
+                        "pair on code prompts (plain decoding, llama.cpp's draft-simple, specnb's "
+                        "additions), its headline against specnb's and llama.cpp's plain decoding, "
+                        "the poem, and the goals; else the default pair (acceptance, draft work, "
+                        "loop overhead, speedup vs draft-max against the cost model)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("gate", help="vocab compatibility of a target/draft pair, with the "
@@ -525,22 +540,18 @@ def build_parser() -> argparse.ArgumentParser:
         add_flags(p, "speculative-simple")
         p.set_defaults(func=cmd_speculative_simple)
 
-    from .demo import DEMO_DRAFT_MAX, SWEEP_DRAFT_MAX
-    p = sub.add_parser("demo", help="the real pair winning on code and losing on prose, then the "
-                                    "teaching pair: speculative == plain, and speed")
+    from .demo import SWEEP_DRAFT_MAX
+    p = sub.add_parser("demo", help="the real pair on code prompts, from plain decoding through "
+                                    "llama.cpp's draft-simple to specnb's additions, then on prose, "
+                                    "then the teaching pair: speculative == plain, and speed")
     p.add_argument("-n", "--n-predict", type=int, default=64)
-    p.add_argument("--spec-draft-n-max", dest="draft_max", default=str(DEMO_DRAFT_MAX),
-                   metavar="N|auto[:CAP]|heuristic[:CAP]",
-                   help=f"the draft length of the speculative runs (default {DEMO_DRAFT_MAX}; auto: "
-                        f"chosen each round from measured costs)")
-    p.add_argument("--draft-max", dest="draft_max", default=argparse.SUPPRESS, metavar="N",
-                   help="c392e50's name for --spec-draft-n-max (removed at master 34af94cd)")
     p.add_argument("--sweep", nargs="?", const=",".join(map(str, SWEEP_DRAFT_MAX)), default=None,
                    metavar="N,N,...", help="instead: plain vs speculative speed on the code "
                    "prompts for each draft-max (default 1,2,3,4,6,8)")
     p.add_argument("--llama-bench", default=None, metavar="PATH",
-                   help="llama.cpp's llama-bench: part 1 also prints llama.cpp's plain decoding "
-                        "speed of the same target beside specnb's (default: $SPECNB_LLAMA_BENCH)")
+                   help="llama.cpp's llama-bench: part 1 also measures llama.cpp's plain decoding "
+                        "of the same target and sets the headline beside it (default: "
+                        "$SPECNB_LLAMA_BENCH)")
     p.add_argument("--policies", nargs="?", const="plain,1,2,4,8,heuristic,auto", default=None,
                    metavar="P,P,...", help="instead: one table prompt x draft-length policy "
                    "(plain, N, heuristic[:CAP], auto[:CAP]; default plain,1,2,4,8,heuristic,auto), "

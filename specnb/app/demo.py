@@ -1,29 +1,42 @@
-"""`specnb demo`: speculative decoding winning, and losing, on this machine.
+"""`specnb demo`: speculative decoding on this machine, llama.cpp's and specnb's additions, measured.
 
 1. The real pair, qwen2.5-coder-0.5b drafting for qwen2.5-coder-1.5b, on code prompts (writing
-   a function, editing a given one), greedy and sampled: plain and speculative tok/s, the
-   speedup, acceptance per position, mean accepted length, and that the output is identical to
-   plain decoding (it always is: the target's own sampler decides every token).
-2. A prompt where acceptance is low (a poem) and speculation loses, with the reason in one
-   line: the draft's cost ratio c, the verification batch's price and the acceptance.
-3. The SmolLM2 teaching pair, briefly: fast, but its stand-in draft costs as much as its target.
+   a function, editing a given one, completing code), greedy and sampled, as a waterfall
+   (WATERFALL): plain decoding, llama.cpp's draft-simple at master's defaults, then specnb's
+   additions [specnb, beyond llama.cpp], each line adding one to the line before. Per line: the
+   median speed-up over plain decoding, the draft's cost c and the verification batch's price per
+   extra row as measured in the loop, acceptance, and whether the output was plain decoding's on
+   every prompt (it must be: the target's own sampler decides every token). The headline is the
+   fastest line whose output was, with the speculative-simple command that runs it on any prompt.
+2. A prompt where acceptance is low (a poem): llama.cpp's defaults, why they run as fast as they
+   do in one line, and the headline configuration with --spec-draft-n-max auto, which measures
+   whether drafting pays and stops when it does not.
+3. The SmolLM2 teaching pair, briefly: its stand-in draft costs about as much as its target.
 
-`specnb demo --sweep` measures plain and speculative speed for each draft-max on the code
-prompts; DEMO_DRAFT_MAX below was picked with it.
+`waterfall()` is part 1's measurement (WATERFALL its lines, one tuple each), which `specnb bench
+--spec -md` runs too and a notebook can call; `specnb demo --sweep` measures each fixed draft-max,
+`specnb demo --policies` each draft-length policy.
 """
 from __future__ import annotations
 
 import json
 import statistics
 
+from .flags import BEYOND
 from ..model.registry import DEFAULT_DRAFT, DEFAULT_TARGET, REAL_DRAFT, REAL_TARGET
+from ..speculation.draft_vocab import DEFAULT_DRAFT_VOCAB
 
-# `specnb demo --sweep` on the 2-core CPU this project is developed on (three code prompts,
-# greedy and sampled, 64 tokens; README "Where speculation wins and loses" has the table): the
-# median speedup was 1.10x at draft-max 1, 1.27x at 2, 1.06x at 3, 1.04x at 4, 1.07x at 6 and
-# 1.04x at 8. A 3-row verification batch costs little more than one row; a 4-row one costs
-# much more, which acceptance of 90-100% does not make up for on this CPU.
-DEMO_DRAFT_MAX = 2
+# Part 1, one line per configuration, each adding its SpecParams fields to the line before's; plain
+# decoding (the target alone) comes first. (label, fields, beyond llama.cpp)
+WATERFALL = (
+    ("llama.cpp's draft-simple at master's defaults", {}, False),
+    ("+ the draft keeps its KV rows", {"reeval": False}, True),
+    ("+ a restricted draft vocabulary", {"draft_vocab": DEFAULT_DRAFT_VOCAB}, True),
+    ("+ each round's draft length chosen from measured costs", {"n_max": "auto"}, True),
+    ("+ llama.cpp's ngram-simple drafting first, for free", {"types": ("ngram-simple", "draft-simple")},
+     True),
+)
+PLAIN = "plain decoding (the target alone)"
 SWEEP_DRAFT_MAX = (1, 2, 3, 4, 6, 8)
 # a timed run in which other processes took more than this share of the CPU is run again
 QUIET = 0.10
@@ -55,70 +68,313 @@ def prompt_ids(vocab, text: str, chat: bool) -> list:
     return vocab.tokenize(text)
 
 
-def compare(pair, ids, sp, n_predict: int, draft_max: int, repeats: int = 1,
-            quiet: float | None = QUIET, max_tries: int = 4, wait_s: float = 0.0) -> dict:
-    """Plain decoding, then speculative decoding from the same prompt, taking turns `repeats`
-    times and keeping the faster run of each: speeds, acceptance, where a round's time goes,
-    and whether the two outputs are the same tokens. With `quiet`, a run in which other
-    processes took more than that share of the CPU does not count: the pair is run again (at
-    most max_tries times, each after waiting up to wait_s seconds for the machine to be
-    quiet), and row["busy"] says how much the kept runs lost to others."""
+def verdict(speedup: float) -> str:
+    """The word for a measured speed-up over plain decoding (within 2%: a shared machine's noise)."""
+    return "wins" if speedup > 1.02 else "loses" if speedup < 0.98 else "breaks even"
+
+
+# ---- timed runs, taking turns --------------------------------------------------------------------
+def take_turns(runs: dict, repeats: int = 1, quiet: float | None = QUIET, max_tries: int = 4,
+               wait_s: float = 0.0) -> dict:
+    """Run each of `runs` (name -> a function returning a tuple whose first item has t_gen_s) in
+    turn, `repeats` passes, and keep the faster run of each. With `quiet`, a run in which other
+    processes took more than that share of the CPU does not count: it is run again in a further
+    pass (at most max_tries passes, each after waiting up to wait_s seconds for the machine to be
+    quiet). -> name -> (the kept run's tuple, the share of the CPU others took during it)."""
     from ..measure.contention import OtherLoad, wait_until_quiet
-    from ..speculation.params import SpecParams
-    from ..speculation.loop import SpeculativeLoop
-    from ..run.generate import generate
-    from ..run.sampling import Sampler
 
     def key(run):                       # quiet runs first, then the fastest
         busy = run[1] is not None and quiet is not None and run[1] > quiet
-        return busy, run[0].t_gen_s
-    plain = spec = None
+        return busy, run[0][0].t_gen_s
+    kept: dict = {}
     for attempt in range(max(max_tries if quiet is not None else 1, repeats)):
+        todo = [n for n in runs if attempt < repeats or key(kept[n])[0]]
+        if not todo:
+            break
         if quiet is not None and wait_s > 0:
             wait_until_quiet(quiet, wait_s)
-        with OtherLoad() as load:
-            p = generate(pair.ctx_tgt, Sampler(sp, pair.target.n_vocab), ids, n_predict)
-        if plain is None or key((p, load.share)) < key(plain):
-            plain = (p, load.share)
-        loop = SpeculativeLoop(pair.ctx_tgt, pair.ctx_dft, ids, n_predict, sp,
-                               SpecParams(n_max=draft_max))
+        for name in todo:
+            with OtherLoad() as load:
+                out = runs[name]()
+            if name not in kept or key((out, load.share)) < key(kept[name]):
+                kept[name] = (out, load.share)
+    return kept
+
+
+def _plain_run(pair, ids, sp, n_predict: int):
+    from ..run.generate import generate
+    from ..run.sampling import Sampler
+    return lambda: (generate(pair.ctx_tgt, Sampler(sp, pair.target.n_vocab), ids, n_predict),)
+
+
+def _spec_run(pair, ids, sp, n_predict: int, params):
+    from ..speculation.loop import SpeculativeLoop
+
+    def run():
+        ctx_dft = pair.ctx_dft if params.needs_draft_model() else None   # n-gram types need none
+        loop = SpeculativeLoop(pair.ctx_tgt, ctx_dft, ids, n_predict, sp, params)
         events = []
-        with OtherLoad() as load:
-            r = loop.run(on_round=events.append)[0]
-        if spec is None or key((r, load.share)) < key(spec):
-            spec = (r, load.share, loop.chain.stats()[0], events)
-        if attempt + 1 >= repeats and not key(plain)[0] and not key(spec)[0]:
-            break
-    busy = [x[1] for x in (plain, spec) if x[1] is not None]
-    (plain, _), (spec, _, st, events) = plain, spec
+        r = loop.run(on_round=events.append)[0]
+        return r, loop.chain.main_stats(), events, loop.policy.stats()
+    return run
+
+
+def _spec_params(spec):
+    """A SpecParams, or a draft-max (N, "auto", ...) for SpecParams(n_max=...)."""
+    from ..speculation.params import SpecParams
+    return spec if isinstance(spec, SpecParams) else SpecParams(n_max=spec)
+
+
+def _row(plain, spec) -> dict:
+    """Speeds, acceptance, where a round's time goes, and the loop's costs, from the kept runs."""
+    (p,), p_share = plain
+    (s, st, events, draft_len), s_share = spec
     n = max(len(events), 1)
-    spec_tok_s = len(spec.tokens) / spec.t_gen_s if spec.t_gen_s else 0.0
-    return {"identical": plain.tokens == spec.tokens, "n_tokens": len(spec.tokens),
-            "plain_tok_s": plain.tok_per_s, "spec_tok_s": spec_tok_s,
-            "speedup": spec_tok_s / plain.tok_per_s if plain.tok_per_s else 0.0,
-            "n_drafted": spec.n_drafted, "n_accept": spec.n_accept,
-            "accept_rate": spec.accept_rate, "acc_rate_per_pos": st["acc_rate_per_pos"],
-            "mean_acc_len": st["mean_acc_len"], "n_rounds": spec.n_rounds,
-            "tokens_per_round": len(spec.tokens) / n,
+    u = p.t_gen_s / max(len(p.tokens), 1)                  # plain decoding's time per token
+    spec_tok_s = len(s.tokens) / s.t_gen_s if s.t_gen_s else 0.0
+    t_draft = sum(ev.t_draft + ev.t_process for ev in events)
+    n_dft = sum(len(ev.slot.draft) for ev in events if ev.slot.impl == "draft-simple" and not ev.slot.replay)
+    rows = sum(1 + len(ev.slot.draft) for ev in events) / n
+    t_verify = sum(ev.t_verify for ev in events) / n
+    busy = [x for x in (p_share, s_share) if x is not None]
+    return {"identical": p.tokens == s.tokens, "n_tokens": len(s.tokens),
+            "plain_tok_s": p.tok_per_s, "spec_tok_s": spec_tok_s,
+            "speedup": spec_tok_s / p.tok_per_s if p.tok_per_s else 0.0,
+            "n_drafted": s.n_drafted, "n_accept": s.n_accept,
+            "accept_rate": s.accept_rate, "acc_rate_per_pos": st.get("acc_rate_per_pos", []),
+            "mean_acc_len": st.get("mean_acc_len", 0.0), "n_rounds": s.n_rounds,
+            "tokens_per_round": len(s.tokens) / n,
             # where a round's time goes, in milliseconds
-            "t_plain_token_ms": 1e3 * plain.t_gen_s / max(len(plain.tokens), 1),
-            "t_verify_ms": 1e3 * sum(ev.t_verify for ev in events) / n,
-            "t_draft_ms": 1e3 * sum(ev.t_draft + ev.t_process for ev in events) / n,
+            "t_plain_token_ms": 1e3 * u, "t_verify_ms": 1e3 * t_verify,
+            "t_draft_ms": 1e3 * t_draft / n,
             "t_round_ms": 1e3 * sum(ev.t_round for ev in events) / n,
-            "rows_per_round": sum(1 + len(ev.slot.draft) for ev in events) / n,
-            "draft_len": loop.policy.stats(),
-            "busy": max(busy) if busy else None, "text": spec.text}
+            "rows_per_round": rows,
+            # the draft's cost c in the loop: drafting and process() per token the draft model
+            # drafted, over plain decoding's time per token (None: it drafted none)
+            "c": t_draft / n_dft / u if n_dft and u else None,
+            # the verification batch's price per row beyond the first, over a plain step
+            "verify_row": (t_verify - u) / (rows - 1) / u if rows > 1 and u else None,
+            "draft_len": draft_len, "busy": max(busy) if busy else None, "text": s.text}
 
 
-def why_line(row: dict, c: float, draft_max: int) -> str:
+def compare(pair, ids, sp, n_predict: int, spec, repeats: int = 1,
+            quiet: float | None = QUIET, max_tries: int = 4, wait_s: float = 0.0) -> dict:
+    """Plain decoding, then speculative decoding with `spec` (a SpecParams, or a draft-max) from
+    the same prompt, taking turns `repeats` times and keeping the faster run of each (take_turns:
+    busy runs are run again, and row["busy"] says how much the kept runs lost to others): speeds,
+    acceptance, where a round's time goes, the loop's costs, and whether the two outputs are the
+    same tokens."""
+    kept = take_turns({"plain": _plain_run(pair, ids, sp, n_predict),
+                       "spec": _spec_run(pair, ids, sp, n_predict, _spec_params(spec))},
+                      repeats, quiet, max_tries, wait_s)
+    return _row(kept["plain"], kept["spec"])
+
+
+# ---- part 1: the waterfall -----------------------------------------------------------------------
+def _items(flags: list) -> list:
+    """["--a", "1", "--b"] -> [("--a", "1"), ("--b",)]"""
+    out = []
+    for t in flags:
+        if t.startswith("-") and not t.lstrip("-").replace(".", "", 1).isdigit():
+            out.append((t,))
+        else:
+            out[-1] += (t,)
+    return out
+
+
+def waterfall_stages(stages=WATERFALL) -> list:
+    """Each stage as a dict: label, beyond, fields (its SpecParams fields, added up to it), params,
+    flags (speculative-simple's flags for them, app/flags.spec_flags) and step (those it adds)."""
+    from .flags import spec_flags
+    from ..speculation.params import SpecParams
+    out, fields, prev = [], {}, []
+    for label, add, beyond in stages:
+        fields = {**fields, **add}
+        params = SpecParams(**fields).validate()
+        flags = spec_flags(params)
+        step = [t for it in _items(flags) if it not in _items(prev) for t in it]
+        out.append({"label": label, "beyond": beyond, "fields": fields, "params": params,
+                    "flags": flags, "step": step})
+        prev = flags
+    return out
+
+
+def pick_headline(stages: list) -> dict | None:
+    """The fastest stage whose output was plain decoding's on every prompt (the first of equals)."""
+    ok = [s for s in stages if s["identical"] and s["speedup"] is not None]
+    return max(ok, key=lambda s: s["speedup"], default=None)
+
+
+def recommended(w: dict) -> dict:
+    """The stage to run elsewhere: the headline, or the last stage when plain decoding was fastest."""
+    h = w["headline"]
+    return h if h is not None and h["stage"] > 0 else w["stages"][-1]
+
+
+def with_auto(stage: dict):
+    """A stage's SpecParams with --spec-draft-n-max auto (as they are when they have it)."""
+    from ..speculation.params import SpecParams
+    p = SpecParams(**stage["fields"]).validate()
+    return p if p.schedule == "auto" else p.replace(n_max="auto", schedule="auto")
+
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def _stage_row(i: int, st: dict | None, runs: list) -> dict:
+    drafted = sum(r.get("n_drafted", 0) for r in runs)
+    busy = [r["busy"] for r in runs if r.get("busy") is not None]
+    return {"stage": i, "label": st["label"] if st else PLAIN, "beyond": bool(st and st["beyond"]),
+            "fields": st["fields"] if st else None, "flags": st["flags"] if st else [],
+            "step": st["step"] if st else [],
+            "speedup": _median(r["speedup"] for r in runs), "tok_s": _median(r["tok_s"] for r in runs),
+            "c": _median(r.get("c") for r in runs),
+            "verify_row": _median(r.get("verify_row") for r in runs),
+            "accept_rate": sum(r["n_accept"] for r in runs) / drafted if drafted else None,
+            "identical": all(r["identical"] for r in runs), "busy": max(busy) if busy else None,
+            "runs": runs}
+
+
+def waterfall(pair, prompts, samplings, n_predict: int, timing: dict, stages=WATERFALL,
+              say=None) -> dict:
+    """Plain decoding and every stage of `stages` (WATERFALL) on each prompt (label, text, chat)
+    x sampling (name, SamplerParams) of the open `pair`. Per prompt and sampling they take turns
+    (take_turns with `timing`: repeats, quiet, max_tries, wait_s): each pass runs plain decoding
+    once, then every stage; each keeps its faster quiet run, and a stage's speed-up is its kept
+    run's tok/s over plain decoding's kept run on the same prompt and sampling (one plain run,
+    reused by every stage). Per stage: the median speed-up and tok/s, the medians of the loop's
+    draft cost c and verification price per extra row (see _row), the acceptance over every run,
+    and whether every output was plain decoding's. `say` gets one line per prompt and sampling.
+    -> {"stages": [...], "headline": pick_headline(stages), "identical", "n_predict", ...}"""
+    say = say or (lambda *a: None)
+    st = waterfall_stages(stages)
+    if prompts and samplings:       # every stage once, untimed: the paths it takes are compiled
+        ids = prompt_ids(pair.target.vocab, *prompts[0][1:])
+        for s in st:
+            _spec_run(pair, ids, samplings[0][1], 4, s["params"])()
+    runs: list = [[] for _ in range(len(st) + 1)]              # [0]: plain decoding
+    for label, text, chat in prompts:
+        ids = prompt_ids(pair.target.vocab, text, chat)
+        for sname, sp in samplings:
+            fns = {0: _plain_run(pair, ids, sp, n_predict)}
+            fns.update({i + 1: _spec_run(pair, ids, sp, n_predict, s["params"]) for i, s in enumerate(st)})
+            kept = take_turns(fns, **timing)
+            (p,), share = kept[0]
+            runs[0].append({"prompt": label, "sampling": sname, "tok_s": p.tok_per_s, "speedup": 1.0,
+                            "identical": True, "busy": share, "n_tokens": len(p.tokens), "text": p.text})
+            for i in range(1, len(st) + 1):
+                row = _row(kept[0], kept[i])
+                del row["text"]
+                runs[i].append({"prompt": label, "sampling": sname, "tok_s": row["spec_tok_s"], **row})
+            say(f"  {label} [{sname}]: plain {p.tok_per_s:.1f} tok/s; speed-up per line "
+                + " ".join(f"{runs[i][-1]['speedup']:.2f}" for i in range(1, len(st) + 1))
+                + ("" if all(runs[i][-1]["identical"] for i in range(1, len(st) + 1)) else
+                   "; OUTPUT DIFFERS FROM PLAIN DECODING")
+                + _busy_note(max((runs[i][-1] for i in range(len(st) + 1)),
+                                 key=lambda r: r["busy"] or 0.0)))
+    rows = [_stage_row(i, st[i - 1] if i else None, r) for i, r in enumerate(runs)]
+    return {"stages": rows, "headline": pick_headline(rows), "n_predict": n_predict,
+            "prompts": [p[0] for p in prompts], "samplings": [s[0] for s in samplings],
+            "identical": all(r["identical"] for r in rows)}
+
+
+def _cell(v, fmt: str) -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def stage_name(s: dict) -> str:
+    """'3. + a restricted draft vocabulary: --spec-draft-vocab 32768 [specnb, beyond llama.cpp]'"""
+    return (f"{s['stage']}. {s['label']}" + (f": {' '.join(s['step'])}" if s["step"] else "")
+            + (f" {BEYOND}" if s["beyond"] else ""))
+
+
+def format_waterfall(w: dict) -> list:
+    """The waterfall's table, one line per stage, and what its columns mean."""
+    L = ["  speed-up |     c | verify/row | accepted | same | configuration (each line adds to the one above)"]
+    for s in w["stages"]:
+        acc = None if s["accept_rate"] is None else 100 * s["accept_rate"]
+        L.append(f"  {s['speedup']:7.2f}x | {_cell(s['c'], '{:.2f}'):>5} | "
+                 f"{_cell(s['verify_row'], '{:.2f}'):>10} | {_cell(acc, '{:.0f}%'):>8} | "
+                 f"{'yes' if s['identical'] else 'NO':>4} | {stage_name(s)}")
+    L += [f"  speed-up: the median over {len(w['prompts'])} prompts x {len(w['samplings'])} samplings "
+          f"({w['n_predict']} tokens) of tok/s over plain decoding's on the same prompt; c: the draft's "
+          f"time per drafted token in the loop (drafting and process()) over plain decoding's time "
+          f"per token; verify/row: the verification batch's time beyond one plain step, per extra "
+          f"row, over a plain step; accepted: the share of drafted tokens accepted; same: output "
+          f"identical to plain decoding on every prompt"]
+    busy = max((s["busy"] for s in w["stages"] if s["busy"] is not None), default=None)
+    if busy is not None and busy > QUIET:
+        L.append(f"  busy machine: other processes took up to {100 * busy:.0f}% of the CPU during "
+                 f"kept runs; speeds unreliable")
+    return L
+
+
+def command(target: str, draft: str | None, flags: list, prompt: str = "PROMPT") -> str:
+    """The command line that runs a configuration (plain decoding: `generate`)."""
+    import shlex
+    if draft is None:
+        return f"python -m specnb generate -m {shlex.quote(target)} -p {prompt}"
+    return (f"python -m specnb speculative-simple -m {shlex.quote(target)} -md {shlex.quote(draft)} "
+            f"-p {prompt}" + "".join(f" {shlex.quote(t)}" for t in flags))
+
+
+def cli_name(model) -> str:
+    """A model's registry name (`specnb models`), else its path."""
+    import os
+    from ..model.registry import REGISTRY
+    path = os.fspath(getattr(model, "path", model))
+    return next((e.name for e in REGISTRY.values() if os.path.basename(path) == e.file_name), path)
+
+
+def headline_lines(w: dict, target: str, draft: str, lc: dict | None = None) -> list:
+    """The headline: the fastest lossless line, its speed-up over specnb's plain decoding and
+    over llama.cpp's (when measured), and the command that runs it."""
+    h = w["headline"]
+    if h is None:
+        return ["  headline: none: no line's output was plain decoding's on every prompt"]
+    plain = w["stages"][0]
+    L = []
+    if h["stage"] == 0:
+        best = pick_headline(w["stages"][1:])
+        L.append("  headline: plain decoding was the fastest here: no lossless speculative line beat "
+                 "it in this run" + (f" (the best, line {best['stage']}, {verdict(best['speedup'])} at "
+                                     f"{best['speedup']:.2f}x)" if best else ""))
+    else:
+        L.append(f"  headline: line {h['stage']} ({h['label']}), {h['speedup']:.2f}x specnb's plain decoding "
+                 f"({h['tok_s']:.1f} vs {plain['tok_s']:.1f} tok/s, medians)" +
+                 (f", {h['tok_s'] / lc['tg_tok_s']:.2f}x llama.cpp's plain decoding "
+                  f"({lc['tg_tok_s']:.1f} tok/s)" if lc else "") + f": speculation {verdict(h['speedup'])}")
+    L.append("  run it on your own prompt (add --chat to wrap it as a chat message, as the first "
+             "two prompts are):")
+    L.append("    " + command(target, draft if h["stage"] else None, h["flags"]))
+    return L
+
+
+def headline_json(w: dict, target: str, draft: str, lc: dict | None) -> dict | None:
+    """The headline for --json: its line, flags (the arguments after -m/-md/-p), speed-up and command."""
+    h = w["headline"]
+    if h is None:
+        return None
+    out = {k: h[k] for k in ("stage", "label", "flags", "speedup", "tok_s", "c", "accept_rate")}
+    out["command"] = command(target, draft if h["stage"] else None, h["flags"])
+    if lc:
+        out["vs_llama_cpp"] = h["tok_s"] / lc["tg_tok_s"]
+    return out
+
+
+# ---- printing -------------------------------------------------------------------------------------
+def why_line(row: dict) -> str:
     """One line: what a round commits, what it costs in target-token times, hence the speedup."""
     u = row["t_plain_token_ms"]
     verify, draft = row["t_verify_ms"] / u, row["t_draft_ms"] / u
     other = max(row["t_round_ms"] / u - verify - draft, 0.0)
     cost, got = verify + draft + other, row["tokens_per_round"]
+    c = "-" if row["c"] is None else f"{row['c']:.2f}"
     return (f"why: acceptance is {100 * row['accept_rate']:.0f}%, so a round commits {got:.2f} "
             f"tokens, but it costs {cost:.2f} target-token times: {verify:.2f} to verify "
-            f"{row['rows_per_round']:.3g} rows, {draft:.2f} of draft work (c = {c:.2f} per draft token) and "
+            f"{row['rows_per_round']:.3g} rows, {draft:.2f} of draft work (c = {c} per draft token) and "
             f"{other:.2f} of sampling and bookkeeping; {got:.2f} / {cost:.2f} = {got / cost:.2f}x")
 
 
@@ -162,126 +418,218 @@ def _open(target, draft, n_ctx, **kw):
     return p
 
 
-def demo(n_predict: int = 64, draft_max: int = DEMO_DRAFT_MAX, n_threads=None,
-         backend: str = "cpu", json_out: bool = False, activations: str | None = None,
-         real_pair=(REAL_TARGET, REAL_DRAFT), teaching_pair=(DEFAULT_TARGET, DEFAULT_DRAFT),
-         code_prompts=CODE_PROMPTS, low_prompt=LOW_ACCEPTANCE_PROMPT, repeats: int = 2,
-         quiet: float | None = QUIET, llama_bench: str | None = None) -> int:
+# ---- the demo -------------------------------------------------------------------------------------
+def demo(n_predict: int = 64, n_threads=None, backend: str = "cpu", json_out: bool = False,
+         activations: str | None = None, real_pair=(REAL_TARGET, REAL_DRAFT),
+         teaching_pair=(DEFAULT_TARGET, DEFAULT_DRAFT), code_prompts=CODE_PROMPTS,
+         low_prompt=LOW_ACCEPTANCE_PROMPT, repeats: int = 2, quiet: float | None = QUIET,
+         llama_bench: str | None = None, stages=WATERFALL) -> int:
     """Run the three parts; returns 0 when every speculative output equals plain decoding.
     With a llama.cpp build (`llama_bench`, the path of its llama-bench, or $SPECNB_LLAMA_BENCH),
-    part 1 also prints llama.cpp's plain decoding speed of the same target, measured right after
-    specnb's, beside specnb's plain and speculative figures.
-    Each comparison runs plain and speculative decoding `repeats` times, taking turns, and
+    part 1 also measures llama.cpp's plain decoding of the same target, right after specnb's
+    runs, and sets the headline beside it.
+    Every comparison runs plain and speculative decoding `repeats` times, taking turns, and
     keeps the faster run of each (a shared machine's noise slows single runs); runs during
-    which other processes took the CPU are marked (see compare)."""
+    which other processes took the CPU are run again, or marked (see take_turns)."""
     from ..measure.bench_llamacpp import find_llama_bench
     from ..model.registry import REGISTRY, check_parts
     exe = find_llama_bench(llama_bench)          # a bad path fails now, not after the first part
     echo = (lambda *a: None) if json_out else (lambda *a: print(*a, flush=True))
     kw = dict(backend=backend, n_threads=n_threads, activations=activations)
-    # a busy machine gets one more try per comparison and a few seconds to calm down
+    # a busy machine gets one more try per run and a few seconds to calm down
     timing = dict(repeats=repeats, quiet=quiet, max_tries=repeats + 1, wait_s=5.0)
-    echo("specnb demo: speculative decoding as llama.cpp's speculative-simple does it.")
+    echo("specnb demo: speculative decoding as llama.cpp's speculative-simple does it, and specnb's "
+         "additions, measured on this machine.")
     echo(f"  1. the real pair ({real_pair[1]} drafting for {real_pair[0]}) on code prompts, greedy "
-        f"and sampled, draft-max {draft_max}: plain vs speculative speed, acceptance, identical output")
-    echo("  2. a prose prompt where acceptance is low and speculation loses, why, and "
-        "--spec-draft-n-max auto, which measures that and stops drafting")
-    echo("  3. the SmolLM2 teaching pair, briefly (fixed and auto)")
-    echo("About 4 minutes on a 2-core CPU; the first run also assembles the real pair (1.6 GB, "
-        "under a minute) and compiles the kernels (a few minutes).")
-    runs, lc = [], None             # lc: llama.cpp's plain figure, when it was measured
+         f"and sampled, as a waterfall: plain decoding, llama.cpp's draft-simple at master's "
+         f"defaults, then specnb's additions {BEYOND} one at a time; per line the speed-up, the "
+         f"draft's and the verification's measured costs, acceptance and whether the output is "
+         f"plain decoding's; the fastest lossless line and its command")
+    echo("  2. a prose prompt where acceptance is low: llama.cpp's defaults and why they run as "
+         "fast as they do, then the headline with --spec-draft-n-max auto, which measures whether "
+         "drafting pays")
+    echo("  3. the SmolLM2 teaching pair, briefly (llama.cpp's defaults and auto)")
+    echo("About 8 minutes on a quiet 2-core CPU, more on a busy one (a run during which other "
+         "processes took the CPU is run again); the first run also assembles the real pair (1.6 GB, "
+         "under a minute) and compiles the kernels (a few minutes).")
+    out = {"n_predict": n_predict}
+    runs, rec = [], None
     if all(n not in REGISTRY or check_parts(REGISTRY[n]).ok for n in real_pair):
         pair = _open(*real_pair, 1024, **kw)
-        runs += _winning(echo, pair, code_prompts, n_predict, draft_max, timing)
-        if exe:
-            lc = _beside_llama_cpp(echo, exe, pair, runs, n_predict)
-        runs += _losing(echo, pair, low_prompt, n_predict, draft_max, timing, kw)
+        w = _winning(echo, pair, code_prompts, n_predict, timing, stages)
+        lc = _beside_llama_cpp(echo, exe, pair, w, n_predict) if exe else None
+        names = (cli_name(pair.target), cli_name(pair.draft))
+        for ln in format_waterfall(w) + headline_lines(w, *names, lc):
+            echo(ln)
+        out.update(waterfall=w["stages"], headline=headline_json(w, *names, lc),
+                   identical_waterfall=w["identical"])
+        if lc is not None:
+            out["llama_cpp"] = lc
+        rec = recommended(w)
+        runs += _low_acceptance(echo, pair, low_prompt, n_predict, timing, rec)
         del pair
     else:
         echo(f"\nthe real pair is not installed: run  specnb models install {' '.join(real_pair)}"
-            f"  (./run installs it); showing the teaching pair only")
-    runs += _teaching(echo, _open(*teaching_pair, 512, **kw), draft_max, timing)
-    same = all(r["identical"] for r in runs)
+             f"  (./run installs it); showing the teaching pair only")
+    runs += _teaching(echo, _open(*teaching_pair, 512, **kw), timing)
+    same = all(r["identical"] for r in runs) and out.get("identical_waterfall", True)
     if json_out:
-        print(json.dumps({"draft_max": draft_max, "n_predict": n_predict, "identical": same,
-                          "runs": runs} | ({"llama_cpp": lc} if lc is not None else {})))
+        out.pop("identical_waterfall", None)
+        print(json.dumps({**out, "identical": same, "runs": runs}))
     else:
         echo(f"\nall speculative outputs identical to plain decoding: {'yes' if same else 'NO'}")
     return 0 if same else 1
 
 
-def _winning(echo, pair, code_prompts, n_predict, draft_max, timing) -> list:
+def _winning(echo, pair, code_prompts, n_predict, timing, stages) -> dict:
     from ..model.registry import describe
-    echo(f"\n== 1. {describe(pair.draft)} drafting for {describe(pair.target)} ==")
-    runs = []
-    for label, text, chat in code_prompts:
-        ids = prompt_ids(pair.target.vocab, text, chat)
-        for i, (sname, sp) in enumerate(samplings()):
-            row = compare(pair, ids, sp, n_predict, draft_max, **timing)
-            runs.append({"part": 1, "prompt": label, "sampling": sname, **row})
-            echo(_result_line(label, sname, row))
-            if i == 0:
-                _show_text(echo, row["text"])
-    echo(f"  median speedup on code: {statistics.median(r['speedup'] for r in runs):.2f}x")
-    return runs
+    echo(f"\n== 1. {describe(pair.draft)} drafting for {describe(pair.target)}: the waterfall ==")
+    w = waterfall(pair, code_prompts, samplings(), n_predict, timing, stages, say=echo)
+    first = w["stages"][0]["runs"][0]
+    echo(f"  what the target wrote for {first['prompt']} [{first['sampling']}], as every line did:")
+    _show_text(echo, first["text"], 4)
+    return w
 
 
-def _beside_llama_cpp(echo, exe, pair, runs, n_predict) -> dict:
+def _beside_llama_cpp(echo, exe, pair, w, n_predict) -> dict:
     # llama-bench's tg (plain decoding, no prompt) on the same target file and thread count, run
-    # after specnb's comparisons so the two never share the CPU
+    # after specnb's runs so the two never share the CPU
     from ..measure.bench_llamacpp import run_llama_bench
     n_threads = pair.ctx_tgt.n_threads
     r = run_llama_bench(exe, pair.target.path, n_threads, (), n_gen=n_predict, reps=3)
-    plain = statistics.median(x["plain_tok_s"] for x in runs)
-    spec = statistics.median(x["spec_tok_s"] for x in runs)
+    plain = w["stages"][0]["tok_s"]
     echo(f"  llama.cpp's plain decoding of this target: {r['tg']:.1f} tok/s (llama-bench -n "
-        f"{n_predict} -t {n_threads}, build {r['build']}); specnb's medians: plain {plain:.1f} "
-        f"tok/s = {plain / r['tg']:.2f}x llama.cpp, speculative {spec:.1f} tok/s = "
-        f"{spec / r['tg']:.2f}x llama.cpp")
-    return {"tg_tok_s": r["tg"], "build": r["build"], "cmd": " ".join(r["cmd"]),
-            "plain_vs_llama_cpp": plain / r["tg"], "spec_vs_llama_cpp": spec / r["tg"]}
+         f"{n_predict} -t {n_threads}, build {r['build']}); specnb's plain decoding: {plain:.1f} "
+         f"tok/s = {plain / r['tg']:.2f}x llama.cpp's")
+    out = {"tg_tok_s": r["tg"], "build": r["build"], "cmd": " ".join(r["cmd"]),
+           "plain_vs_llama_cpp": plain / r["tg"]}
+    if w["headline"] is not None:
+        out["headline_vs_llama_cpp"] = w["headline"]["tok_s"] / r["tg"]
+    return out
 
 
-def _losing(echo, pair, low_prompt, n_predict, draft_max, timing, kw) -> list:
-    from ..measure.experiments import measure_cost_ratio
+def _low_acceptance(echo, pair, low_prompt, n_predict, timing, rec) -> list:
+    from ..speculation.params import SpecParams
+    from .flags import spec_flags
     label, text, chat = low_prompt
     ids = prompt_ids(pair.target.vocab, text, chat)
-    echo(f"\n== 2. where it loses: {label}, sampled ==")
-    row = compare(pair, ids, samplings()[1][1], n_predict, draft_max, **timing)
-    c = measure_cost_ratio(pair.target, pair.draft, n_tokens=16, prompt=ids[:16],
-                           n_threads=kw["n_threads"], activations=kw["activations"])["c"]
-    echo(_result_line(label, "sampled", row))
+    sp = samplings()[1][1]
+    echo(f"\n== 2. low acceptance: {label}, sampled ==")
+    row = compare(pair, ids, sp, n_predict, SpecParams(), **timing)
+    echo(_result_line("llama.cpp's defaults", "sampled", row))
     _show_text(echo, row["text"], 4)
-    echo("  " + why_line(row, c, draft_max))
-    out = [{"part": 2, "prompt": label, "sampling": "sampled", "c": c, **row}]
-    if str(draft_max).startswith("auto"):
-        return out
-    # the same prompt with each round's length chosen from the measured costs: it stops drafting
-    # where drafting does not pay (specnb/speculation/draft_len.py)
-    auto = compare(pair, ids, samplings()[1][1], n_predict, "auto", **timing)
-    echo("  with --spec-draft-n-max auto (each round's length chosen from this run's measured costs "
-        "and acceptance):")
+    echo("  " + why_line(row))
+    params = with_auto(rec)
+    flags = spec_flags(params)
+    auto = compare(pair, ids, sp, n_predict, params, **timing)
+    name = f"line {rec['stage']}" + ("" if rec["fields"].get("n_max") == "auto" else " with auto")
+    echo(f"  {name} ({' '.join(flags)}): each round's length chosen from this run's measured costs "
+         f"and acceptance {BEYOND}:")
     echo(_result_line(label, "sampled", auto))
-    return out + [{"part": 2, "prompt": label, "sampling": "sampled", "draft_max": "auto", **auto}]
+    echo(f"  on this prompt llama.cpp's defaults {verdict(row['speedup'])} ({row['speedup']:.2f}x "
+         f"plain decoding); {name} {verdict(auto['speedup'])} ({auto['speedup']:.2f}x)")
+    return [{"part": 2, "prompt": label, "sampling": "sampled", "flags": [], **row},
+            {"part": 2, "prompt": label, "sampling": "sampled", "flags": flags, **auto}]
 
 
-def _teaching(echo, pair, draft_max, timing) -> list:
+def _teaching(echo, pair, timing) -> list:
     from ..model.registry import describe
+    from ..speculation.params import SpecParams
     echo(f"\n== 3. the teaching pair: {describe(pair.draft)} drafting for {describe(pair.target)} ==")
-    echo("  its draft is the target requantized to Q4_0: as costly as the target, so it shows the "
-        "mechanism (notebooks, live view) but never a speedup")
     label, text, chat = TEACHING_PROMPT
-    row = compare(pair, prompt_ids(pair.target.vocab, text, chat), samplings()[0][1], 32,
-                  draft_max, **timing)
-    echo(_result_line(label, "greedy", row))
-    out = [{"part": 3, "prompt": label, "sampling": "greedy", **row}]
-    if not str(draft_max).startswith("auto"):
-        auto = compare(pair, prompt_ids(pair.target.vocab, text, chat), samplings()[0][1], 32,
-                       "auto", **timing)
-        echo("  with --spec-draft-n-max auto it learns that the draft costs as much as the target:")
-        echo(_result_line(label, "greedy", auto))
-        out.append({"part": 3, "prompt": label, "sampling": "greedy", "draft_max": "auto", **auto})
+    ids = prompt_ids(pair.target.vocab, text, chat)
+    row = compare(pair, ids, samplings()[0][1], 32, SpecParams(), **timing)
+    c = "-" if row["c"] is None else f"{row['c']:.2f}"
+    echo(f"  its draft is the target requantized to Q4_0, so a draft token costs about what a target "
+         f"token does (c = {c} in this run): the pair shows the mechanism (notebooks, live view), "
+         f"not speed")
+    echo(_result_line(f"{label}, llama.cpp's defaults", "greedy", row))
+    auto = compare(pair, ids, samplings()[0][1], 32, SpecParams(n_max="auto"), **timing)
+    echo(f"  with --spec-draft-n-max auto {BEYOND} (each round's length chosen from the measured "
+         f"costs): {verdict(auto['speedup'])} at {auto['speedup']:.2f}x")
+    echo(_result_line(label, "greedy", auto))
+    return [{"part": 3, "prompt": label, "sampling": "greedy", "flags": [], **row},
+            {"part": 3, "prompt": label, "sampling": "greedy", "flags": ["--spec-draft-n-max", "auto"],
+             **auto}]
+
+
+# ---- the pair's waterfall (`bench --spec -md`): the demo's part 1, the poem, and the goals ---------
+HEADLINE_GOAL = 1.6            # the headline on code, x specnb's plain decoding
+POEM_GOAL = 0.97               # the headline (with auto) on the poem, x plain decoding
+DRAFT_COST_GOAL = 0.25         # the draft's cost c in the loop, at the headline (else the last line)
+
+
+def pair_waterfall(target=None, draft=None, n_predict: int = 64, n_threads=None, backend: str = "cpu",
+                   activations: str | None = None, repeats: int = 2, quiet="demo's", poem: bool = True,
+                   llama_cpp: dict | None = None, stages=None, prompts=None, low_prompt=None,
+                   say=None) -> dict:
+    """`bench --spec -md`: the demo's waterfall (waterfall) of the pair on its code prompts
+    (or `prompts`), greedy and sampled; the configuration it recommends (the headline, else the last
+    line) with --spec-draft-n-max auto on the demo's poem (or `low_prompt`), sampled; and the goals
+    (waterfall_goals), the headline also set beside llama.cpp's plain decoding when `llama_cpp`
+    (bench's llama.cpp column) has it."""
+    from ..run.pair import open_pair, warm_up
+    pair = open_pair(target, draft, n_ctx=1024, backend=backend, n_threads=n_threads,
+                     activations=activations)
+    warm_up(pair.ctx_tgt, pair.ctx_dft)
+    timing = dict(repeats=repeats, quiet=QUIET if quiet == "demo's" else quiet,
+                  max_tries=repeats + 1, wait_s=5.0)
+    w = waterfall(pair, prompts or CODE_PROMPTS, samplings(), n_predict, timing,
+                       stages or WATERFALL, say=say)
+    names = (cli_name(pair.target), cli_name(pair.draft))
+    lc = llama_cpp if llama_cpp and llama_cpp.get("tg_tok_s") else None
+    out = {"target": names[0], "draft": names[1], "activations": pair.ctx_tgt.activations, **w,
+           "headline": headline_json(w, *names, lc), "llama_cpp": lc}
+    if poem:
+        from .flags import spec_flags
+        rec = recommended(w)
+        label, text, chat = low_prompt or LOW_ACCEPTANCE_PROMPT
+        params = with_auto(rec)
+        row = compare(pair, prompt_ids(pair.target.vocab, text, chat), samplings()[1][1],
+                           n_predict, params, **timing)
+        out["poem"] = {"prompt": label, "sampling": "sampled", "stage": rec["stage"],
+                       "flags": spec_flags(params), **{k: v for k, v in row.items() if k != "text"}}
+    out["goals"] = waterfall_goals(out)
     return out
+
+
+def waterfall_goals(r: dict) -> list:
+    """(goal, measured, met) of a pair_waterfall result: the headline's speed-up on code, the poem,
+    the draft's cost c in the loop at the recommended line, and identical output everywhere."""
+    h, rec = r["headline"], recommended(r)
+    if h is None:
+        measured = "no line's output was plain decoding's on every prompt"
+    else:
+        measured = (f"{h['speedup']:.2f}x, line {h['stage']}" + ("" if h["stage"] else " (plain decoding)")
+                    + (f"; {h['vs_llama_cpp']:.2f}x llama.cpp's plain decoding" if "vs_llama_cpp" in h else ""))
+    out = [(f"the headline on code >= {HEADLINE_GOAL}x specnb's plain decoding", measured,
+            h is not None and h["speedup"] >= HEADLINE_GOAL)]
+    if "poem" in r:
+        p = r["poem"]
+        out.append((f"on the poem >= {POEM_GOAL}x", f"{p['speedup']:.2f}x, line {p['stage']} with "
+                    f"{' '.join(p['flags'])}", p["speedup"] >= POEM_GOAL))
+    c = rec["c"]
+    out.append((f"draft cost c in the loop <= {DRAFT_COST_GOAL}",
+                "-" if c is None else f"c = {c:.2f} at line {rec['stage']}",
+                None if c is None else c <= DRAFT_COST_GOAL))
+    same = r["identical"] and r.get("poem", {}).get("identical", True)
+    out.append(("output identical everywhere", "every prompt, sampling and line"
+                + (" and the poem" if "poem" in r else ""), same))
+    return out
+
+
+def format_pair_waterfall(r: dict) -> str:
+    L = [f"speculative decoding of the pair, {r['draft']} drafting for {r['target']}, on the demo's code "
+         f"prompts (activations {r['activations']}), one line per configuration:"]
+    L += format_waterfall(r) + headline_lines(r, r["target"], r["draft"], r.get("llama_cpp"))
+    if "poem" in r:
+        p = r["poem"]
+        L.append(f"  the poem, sampled, line {p['stage']} with {' '.join(p['flags'])}: {p['speedup']:.2f}x "
+                 f"plain decoding ({verdict(p['speedup'])}), acceptance {100 * p['accept_rate']:.0f}%, "
+                 f"identical: {'yes' if p['identical'] else 'NO'}")
+    L.append("goals (the pair's speculative decoding):")
+    L += [f"  [{ {True: 'met', False: 'MISSED', None: '-'}[met]}] {g}: {m}" for g, m, met in r["goals"]]
+    return "\n".join(L)
 
 
 def policies(policy_names=None, n_predict: int = 64, n_threads=None, backend: str = "cpu",
@@ -321,8 +669,8 @@ def sweep(draft_max_values=SWEEP_DRAFT_MAX, n_predict: int = 64, n_threads=None,
           pair_names=(REAL_TARGET, REAL_DRAFT), code_prompts=CODE_PROMPTS,
           wait_s: float = 120.0) -> int:
     """`specnb demo --sweep`: plain and speculative tok/s for every code prompt, sampling and
-    draft-max, side by side, and the median speedup per draft-max (how DEMO_DRAFT_MAX was
-    picked). Plain decoding is rerun beside every speculative run, so each ratio compares two
+    draft-max, side by side, and the median speedup per draft-max (llama.cpp's draft-simple
+    otherwise at master's defaults). Plain decoding is rerun beside every speculative run, so each ratio compares two
     runs made seconds apart; on a shared machine each pair waits (up to wait_s) for the other
     processes to leave the CPU, and is run again when they came back during it."""
     echo = (lambda *a: None) if json_out else (lambda *a: print(*a, flush=True))

@@ -583,6 +583,42 @@ def update_docs(path) -> bool:
     return new != text
 
 
+# ---- SpecParams -> flags ---------------------------------------------------------------------------
+def spec_flags(params) -> list:
+    """The speculative-simple flags that give `params` (a SpecParams), in the table's order: for each
+    flag of a `spec.` field whose value is not the one the command takes without it, its first name
+    and the value (a store_true flag alone; --spec-type's types joined with commas). build() of the
+    parsed flags gives `params` back (its types as the parser spells them); a field no flag sets
+    (the shared n-gram sizes but through the per-type flags, the synthetic seed) is left out."""
+    from ..speculation.draft_len import AUTO_CAP, HEURISTIC_CAP
+    from ..speculation.params import parse_spec_types
+    out, done = [], set()
+    for f in FLAGS:
+        if f.kind != "spec" or f.alias_of or f.action == "removed" or f.field_name in done \
+                or "speculative-simple" not in f.commands:
+            continue
+        done.add(f.field_name)
+        v, d = getattr(params, f.field_name), effective_default(f)
+        if f.field_name == "n_max":                 # N | auto[:CAP] | heuristic[:CAP]
+            v = {f"auto:{AUTO_CAP}": "auto", f"heuristic:{HEURISTIC_CAP}": "heuristic"}.get(
+                params.draft_max, params.draft_max)
+            d = str(d)
+        elif f.field_name == "types":
+            v = None if v is None else ",".join(parse_spec_types(v))
+        elif v is None and f.field_name.startswith("ngram_"):      # a per-type knob: the shared one
+            v = getattr(params, "ngram_" + next(k for k in ("size_n", "size_m", "min_hits")
+                                                if f.field_name.endswith(k)))
+        if v == d:
+            continue
+        if f.action == "store_true":
+            if v != (f.to_field(True) if f.to_field else True):
+                raise ParamError(f"{f.names[0]} cannot give {f.field_name}={v!r}")
+            out.append(f.names[0])
+        else:
+            out += [f.names[0], ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)]
+    return out
+
+
 if __name__ == "__main__":          # python -m specnb.app.flags docs/commands.md
     import sys
     print("updated" if update_docs(sys.argv[1]) else "unchanged")

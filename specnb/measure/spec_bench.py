@@ -348,6 +348,7 @@ def format_policies(r: dict) -> str:
     L.append(f"every output identical to plain decoding: {'yes' if r['identical'] else 'NO (! marks)'}")
     return "\n".join(L)
 
+
 if __name__ == "__main__":
     import argparse
     import json

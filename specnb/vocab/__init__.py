@@ -199,11 +199,12 @@ class Vocab:
         self.ignore_merges = flags.get("ignore_merges", False)
         self.clean_spaces = flags.get("clean_spaces", True)
         self._read_add_flags(meta, add_bos=flags.get("add_bos", False), add_eos=False)
-        # the merge rules in the order BPE learned them: roughly the tokens' frequency order
-        self.merges: list = list(meta.get("tokenizer.ggml.merges") or ())
         self._tokenizer = vocab_bpe.build_tokenizer(
             self._token_to_id, meta.get("tokenizer.ggml.merges"), self.pre_regexes,
             self.ignore_merges, self._where)
+        # the merge rules in the order BPE learned them (build_tokenizer checked them): roughly
+        # the tokens' frequency order
+        self.merges: list = list(meta.get("tokenizer.ggml.merges") or ())
         return {"bos": -1 if flags.get("bos_null") else 11, "eos": 11, "unk": -1}
 
     def _load_spm(self, meta: dict) -> dict:

@@ -367,3 +367,21 @@ def test_the_extra_row_table_is_printed():
     assert "a row beyond the first costs 0.200 of a one-row step (q8: 16.00 ms of 80.00 ms)" in text
     assert re.search(r"k =  2 +\|   0\.300    1\.5x \|   0\.300 +$", text, re.M)
     assert re.search(r"k =  9 +\|   0\.200    1\.0x \|   0\.200 +$", text, re.M)
+
+
+def test_goals_of_a_pair_include_its_waterfall_s():
+    """bench --spec -md: the waterfall's goals (app/demo.waterfall_goals) join bench's list, in
+    place of the line that asks for --spec."""
+    sweep = {k: 1 + 0.15 * (k - 1) for k in range(1, 18)}
+    r = {"default_activations": "q8", "modes": {"q8": _mode(33.0, 0.85, sweep)},
+         "draft": {"default_activations": "q8", "modes": {"q8": _mode(55.0, 0.75, sweep)}},
+         "waterfall": {"goals": [
+        ("the headline on code >= 1.6x specnb's plain decoding", "1.09x, line 3", False),
+        ("output identical everywhere", "every prompt", True)]}}
+    from specnb.measure import bench_report
+    base = bench_report.goals({k: v for k, v in r.items() if k != "waterfall"})
+    assert any(m == "run bench --spec" for _, m, _ in base)
+    g = bench_report.goals(r)
+    assert ("the headline on code >= 1.6x specnb's plain decoding", "1.09x, line 3", False) in g
+    assert not any(m == "run bench --spec" for _, m, _ in g)
+    assert "[MISSED] the headline on code" in bench_report.format_goals(r)

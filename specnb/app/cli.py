@@ -206,12 +206,9 @@ def cmd_bench(a):
             print("\n" + format_spec_bench(r["speculative"]))
         if "waterfall" in r:
             from .demo import format_pair_waterfall
-            print("\n" + format_pair_waterfall(r["waterfall"]))
+            print("\n" + format_pair_waterfall(r["waterfall"], goals=False))   # (in bench's goals below)
         if r["backend"] == "cpu":
-            goals = format_goals(r)
-            if "waterfall" in r:        # its goals are printed above, measured
-                goals = "\n".join(ln for ln in goals.splitlines() if not ln.endswith(": run bench --spec"))
-            print("\n" + goals)
+            print("\n" + format_goals(r))
     return 0
 
 

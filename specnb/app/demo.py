@@ -618,7 +618,9 @@ def waterfall_goals(r: dict) -> list:
     return out
 
 
-def format_pair_waterfall(r: dict) -> str:
+def format_pair_waterfall(r: dict, goals: bool = True) -> str:
+    """The waterfall, its headline and the poem as text; goals=False leaves its goals to bench's
+    list (bench_report.goals reads them)."""
     L = [f"speculative decoding of the pair, {r['draft']} drafting for {r['target']}, on the demo's code "
          f"prompts (activations {r['activations']}), one line per configuration:"]
     L += format_waterfall(r) + headline_lines(r, r["target"], r["draft"], r.get("llama_cpp"))
@@ -627,8 +629,9 @@ def format_pair_waterfall(r: dict) -> str:
         L.append(f"  the poem, sampled, line {p['stage']} with {' '.join(p['flags'])}: {p['speedup']:.2f}x "
                  f"plain decoding ({verdict(p['speedup'])}), acceptance {100 * p['accept_rate']:.0f}%, "
                  f"identical: {'yes' if p['identical'] else 'NO'}")
-    L.append("goals (the pair's speculative decoding):")
-    L += [f"  [{ {True: 'met', False: 'MISSED', None: '-'}[met]}] {g}: {m}" for g, m, met in r["goals"]]
+    if goals:
+        L.append("goals (the pair's speculative decoding):")
+        L += [f"  [{ {True: 'met', False: 'MISSED', None: '-'}[met]}] {g}: {m}" for g, m, met in r["goals"]]
     return "\n".join(L)
 
 

@@ -302,6 +302,8 @@ def goals(r: dict) -> list:
                         if lc else None))
             out.append(("speculative output identical to plain decoding", "every prompt and draft-max",
                         {a: m["identical"] for a, m in p.items()}))
+        elif "waterfall" in r:              # bench --spec -md: the waterfall's own goals (app/demo.py)
+            out += [tuple(g) for g in r["waterfall"]["goals"]]
         else:
             out.append(("speculative decoding of the pair >= 1.3x llama.cpp's plain decoding", "run bench --spec",
                         None))

@@ -157,7 +157,7 @@ def test_demo_shows_the_three_parts(capsys, pair_paths):
     assert rc == 0
     lines = out.splitlines()
     assert lines[0].startswith("specnb demo: speculative decoding")
-    assert "About 8 minutes" in out.split("\n==")[0]                  # says how long, up front
+    assert "19 minutes on a busy" in out.split("\n==")[0]                  # says how long, up front
     assert "== 1. pair-draft-Q4_0.gguf (0 MB) drafting for tiny-llama-Q8_0-0-2-0.gguf (0 MB): the waterfall ==" in out
     assert sum(ln.startswith("  repeats [") or ln.startswith("  story [") for ln in lines) == 4
     table = out[out.index("  speed-up |"):]

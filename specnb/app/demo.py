@@ -449,7 +449,8 @@ def demo(n_predict: int = 64, n_threads=None, backend: str = "cpu", json_out: bo
          "fast as they do, then the headline with --spec-draft-n-max auto, which measures whether "
          "drafting pays")
     echo("  3. the SmolLM2 teaching pair, briefly (llama.cpp's defaults and auto)")
-    echo("About 8 minutes on a quiet 2-core CPU, more on a busy one (a run during which other "
+    echo("Six configurations take turns with plain decoding on six prompt runs: 19 minutes on a busy "
+         "2-core AMD EPYC Zen 3 (docs/benchmarks.md), less on a quiet one (a run during which other "
          "processes took the CPU is run again); the first run also assembles the real pair (1.6 GB, "
          "under a minute) and compiles the kernels (a few minutes).")
     out = {"n_predict": n_predict}

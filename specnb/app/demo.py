@@ -171,31 +171,17 @@ def compare(pair, ids, sp, n_predict: int, spec, repeats: int = 1,
 
 
 # ---- part 1: the waterfall -----------------------------------------------------------------------
-def _items(flags: list) -> list:
-    """["--a", "1", "--b"] -> [("--a", "1"), ("--b",)]"""
-    out = []
-    for t in flags:
-        if t.startswith("-") and not t.lstrip("-").replace(".", "", 1).isdigit():
-            out.append((t,))
-        else:
-            out[-1] += (t,)
-    return out
-
-
 def waterfall_stages(stages=WATERFALL) -> list:
     """Each stage as a dict: label, beyond, fields (its SpecParams fields, added up to it), params,
     flags (speculative-simple's flags for them, app/flags.spec_flags) and step (those it adds)."""
     from .flags import spec_flags
     from ..speculation.params import SpecParams
-    out, fields, prev = [], {}, []
+    out, fields = [], {}
     for label, add, beyond in stages:
         fields = {**fields, **add}
         params = SpecParams(**fields).validate()
-        flags = spec_flags(params)
-        step = [t for it in _items(flags) if it not in _items(prev) for t in it]
         out.append({"label": label, "beyond": beyond, "fields": fields, "params": params,
-                    "flags": flags, "step": step})
-        prev = flags
+                    "flags": spec_flags(params), "step": spec_flags(SpecParams(**add).validate())})
     return out
 
 
@@ -250,7 +236,8 @@ def waterfall(pair, prompts, samplings, n_predict: int, timing: dict, stages=WAT
     -> {"stages": [...], "headline": pick_headline(stages), "identical", "n_predict", ...}"""
     say = say or (lambda *a: None)
     st = waterfall_stages(stages)
-    if prompts and samplings:       # every stage once, untimed: the paths it takes are compiled
+    if prompts and samplings:       # every stage once, untimed: its first-use costs (the draft
+                                    # vocabulary's ranking, imports) stay out of the timed runs
         ids = prompt_ids(pair.target.vocab, *prompts[0][1:])
         for s in st:
             _spec_run(pair, ids, samplings[0][1], 4, s["params"])()

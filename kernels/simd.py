@@ -85,8 +85,8 @@ def _simd_level(requested: str, features) -> str:
             else "neon-i8mm" if has("neon", "dotprod", "i8mm")
             else "neon" if has("neon", "dotprod") else "generic")
     if requested in ("", "auto"):
-        # the neon levels are chosen only when asked for (SPECNB_SIMD=neon): their bits are not
-        # yet checked on an ARM CPU (docs/aarch64.md), so auto keeps ARM on the generic level
+        # the neon levels are chosen only when asked for (SPECNB_SIMD=neon) until the emulated check
+        # (tests/aarch64/run.sh) has compared their bits with generic for every type (docs/aarch64.md)
         return "generic" if best in _CHAINS[1][1:] else best
     if requested not in SIMD_LEVELS:
         raise ValueError(f"SPECNB_SIMD={requested!r}: expected one of auto, "
@@ -132,16 +132,38 @@ def _host_features() -> dict:
         features = {}
     import platform
     if platform.machine().lower() in ("aarch64", "arm64"):
-        # what the CPU reports, beside LLVM's view; Numba compiles for LLVM's view, so a neon level
-        # asked for on a host where LLVM sees no dotprod (qemu-user, macOS) cannot compile yet:
-        # the compile target is made before this module runs (docs/aarch64.md, Status)
+        # what the CPU reports, beside LLVM's view (which misses it under qemu-user and on macOS)
         for f, on in _arm_reported().items():
             features.setdefault(f, on)
     return features
 
 
+def _arm_compile_target(level: str, features: dict) -> str:
+    """aarch64: Numba compiles for LLVM's view of the host, which lacks dotprod / i8mm where LLVM
+    cannot read them (qemu-user, macOS: LLVM's "Cannot select: USDOT"). Before the first kernel is
+    compiled, give Numba's compile target the features the CPU reported (NUMBA_CPU_FEATURES, unless
+    the user set it). Returns the level that can be compiled: a lower one where Numba's target was
+    made before this module ran, or the user's NUMBA_CPU_FEATURES leaves the feature out."""
+    from numba.core import config, registry
+    made = "_toplevel_target_context" in vars(registry.cpu_target)   # Numba's target exists already
+    if config.CPU_FEATURES is None and not made:
+        config.CPU_FEATURES = ",".join("+" + f for f, on in features.items() if on)
+    if config.CPU_FEATURES is not None:
+        have = {f[1:] for f in config.CPU_FEATURES.split(",") if f.startswith("+")}
+    else:                               # the target was made from LLVM's own view
+        try:
+            have = {f for f, on in llvm_binding.get_host_cpu_features().items() if on}
+        except RuntimeError:
+            have = set()
+    if all(f in have for f in (("dotprod", "i8mm") if level == "neon-i8mm" else ("dotprod",))):
+        return level
+    return "neon" if level == "neon-i8mm" and "dotprod" in have else "generic"
+
+
 _FEATURES = _host_features()
 SIMD_LEVEL = _simd_level(os.environ.get("SPECNB_SIMD", "auto"), _FEATURES)
+if SIMD_LEVEL in ("neon", "neon-i8mm"):
+    SIMD_LEVEL = _arm_compile_target(SIMD_LEVEL, _FEATURES)
 _AVX2 = SIMD_LEVEL in ("avx2", "avx512")
 _AVX512 = SIMD_LEVEL == "avx512"        # 512-bit byte dot products (AVX512-BW and VNNI)
 _NEON = SIMD_LEVEL in ("neon", "neon-i8mm")     # aarch64 sdot

@@ -249,6 +249,29 @@ def test_simd_level_choice():
         S._simd_level("sse9", feats)
 
 
+def test_the_arm_compile_target_gets_the_reported_features(monkeypatch):
+    # aarch64 under qemu-user or on macOS: LLVM's own view lacks dotprod / i8mm, so Numba's compile
+    # target is given the features the CPU reported, before its first kernel is compiled
+    from numba.core import config, registry
+    arm = {"neon": True, "dotprod": True, "i8mm": True, "sve": False}
+    target = registry.CPUTarget("cpu")                  # a target whose context is not made yet
+    monkeypatch.setattr(registry, "cpu_target", target)
+    monkeypatch.setattr(config, "CPU_FEATURES", None)
+    assert S._arm_compile_target("neon-i8mm", arm) == "neon-i8mm"
+    assert config.CPU_FEATURES == "+neon,+dotprod,+i8mm"
+    # the user's own NUMBA_CPU_FEATURES wins, and the level follows it
+    monkeypatch.setattr(config, "CPU_FEATURES", "+neon,+dotprod")
+    assert S._arm_compile_target("neon-i8mm", arm) == "neon"
+    assert config.CPU_FEATURES == "+neon,+dotprod"
+    monkeypatch.setattr(config, "CPU_FEATURES", "+neon")
+    assert S._arm_compile_target("neon", arm) == "generic"
+    # a target made before specnb's kernels were imported keeps LLVM's view (none here: x86)
+    monkeypatch.setattr(config, "CPU_FEATURES", None)
+    monkeypatch.setitem(vars(target), "_toplevel_target_context", object())
+    assert S._arm_compile_target("neon-i8mm", arm) == "generic"
+    assert config.CPU_FEATURES is None
+
+
 @pytest.mark.parametrize("i8mm", [False, True])
 def test_the_neon_dot_products_compile_for_aarch64(monkeypatch, i8mm):
     # on any host: the IR of the neon levels (simd.neon_dot4) through LLVM's AArch64 back end

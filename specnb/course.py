@@ -39,6 +39,12 @@ _API = {
     "event_stats": "measure.stats", "run_stats": "measure.stats",
     "examined_counts": "measure.stats", "batch_costs": "measure.bench",
     "measure_cost_ratio": "measure.experiments", "sweep_draft_max": "measure.experiments",
+    "decode_bytes": "measure.bench", "measure_verify_cost": "measure.verify_cost",
+    "verify_verdict": "measure.verify_cost", "flat_but_slow": "measure.verify_cost",
+    "row_price": "measure.verify_cost",
+    # the demo's waterfall: plain decoding, llama.cpp's defaults, then each specnb extension
+    "waterfall": "app.demo", "format_waterfall": "app.demo", "compare": "app.demo",
+    "verdict": "app.demo", "CODE_PROMPTS": "app.demo",
     "CODE_EDIT_REQUEST": "measure.spec_bench", "code_edit_prompt": "measure.spec_bench",
     # figures
     "fig_acceptance_per_position": "figures.runs", "fig_tokens_per_call": "figures.runs",
@@ -52,6 +58,7 @@ _API = {
     "round_cost": "figures.cost_map", "engine_speedup": "figures.cost_map",
     "coverage_speedup": "figures.cost_map", "best_speedup": "figures.cost_map",
     "decode_roofline": "figures.cost_map", "streaming_gb_s": "figures.cost_map",
+    "break_even_alpha": "figures.cost_map", "c_from_bytes": "figures.cost_map",
     "fig_cost_map": "figures.cost_map",
     # the live view's pieces
     "kv_states": "view", "visible": "view", "MARK": "view",
@@ -60,8 +67,10 @@ _API = {
 _MODULES = {"cost": "measure.cost"}
 
 if TYPE_CHECKING:       # for editors and type checkers: the same names, imported statically
-    from .figures.cost_map import (best_speedup, coverage_speedup, decode_roofline, engine_speedup,
-                                   fig_cost_map, round_cost, streaming_gb_s)
+    from .app.demo import CODE_PROMPTS, compare, format_waterfall, verdict, waterfall
+    from .figures.cost_map import (best_speedup, break_even_alpha, c_from_bytes, coverage_speedup,
+                                   decode_roofline, engine_speedup, fig_cost_map, round_cost,
+                                   streaming_gb_s)
     from .figures.maths import (fig_alpha_vs_temperature, fig_draft_confidence, fig_draft_rows,
                                 fig_p_q_overlap, fig_slot_positions, tv_distance)
     from .figures.runs import (fig_acceptance_per_position, fig_round_timeline, fig_rounds_by_impl,
@@ -71,10 +80,11 @@ if TYPE_CHECKING:       # for editors and type checkers: the same names, importe
     from .gguf.file import GGUFFile
     from .gguf.forge import MUTATIONS, mutate_vocab, rewrite, truncate_layers
     from .measure import cost
-    from .measure.bench import batch_costs
+    from .measure.bench import batch_costs, decode_bytes
     from .measure.experiments import measure_cost_ratio, sweep_draft_max
     from .measure.spec_bench import CODE_EDIT_REQUEST, code_edit_prompt
     from .measure.stats import event_stats, examined_counts, run_stats
+    from .measure.verify_cost import flat_but_slow, measure_verify_cost, row_price, verify_verdict
     from .model import Model
     from .model.registry import (REAL_DRAFT, REAL_TARGET, default_draft_path, default_target_path,
                                  describe, gemma_available, gemma_path, model_path)

@@ -11,7 +11,8 @@ import pytest
 
 from specnb import ParamError
 from specnb.measure.bench_llamacpp import find_llama_bench, parse_llama_bench_json
-from specnb.measure.bench_report import cliffs, extra_row_costs, format_bench, format_goals, goals, steps
+from specnb.measure.bench_report import cliffs, format_bench, format_goals, goals, steps
+from specnb.measure.bench import extra_row_costs
 
 DATA = Path(__file__).parent / "data"
 

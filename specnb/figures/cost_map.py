@@ -78,6 +78,27 @@ def best_speedup(alpha: float, c: float, bc: dict, bd: dict | None = None, gamma
     return best_s, best_g
 
 
+def break_even_alpha(c: float, bc: dict, bd: dict | None = None, gammas=GAMMAS) -> float | None:
+    """The least α at which the best draft length of `gammas` breaks even with plain decoding in
+    the engine model (best_speedup = 1), by bisection (the speed-up grows with α); None when even
+    α = 1 does not break even."""
+    if best_speedup(1.0, c, bc, bd, gammas)[0] < 1.0:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if best_speedup(mid, c, bc, bd, gammas)[0] >= 1.0 else (mid, hi)
+    return hi
+
+
+def c_from_bytes(draft, target) -> float:
+    """The cost ratio the bytes predict: the weight bytes a draft step reads over a target
+    step's (measure.bench.decode_bytes). A one-row decode near the memory limit costs about its
+    bytes, so a draft costs about its share of them."""
+    from ..measure.bench import decode_bytes
+    return decode_bytes(draft) / decode_bytes(target)
+
+
 # ---- the one-row decode against the memory floor ------------------------------------------------
 
 def decode_roofline(model, t_token_s: float, gb_s: float) -> dict:

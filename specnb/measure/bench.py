@@ -59,6 +59,20 @@ def macs_per_row(model) -> int:
     return int(n)
 
 
+def extra_row_costs(batch_cost: dict, one_row_s: float, macs_per_row: float, gmacs_s=None) -> dict:
+    """What each row beyond the first costs, from a batch-cost curve (cost(k) = time of k rows /
+    time of 1 row) whose one-row step took one_row_s seconds:
+    extra_row_cost {k: (cost(k) - 1) / (k - 1)} for every k > 1, in one-row steps;
+    ideal_extra_row_cost: macs_per_row at the int8 compute limit (gmacs_s G multiply-adds per
+    second) as a share of the one-row step, the least a row of arithmetic can add (the roofline's
+    compute ceiling, Williams et al. 2009); extra_row_x_limit {k: measured / ideal}.
+    The last two are None without a limit."""
+    per_row = {k: (c - 1.0) / (k - 1) for k, c in batch_cost.items() if k > 1}
+    ideal = macs_per_row / (gmacs_s * 1e9) / one_row_s if gmacs_s and one_row_s > 0 else None
+    return {"extra_row_cost": per_row, "ideal_extra_row_cost": ideal,
+            "extra_row_x_limit": {k: c / ideal for k, c in per_row.items()} if ideal else None}
+
+
 # ---- batch costs ---------------------------------------------------------------------------
 
 def batch_costs(ctx: Context, prefix: list, sizes=BATCH_SIZES, reps: int = 5,
@@ -69,8 +83,21 @@ def batch_costs(ctx: Context, prefix: list, sizes=BATCH_SIZES, reps: int = 5,
     return _batch_costs_side_by_side({"": ctx}, prefix, sizes, reps, stat)[""]
 
 
+def batch_cost_samples(ctx: Context, prefix: list, sizes=BATCH_SIZES, reps: int = 5) -> dict:
+    """{k: [seconds of each repetition]} of k-row verification-style batches after a prefix:
+    every size once per repetition (a slow spell of the machine falls on all sizes alike), so
+    sample i of every size comes from the same pass (measure.verify_cost reads the spread so)."""
+    return _batch_cost_samples({"": ctx}, prefix, sizes, reps)[""]
+
+
 def _batch_costs_side_by_side(ctxs: dict, prefix: list, sizes, reps: int, stat: str = "median") -> dict:
     # {name: Context} -> {name: {k: median seconds}}, the contexts taking turns call by call
+    agg = min if stat == "min" else statistics.median
+    return {name: {k: agg(v) for k, v in t.items()}
+            for name, t in _batch_cost_samples(ctxs, prefix, sizes, reps).items()}
+
+
+def _batch_cost_samples(ctxs: dict, prefix: list, sizes, reps: int) -> dict:
     P = len(prefix)
     for ctx in ctxs.values():
         ctx.clear()
@@ -93,8 +120,7 @@ def _batch_costs_side_by_side(ctxs: dict, prefix: list, sizes, reps: int, stat: 
         for k in sizes:
             for name, ctx in ctxs.items():
                 times[name][k].append(run(ctx, toks[k]))
-    agg = min if stat == "min" else statistics.median
-    return {name: {k: agg(v) for k, v in t.items()} for name, t in times.items()}
+    return times
 
 
 # ---- the machine's streaming bandwidth ---------------------------------------------------------
@@ -184,7 +210,6 @@ class ModelBench:
 
     def result(self, sizes, reps, bandwidth_gb_s, int8_gmacs_s=None) -> dict:
         # int8_gmacs_s: the int8 compute limit (kernels/tuning.py), the q8 mode's ideal extra row
-        from .bench_report import extra_row_costs
         times = _batch_costs_side_by_side(self.ctxs, self.prompt[:64], sizes, reps)
         first = next(iter(self.ctxs.values()))
         nb = decode_bytes(self.model)

@@ -4,10 +4,12 @@
     goals(r)           [(goal, measured, met)], met True / False / None (not measured in this run)
                        or, for the goals that depend on the activation mode, {mode: that}
     format_goals(r)    goals(r) as text, each goal marked met or MISSED
-    extra_row_costs()  what each row beyond the first costs, beside its cost at the int8 compute
-                       limit (kernels/tuning.py): the roofline's compute ceiling for a batch row
+(what each row beyond the first costs, beside its cost at the int8 compute limit, is bench.py's
+extra_row_costs; the price it is judged by is measure/verify_cost.py's)
 """
 from __future__ import annotations
+
+from .verify_cost import EXTRA_ROW_CHEAP
 
 MIN_BANDWIDTH_FRAC = 0.7        # of the machine's streaming bandwidth, while decoding (the bench probe)
 PAIR_BATCH_GOALS = ((3, 1.2), (5, 1.5), (9, 2.5))     # (rows, at most this many one-row decodes)
@@ -18,23 +20,9 @@ PAIR_SPEEDUP_GOAL = 1.3         # speculative tok/s / llama.cpp's plain tok/s of
 CLIFF_FACTOR, CLIFF_MIN = 2.0, 0.0
 # a row beyond the first, in one-row steps, at most (by SIMD level; the others: the AVX2 bound) at
 # k = EXTRA_ROW_KS rows: one VNNI instruction does the 64-byte dot product AVX2 does in two pairs
-EXTRA_ROW_GOALS = {"avx512": 0.15, "avx2": 0.25}
-EXTRA_ROW_DEFAULT_GOAL = 0.25
+EXTRA_ROW_GOALS = {"avx512": 0.15, "avx2": EXTRA_ROW_CHEAP}
+EXTRA_ROW_DEFAULT_GOAL = EXTRA_ROW_CHEAP
 EXTRA_ROW_KS = (5, 9)
-
-
-def extra_row_costs(batch_cost: dict, one_row_s: float, macs_per_row: float, gmacs_s=None) -> dict:
-    """What each row beyond the first costs, from a batch-cost curve (cost(k) = time of k rows /
-    time of 1 row) whose one-row step took one_row_s seconds:
-    extra_row_cost {k: (cost(k) - 1) / (k - 1)} for every k > 1, in one-row steps;
-    ideal_extra_row_cost: macs_per_row at the int8 compute limit (gmacs_s G multiply-adds per
-    second) as a share of the one-row step, the least a row of arithmetic can add (the roofline's
-    compute ceiling, Williams et al. 2009); extra_row_x_limit {k: measured / ideal}.
-    The last two are None without a limit."""
-    per_row = {k: (c - 1.0) / (k - 1) for k, c in batch_cost.items() if k > 1}
-    ideal = macs_per_row / (gmacs_s * 1e9) / one_row_s if gmacs_s and one_row_s > 0 else None
-    return {"extra_row_cost": per_row, "ideal_extra_row_cost": ideal,
-            "extra_row_x_limit": {k: c / ideal for k, c in per_row.items()} if ideal else None}
 
 
 def _modes(r):

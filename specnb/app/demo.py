@@ -136,6 +136,9 @@ def _row(plain, spec) -> dict:
     n_dft = sum(len(ev.slot.draft) for ev in events if ev.slot.impl == "draft-simple" and not ev.slot.replay)
     rows = sum(1 + len(ev.slot.draft) for ev in events) / n
     t_verify = sum(ev.t_verify for ev in events) / n
+    # the price of a verification row, from the rounds that drafted (a plain round has no extra row)
+    drafted = [ev for ev in events if ev.slot.draft]
+    extra = sum(len(ev.slot.draft) for ev in drafted)
     busy = [x for x in (p_share, s_share) if x is not None]
     return {"identical": p.tokens == s.tokens, "n_tokens": len(s.tokens),
             "plain_tok_s": p.tok_per_s, "spec_tok_s": spec_tok_s,
@@ -288,8 +291,8 @@ def format_waterfall(w: dict) -> list:
     L += [f"  speed-up: the median over {len(w['prompts'])} prompts x {len(w['samplings'])} samplings "
           f"({w['n_predict']} tokens) of tok/s over plain decoding's on the same prompt; c: the draft's "
           f"time per drafted token in the loop (drafting and process()) over plain decoding's time "
-          f"per token; verify/row: the verification batch's time beyond one plain step, per extra "
-          f"row, over a plain step; accepted: the share of drafted tokens accepted; same: output "
+          f"per token; verify/row: in the rounds that drafted, the verification batch's time beyond "
+          f"one plain step, per extra row, over a plain step; accepted: the share of drafted tokens accepted; same: output "
           f"identical to plain decoding on every prompt"]
     busy = max((s["busy"] for s in w["stages"] if s["busy"] is not None), default=None)
     if busy is not None and busy > QUIET:

@@ -68,3 +68,28 @@ def test_architecture_names_every_module_of_every_folder():
     assert set(named) == set(actual), set(named) ^ set(actual)
     for folder, modules in actual.items():
         assert named[folder] - {"__init__"} == modules - {"__init__"}, (folder, named[folder] ^ modules)
+
+
+def test_readme_gives_master_only_masters_flags():
+    """README's speculative-simple flags: what it calls master 34af94cd's are master's (its
+    --spec-draft-n-max takes an integer only; auto, heuristic, the lookup-cache files and
+    --verify are specnb's), and specnb's follow the "beyond llama.cpp" label."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    item = re.search(r"^- \*\*speculative-simple\*\*:(.*?)(?=^- \*\*|^\s*$)", text, re.M | re.S)
+    assert item, "README.md has no '- **speculative-simple**:' flag list"
+    body = " ".join(item.group(1).split())
+    cut = body.lower().find("beyond llama.cpp")
+    masters, sep, beyond = body[:cut], cut >= 0, body[cut:]
+    assert sep and "master 34af94cd" in masters, body
+    for specnb_only in ("auto", "heuristic", "-lcs", "-lcd", "--verify", "rejection", "--no-reeval", "-np"):
+        assert specnb_only not in masters, f"README lists {specnb_only} among master's flags: {masters}"
+        assert specnb_only in beyond, f"README does not label {specnb_only} as specnb's"
+
+
+def test_readme_bit_identity_is_claimed_for_exact_verification_only():
+    """Bit-identical to plain decoding holds with exact verification (llama.cpp's); rejection
+    sampling is lossless in distribution only."""
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    claim = re.search(r"[^.]*\*bit-identical\* to plain decoding[^.]*\.", text)
+    assert claim and "exact verification" in claim.group(), claim and claim.group()
+    assert re.search(r"--verify rejection.{0,80}lossless in distribution", text)

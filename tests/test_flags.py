@@ -138,6 +138,17 @@ def test_extensions_are_labelled():
         assert F.BEYOND not in F.help_line(F.flag(name)), name
 
 
+def test_verify_says_which_mode_is_whose():
+    """--verify has a help line naming exact as llama.cpp's verification and rejection as specnb's
+    (lossless in distribution, not token for token)."""
+    f = F.flag("--verify")
+    assert f.help.strip() and F.help_line(f).startswith(F.BEYOND)
+    assert "exact = llama.cpp's" in f.help and "rejection = specnb's" in f.help, f.help
+    assert "same distribution but not the same tokens" in f.help, f.help
+    text = _squash(_sub("speculative-simple").format_help())
+    assert _squash(F.help_line(f)) in text
+
+
 def test_docs_flag_list_is_the_table():
     """docs/commands.md holds docs_section() verbatim (regenerate: python -m specnb.app.flags
     docs/commands.md)."""

@@ -551,7 +551,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "$SPECNB_LLAMA_BENCH)")
     p.add_argument("--policies", nargs="?", const="plain,1,2,4,8,heuristic,auto", default=None,
                    metavar="P,P,...", help="instead: one table prompt x draft-length policy "
-                   "(plain, N, heuristic[:CAP], auto[:CAP]; default plain,1,2,4,8,heuristic,auto), "
+                   "(plain, N, heuristic[:CAP], auto[:CAP]; default plain,1,2,4,8,heuristic,auto; "
+                   "heuristic and auto are specnb's, beyond llama.cpp, whose draft length is a "
+                   "fixed N), "
                    "tok/s and speed-up, code prompts greedy and the poem sampled")
     p.add_argument("--prompts", default=None, metavar="LABEL,...",
                    help="--policies: only these prompts (write a function, edit a function, "

@@ -9,8 +9,9 @@
    every prompt (it must be: the target's own sampler decides every token). The headline is the
    fastest line whose output was, with the speculative-simple command that runs it on any prompt.
 2. A prompt where acceptance is low (a poem): llama.cpp's defaults, why they run as fast as they
-   do in one line, and the headline configuration with --spec-draft-n-max auto, which measures
-   whether drafting pays and stops when it does not.
+   do in one line, and the headline configuration with --spec-draft-n-max auto [specnb, beyond
+   llama.cpp: llama.cpp's draft length is a fixed integer], which measures whether drafting pays
+   and stops when it does not.
 3. The SmolLM2 teaching pair, briefly: its stand-in draft costs about as much as its target.
 
 `waterfall()` is part 1's measurement (WATERFALL its lines, one tuple each), which `specnb bench
@@ -156,7 +157,8 @@ def _row(plain, spec) -> dict:
             # drafted, over plain decoding's time per token (None: it drafted none)
             "c": t_draft / n_dft / u if n_dft and u else None,
             # the verification batch's price per row beyond the first, over a plain step
-            "verify_row": (t_verify - u) / (rows - 1) / u if rows > 1 and u else None,
+            "verify_row": ((sum(ev.t_verify for ev in drafted) - u * len(drafted)) / extra / u
+                           if extra and u else None),
             "draft_len": draft_len, "busy": max(busy) if busy else None, "text": s.text}
 
 
@@ -436,9 +438,9 @@ def demo(n_predict: int = 64, n_threads=None, backend: str = "cpu", json_out: bo
          f"draft's and the verification's measured costs, acceptance and whether the output is "
          f"plain decoding's; the fastest lossless line and its command")
     echo("  2. a prose prompt where acceptance is low: llama.cpp's defaults and why they run as "
-         "fast as they do, then the headline with --spec-draft-n-max auto, which measures whether "
-         "drafting pays")
-    echo("  3. the SmolLM2 teaching pair, briefly (llama.cpp's defaults and auto)")
+         f"fast as they do, then the headline with --spec-draft-n-max auto {BEYOND} (llama.cpp's "
+         "draft length is a fixed integer), which measures whether drafting pays")
+    echo(f"  3. the SmolLM2 teaching pair, briefly (llama.cpp's defaults, then specnb's auto {BEYOND})")
     echo("Six configurations take turns with plain decoding on six prompt runs: 19 minutes on a busy "
          "2-core AMD EPYC Zen 3 (docs/benchmarks.md), less on a quiet one (a run during which other "
          "processes took the CPU is run again); the first run also assembles the real pair (1.6 GB, "

@@ -279,10 +279,13 @@ FLAGS: tuple[Flag, ...] = (
          shown="draft-simple with -md or the default draft", master="none", why="c392e50's rule",
          note="at master 34af94cd llama-speculative-simple -md F alone exits with 'failed to "
               "initialize speculative decoding': give --spec-type draft-simple there"),
-    Flag(("--verify",), "verify", "how the target checks a draft: exact = llama.cpp's (the target's "
-         "sampler draws each token and a draft token is kept while it equals the draw), rejection = "
-         "speculative sampling (Leviathan et al. 2023, specnb.speculation.verify), the same "
-         "distribution but not the same tokens", default="exact", choices=("exact", "rejection"),
+    Flag(("--verify",), "verify", "how the target checks a draft: exact = llama.cpp's, the only "
+         "way llama-speculative-simple verifies (the target's sampler draws each token and a draft "
+         "token is kept while it equals the draw; in specnb the output is plain decoding's, token for token); "
+         "rejection = specnb's speculative sampling (Leviathan et al. 2023, "
+         "specnb.speculation.verify): the draft samples its tokens and the target keeps each with "
+         "probability min(1, p/q), the same distribution but not the same tokens",
+         default="exact", choices=("exact", "rejection"),
          group="speculative", field="spec.verify", commands=SPEC, master=ABSENT),
     Flag(("--no-reeval",), "no_reeval", "keep the draft's KV rows instead of re-evaluating them in "
          "process() (llama-server's TAG_SPEC_AVOID_DRAFT_REEVAL idea)", action="store_true",

@@ -1,2 +1,3 @@
-"""What people run: the command line (`cli`, `python -m specnb`), the demo (`demo`) and the
-notebook executor (`notebooks`, `python -m specnb.app.notebooks`)."""
+"""What people run: the command line (`cli`, `python -m specnb`), the demo (`demo`), the
+notebook executor (`notebooks`, `python -m specnb.app.notebooks`) and the capstone's checks
+(`exercise`, docs/exercise.md)."""

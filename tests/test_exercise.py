@@ -1,0 +1,331 @@
+"""The capstone's checks (specnb/app/exercise.py, docs/exercise.md): the reference solution
+(tests/exercise_solution.py) passes every check, and each usual mistake is caught with a message
+that names it. Tiny forged models, except check_trace (the recorded run is on the default pair)."""
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import exercise_solution as S
+from specnb import Batch
+from specnb.app import exercise
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """The exercise's tiny pair, forged into a temporary folder."""
+    return exercise.exercise_models(exercise.tiny_pair_paths(tmp_path_factory.mktemp("exercise")))
+
+
+def caught(check, *args, words=(), **kw) -> str:
+    with pytest.raises(AssertionError) as e:
+        check(*args, **kw)
+    msg = str(e.value)
+    for w in words:
+        assert w in msg, f"{w!r} not in: {msg}"
+    return msg
+
+
+# ---- the solution passes ------------------------------------------------------------------------
+def test_the_solution_passes_steps_1_to_3(models, capsys):
+    exercise.check_draft(S.draft, models=models)
+    exercise.check_sample_and_accept_n(S.sample_and_accept_n, models=models)
+    exercise.check_round(S.speculative_round, S.draft, models=models)
+    out = capsys.readouterr().out
+    assert out.count("passed") == 3
+    # the cases reach every stopping rule and every kind of round
+    n = {k: int(v) for v, k in re.findall(r"(\d+) (stopped by n_max|by p_min|dropped under n_min|"
+                                          r"full acceptances|stopped at a rejection|fully accepted|partly|"
+                                          r"rejected at once|empty drafts)", out)}
+    assert len(n) == 9 and all(v > 0 for v in n.values()), out
+
+
+def test_the_tiny_pair_has_the_default_pairs_tensor_types(models, tmp_path):
+    from specnb.run.backend_cpu import model_qtypes
+    tgt, dft = models
+    assert model_qtypes(tgt) == (8, {3, 8}) and model_qtypes(dft) == (8, {2})   # Q8_0 emb; Q4_1+Q8_0; Q4_0
+    a = exercise.tiny_pair_paths(tmp_path)
+    mtime = Path(a[0]).stat().st_mtime_ns
+    assert exercise.tiny_pair_paths(tmp_path) == a and Path(a[0]).stat().st_mtime_ns == mtime   # forged once
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(Path(p).name for p in a)         # no leftovers
+
+
+# ---- step 1: broken drafts --------------------------------------------------------------------------
+def _draft(mistake):
+    """The solution's draft with one mistake."""
+    def draft(ctx_dft, smpl, id_last, n_past, n_max, n_min=0, p_min=0.0):
+        smpl.reset()
+        ctx_dft.decode(Batch().add(id_last, n_past, 0, True))
+        result, i = [], 0
+        while True:
+            smpl.sample(ctx_dft, 0)
+            cur = smpl.get_candidates(True)
+            tok, p = int(cur.ids[0]), float(cur.p[0])
+            if mistake == "full-vocab p":
+                row = ctx_dft.get_logits_ith(0).astype(np.float64)
+                p = float(1.0 / np.exp(row - row.max()).sum())
+            if mistake == "push then test p_min":
+                result.append(tok)
+                if p < p_min:
+                    break
+            elif p < p_min and mistake != "ignore p_min":
+                break
+            else:
+                result.append(tok)
+            if len(result) >= n_max + (mistake == "past n_max") and mistake != "decode the last":
+                break
+            pos = n_past + i + (mistake != "decode at n_past + i")
+            ctx_dft.decode(Batch().add(tok, pos, 0, True))
+            if mistake == "decode the last" and len(result) >= n_max:
+                break
+            i += 1
+        if len(result) < n_min and mistake != "ignore n_min":
+            result = []
+        return result
+    return draft
+
+
+@pytest.mark.parametrize("mistake,words", [
+    ("past n_max", ["past n_max"]),
+    ("ignore p_min", ["< p_min", "stops before pushing it"]),
+    ("push then test p_min", ["stops before pushing it"]),
+    ("ignore n_min", ["shorter than n_min"]),
+    ("full-vocab p", ["top-10", "not of the whole vocabulary"]),
+    ("decode the last", ["rows on ctx_dft", "not decoded"]),
+    ("decode at n_past + i", ["BatchError", "not contiguous"]),
+])
+def test_check_draft_catches(models, mistake, words):
+    caught(exercise.check_draft, _draft(mistake), models=models, words=["check_draft: n_past="] + words)
+
+
+# ---- step 2: broken verifications --------------------------------------------------------------------
+def _verify(mistake):
+    def sample_and_accept_n(smpl, ctx_tgt, draft):
+        ids = []
+        for i, d in enumerate(draft):
+            tok = smpl.sample(ctx_tgt, i + (mistake == "row off by one"))
+            if mistake != "no accept":
+                smpl.accept(tok)
+            if tok != d:
+                ids.append(d if mistake == "keep the draft token" else tok)
+                if mistake == "one too many":
+                    extra = smpl.sample(ctx_tgt, i + 1)
+                    smpl.accept(extra)
+                    ids.append(extra)
+                return ids
+            ids.append(tok)
+        if mistake != "no bonus":
+            tok = smpl.sample(ctx_tgt, len(draft))
+            if mistake != "no accept":
+                smpl.accept(tok)
+            ids.append(tok)
+        return ids
+    return sample_and_accept_n
+
+
+@pytest.mark.parametrize("mistake,words", [
+    ("one too many", ["one token too many"]),
+    ("no bonus", ["no bonus token"]),
+    ("keep the draft token", ["you returned the draft's token", "replaces the rejected draft token"]),
+    ("no accept", ["the sampler accepted", "smpl.accept(id)"]),
+    ("row off by one", ["expected", "got"]),
+])
+def test_check_sample_and_accept_n_catches(models, mistake, words):
+    caught(exercise.check_sample_and_accept_n, _verify(mistake), models=models,
+           words=["check_sample_and_accept_n: sampler "] + words)
+
+
+def test_check_sample_and_accept_n_catches_a_decode(models):
+    def decodes(smpl, ctx_tgt, draft):
+        ctx_tgt.decode(Batch().add(0, ctx_tgt.seq_pos_max(0) + 1, 0, True))
+        return S.sample_and_accept_n(smpl, ctx_tgt, draft)
+    caught(exercise.check_sample_and_accept_n, decodes, models=models, words=["decoded 1 batch"])
+
+
+def test_check_sample_and_accept_n_catches_an_extra_random_draw(models):
+    def extra_draw(smpl, ctx_tgt, draft):
+        ids = S.sample_and_accept_n(smpl, ctx_tgt, draft)
+        if len(ids) <= len(draft):        # after a rejection, sample the next row too (and drop it)
+            smpl.sample(ctx_tgt, len(ids))
+        return ids
+    caught(exercise.check_sample_and_accept_n, extra_draw, models=models, words=["random numbers"])
+
+
+# ---- step 3: broken rounds ---------------------------------------------------------------------------
+def _round(mistake):
+    def speculative_round(ctx_tgt, ctx_dft, smpl, id_last, n_past, draft_fn):
+        dft = draft_fn(id_last, n_past)
+        if mistake != "no draft rollback":
+            ctx_dft.seq_rm(0, n_past, -1)
+        batch = Batch().add(id_last, n_past, 0, True)
+        for i, d in enumerate(dft):
+            batch.add(d, n_past + 1 + i, 0, True)
+        ctx_tgt.decode(batch)
+        if mistake != "no replay":
+            ctx_dft.decode(Batch.from_tokens(batch.tokens, n_past, 0, "none"))
+        ids = S.sample_and_accept_n(smpl, ctx_tgt, dft)
+        if mistake == "seq_rm before n_past moves":
+            ctx_tgt.seq_rm(0, n_past, -1)
+        n_past += len(ids) - (mistake == "forget id_last")
+        id_last = ids[0] if mistake == "id_last = ids[0]" else ids[-1]
+        if mistake != "no seq_rm":
+            ctx_tgt.seq_rm(0, n_past + (mistake == "seq_rm at n_past + 1"), -1)
+        ctx_dft.seq_rm(0, n_past, -1)
+        return dft, ids, n_past, id_last
+    return speculative_round
+
+
+@pytest.mark.parametrize("mistake,words", [
+    ("seq_rm at n_past + 1", ["target KV cache must hold exactly [0, n_past)", "still holds positions"]),
+    ("no seq_rm", ["target KV cache", "drops the rejected rows"]),
+    ("seq_rm before n_past moves", ["target KV cache", "committed rows were lost"]),
+    ("forget id_last", ["n_past after the round", "id_last's row counts too"]),
+    ("id_last = ids[0]", ["id_last after the round", "the first id"]),
+    ("no draft rollback", ["BatchError", "roll it back with ctx_dft.seq_rm(0, n_past, -1)"]),
+    ("no replay", ["draft KV cache", "replay the verification batch"]),
+])
+def test_check_round_catches(models, mistake, words):
+    caught(exercise.check_round, _round(mistake), S.draft, models=models, words=["check_round: greedy"] + words)
+
+
+def test_check_round_catches_a_round_that_drafts_twice_or_not_at_all(models):
+    def twice(ctx_tgt, ctx_dft, smpl, id_last, n_past, draft_fn):
+        draft_fn(id_last, n_past)
+        ctx_dft.seq_rm(0, n_past, -1)
+        return S.speculative_round(ctx_tgt, ctx_dft, smpl, id_last, n_past, draft_fn)
+    caught(exercise.check_round, twice, S.draft, models=models, words=["call draft_fn(id_last, n_past) once"])
+    caught(exercise.check_round, lambda *a: (1, 2), S.draft, models=models,
+           words=["must return (draft, ids, n_past, id_last)"])
+    caught(exercise.check_round, lambda *a: ([], [], 0, 0), S.draft, models=models, words=["ids is empty"])
+
+
+def test_check_round_names_a_wrong_draft_or_verification(models):
+    caught(exercise.check_round, S.speculative_round, _draft("past n_max"), models=models,
+           words=["the draft differs", "check_draft"])
+
+    def round_with(verify):
+        def speculative_round(ctx_tgt, ctx_dft, smpl, id_last, n_past, draft_fn):
+            old = S.sample_and_accept_n
+            S.sample_and_accept_n = verify
+            try:
+                return S.speculative_round(ctx_tgt, ctx_dft, smpl, id_last, n_past, draft_fn)
+            finally:
+                S.sample_and_accept_n = old
+        return speculative_round
+    caught(exercise.check_round, round_with(_verify("no bonus")), S.draft, models=models,
+           words=["no bonus token", "check_sample_and_accept_n"])
+
+
+# ---- step 3 against llama.cpp's recorded run ---------------------------------------------------------
+def test_the_recorded_trace_reads():
+    tr, counts = exercise.read_trace(), exercise.read_counts()
+    assert tr["prompt_ids"] == [6403, 1980, 253, 655] and len(tr["steps"]) == 64
+    assert sum(a + 1 for _, a, _ in tr["steps"]) == len(tr["generated_ids"]) == 129
+    assert [t for d, a, t in tr["steps"] for t in d[:a] + [t]] == tr["generated_ids"]
+    assert counts == {"n_draft": 3, "n_predict": 33, "n_drafted": 42, "n_accept": 19}
+
+
+@pytest.mark.slow
+def test_check_trace(capsys):
+    from specnb.model.registry import REGISTRY, DEFAULT_TARGET, check_parts
+    if not check_parts(REGISTRY[DEFAULT_TARGET]).ok:
+        pytest.skip("the default target is not installed")
+    exercise.check_trace(S.speculative_round, S.draft)
+    assert "n_predict = 33, n_drafted = 42, n_accept = 19" in capsys.readouterr().out
+    caught(exercise.check_trace, _round("forget id_last"), S.draft, words=["recorded step 0", "id_last's row"])
+    caught(exercise.check_trace, S.speculative_round, _draft("past n_max"),
+           words=["n_predict = 33, n_drafted = 42, n_accept = 19; your rounds give"])
+
+
+# ---- step 4 --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def measured(models):
+    """The solution's step-4 numbers on the tiny pair (its counts are deterministic; the checks of
+    the two ratios use the dict's own times)."""
+    pair = exercise.exercise_pair(models, n_ctx=exercise.N_CTX)
+    prompt = models[0].vocab.tokenize(exercise.PROMPT)
+    return S.measure(pair.ctx_tgt, pair.ctx_dft, prompt, 48, 3)
+
+
+def test_check_speedup_reports_both(models, measured, capsys):
+    exercise.check_speedup(lambda *a: dict(measured), models=models)
+    out = capsys.readouterr().out
+    m = re.search(r"measured (\d+\.\d+)x, predicted (\d+\.\d+)x", out)
+    assert m and math.isclose(float(m.group(1)), measured["measured"], abs_tol=0.006)
+    assert math.isclose(float(m.group(2)), measured["predicted"], abs_tol=0.006)
+    assert "one-row target steps" in out and "break-even" in out and "quick measurement" in out
+    assert ("speculation wins" in out) == (measured["predicted"] > 1)
+
+
+def test_check_speedup_runs_the_solution(models, capsys):
+    exercise.check_speedup(S.measure, models=models, n_predict=16, n_max=2)
+    assert "check_speedup: measured" in capsys.readouterr().out
+
+
+def _with(base, change):
+    def measure(*a):
+        d = dict(base)
+        for k, f in change.items():
+            if f is None:
+                del d[k]
+            else:
+                d[k] = f(d)
+        return d
+    return measure
+
+
+def _tau(d):
+    return d["n_tokens"] / d["n_rounds"]
+
+
+@pytest.mark.parametrize("change,words", [
+    (dict(predicted=lambda d: _tau(d) / (3 * d["c"] + 1)), ["Leviathan"]),
+    (dict(predicted=lambda d: _tau(d) / (3 * d["c"] + d["bc"][4])), ["leaves out the draft's replay"]),
+    (dict(predicted=lambda d: _tau(d) / (4 * d["c"] + d["bc"][4] + d["c"] * d["bd"][4])), ["not γ+1"]),
+    (dict(predicted=lambda d: _tau(d) / (3 * d["c"] + d["bc"][3] + d["c"] * d["bd"][3])), ["has γ+1 rows"]),
+    (dict(measured=lambda d: 1 / d["measured"]), ["upside down"]),
+    (dict(measured=lambda d: d["t_plain"] / d["t_spec"]), ["times per token"]),
+    (dict(bc=lambda d: {k: v * 1e-3 for k, v in d["bc"].items()}), ["bc[1] = 0.001", "divide every k-row time"]),
+    (dict(bd=lambda d: {1: 1.0, 2: 1.1}), ["bd needs the rows 1..n_max+1", "[3, 4] missing"]),
+    (dict(n_tokens=lambda d: d["n_tokens"] - d["n_rounds"]), ["each round commits len(ids) tokens"]),
+    (dict(c=None), ["lacks c"]),
+])
+def test_check_speedup_catches(models, measured, change, words):
+    caught(exercise.check_speedup, _with(measured, change), models=models, words=["check_speedup: "] + words)
+
+
+# ---- the page ------------------------------------------------------------------------------------------
+def test_the_page_names_what_exists():
+    """Every code block of docs/exercise.md parses; what it imports from specnb exists; the
+    functions it asks for are the solution's, with its parameters."""
+    import ast
+    import importlib
+    import inspect
+    text = (ROOT / "docs" / "exercise.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 5
+    imported, asked = {}, {}
+    for block in blocks:
+        for node in ast.walk(ast.parse(block)):
+            if isinstance(node, ast.ImportFrom) and node.module.startswith("specnb"):
+                imported.setdefault(node.module, set()).update(a.name for a in node.names)
+            elif isinstance(node, ast.FunctionDef):
+                asked[node.name] = [a.arg for a in node.args.args]
+    names = imported.get("specnb.app.exercise", set()) | set(re.findall(r"\bexercise\.(\w+)", text))
+    assert {"check_draft", "check_sample_and_accept_n", "check_round", "check_trace", "check_speedup",
+            "draft_sampler", "exercise_pair"} <= names
+    for module, ns in [*imported.items(), ("specnb.app.exercise", names)]:
+        mod = importlib.import_module(module)
+        missing = sorted(n for n in ns if not hasattr(mod, n))
+        assert not missing, f"docs/exercise.md names {missing}, which {module} lacks"
+    assert set(asked) == {"draft", "sample_and_accept_n", "speculative_round", "measure"}
+    for fn, params in asked.items():
+        assert list(inspect.signature(getattr(S, fn)).parameters)[:len(params)] == params, fn
+    # the calls the page shows and the checks' docstrings agree on the signatures
+    for fn, check in (("draft", exercise.check_draft), ("speculative_round", exercise.check_round),
+                      ("measure", exercise.check_speedup)):
+        assert ", ".join(asked[fn][:4]) in " ".join(check.__doc__.split()), fn

@@ -294,8 +294,8 @@ def format_waterfall(w: dict) -> list:
           f"({w['n_predict']} tokens) of tok/s over plain decoding's on the same prompt; c: the draft's "
           f"time per drafted token in the loop (drafting and process()) over plain decoding's time "
           f"per token; verify/row: in the rounds that drafted, the verification batch's time beyond "
-          f"one plain step, per extra row, over a plain step; accepted: the share of drafted tokens accepted; same: output "
-          f"identical to plain decoding on every prompt"]
+          f"one plain step, per extra row, over a plain step; accepted: the share of drafted tokens "
+          f"accepted; same: output identical to plain decoding on every prompt"]
     busy = max((s["busy"] for s in w["stages"] if s["busy"] is not None), default=None)
     if busy is not None and busy > QUIET:
         L.append(f"  busy machine: other processes took up to {100 * busy:.0f}% of the CPU during "

@@ -122,7 +122,8 @@ def verify_verdict(v: VerifyCost, gamma: int = 4) -> str:
               f"{100 * share:.0f}% of the streaming bandwidth, "
               + ("so it is spent mostly reading weights, which every row of a batch shares; "
                  if share >= MEMORY_BOUND_SHARE else
-                 "so reading the weights is not what sets its time: per-weight arithmetic or fixed per-call work does; "))
+                 "so reading the weights is not what sets its time: per-weight arithmetic or fixed per-call "
+                 "work does; "))
     s += (f"each row beyond the first costs {v.extra_row:.2f} of a one-row step (from {lo:.2f} to {hi:.2f} over the "
           f"repetitions)")
     if v.ideal_extra_row:
@@ -146,4 +147,5 @@ def flat_but_slow(q8: VerifyCost, f32: VerifyCost) -> str:
                "by all the rows of a batch; it outweighs the per-row arithmetic, so the rows look cheap against a slow "
                "step. " if flatter else "")
             + f"Counted in time, an extra row costs {1e3 * f32.extra_row * f32.one_row_s:.1f} ms in f32 and "
-            f"{1e3 * q8.extra_row * q8.one_row_s:.1f} ms in q8: a flat curve is worth something only beside a fast step.")
+            f"{1e3 * q8.extra_row * q8.one_row_s:.1f} ms in q8: a flat curve is worth something only beside a "
+            "fast step.")

@@ -35,3 +35,32 @@ def measured_phrases(text: str) -> list[str]:
     allowed = " ".join(m.group(1) for m in NOT_MEASURED.finditer(text))
     prose = _CODE.sub(" ", _LINK_TARGET.sub("]", NOT_MEASURED.sub(" ", text)))
     return [m.group() for m in MEASURED.finditer(prose) if m.group() not in allowed]
+
+
+# ---- verdicts ------------------------------------------------------------------------------------
+# A sentence that judges (wins, loses, pays, nearly free, memory-bound, ...) is a verdict: like a
+# number, it must come from the cell that measured it (a say() whose words the measurement
+# chooses), or say what it depends on (a condition: if, when, where, whether, depends, can, ...).
+VERDICT = re.compile(
+    r"\b(?:win|wins|won|winning|lose|loses|lost|losing|pays?\s+off|paid\s+off|pays\s+for\s+itself"
+    r"|breaks?\s+even|(?:nearly|almost|practically)\s+(?:free|so)|close\s+to\s+one\s+row|comes?\s+near"
+    r"|(?:memory|compute|weight|bandwidth)-bound|beats?|faster\s+than|slower\s+than)\b", re.I)
+CONDITION = re.compile(
+    r"\b(?:if|when|whenever|where|wherever|whether|unless|until|depends?|depending|would|could|can|cannot"
+    r"|may|might|must|needs?|should|as\s+long\s+as|once|predicts?|rule)\b|\?", re.I)
+_SENTENCE = re.compile(r"(?<=[.!?:;])\s+|\n\s*[-*|#]|\n\n")
+
+
+def verdict_phrases(text: str) -> list[str]:
+    """The sentences of a piece of prose that state a verdict without a condition (see VERDICT
+    and CONDITION), minus those its `not measured:` comments list. Code and link targets are not
+    prose."""
+    allowed = " ".join(m.group(1) for m in NOT_MEASURED.finditer(text))
+    prose = _CODE.sub(" ", _LINK_TARGET.sub("]", NOT_MEASURED.sub(" ", text)))
+    out = []
+    for s in _SENTENCE.split(prose):
+        s = " ".join(s.split())
+        m = VERDICT.search(s)
+        if m and not CONDITION.search(s) and m.group() not in allowed:
+            out.append(s if len(s) <= 160 else s[:157] + "...")
+    return out

@@ -212,6 +212,21 @@ def test_prose_quotes_no_number_that_no_cell_produced(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_prose_states_no_verdict_that_no_cell_measured(path):
+    """A verdict (wins, loses, pays off, nearly free, memory-bound, faster than, ...) in a
+    notebook's prose is chosen by the cell that measured it (say() with words picked by the
+    numbers) or says what it depends on; hand-written Markdown and the literal parts of say()
+    templates state none unconditionally (a `not measured:` comment lists definitions)."""
+    from prose_rule import verdict_phrases
+    bad = []
+    for i, cell in enumerate(load(path)["cells"]):
+        src = source(cell)
+        texts = [src] if cell["cell_type"] == "markdown" else say_templates(src) if cell["cell_type"] == "code" else []
+        bad += [f"cell {i}: {v!r}" for t in texts for v in verdict_phrases(t)]
+    assert not bad, f"{path.name}: verdicts typed into prose instead of chosen by a measurement: {bad}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_said_sentences_were_shown(path):
     """A cell that says something stored what it said (Markdown output), so the static page has it."""
     for i, cell in enumerate(load(path)["cells"]):
@@ -254,6 +269,32 @@ def test_each_notebook_fits_its_time(path):
         f"{path.name}: recorded execution {t} s, over {COURSE_MAX_S} s"
 
 
+# notebook 06 is one class period: at most this many cells, Markdown words and recorded seconds
+PERIOD_CELLS, PERIOD_WORDS, PERIOD_S = 30, 2200, 120
+
+
+def test_cost_notebook_fits_one_period():
+    """06 (cost and speed) fits a 50-minute period: its synthetic acceptance, accounting table and
+    many-sequence model live in 08's appendix."""
+    nb = load(ROOT / "notebooks" / "06_cost_and_speed.ipynb")
+    words = sum(len(source(c).split()) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert len(nb["cells"]) <= PERIOD_CELLS, f"06 has {len(nb['cells'])} cells, over {PERIOD_CELLS}"
+    assert words <= PERIOD_WORDS, f"06 has {words} words of Markdown, over {PERIOD_WORDS}"
+    t = nb["metadata"].get("specnb", {}).get("executed_s")
+    assert t is not None and t <= PERIOD_S, f"06's recorded execution {t} s, over {PERIOD_S} s"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_answer_hides_in_the_source(path):
+    """An exercise's answer is computed by its cell at run time and explained in a collapsed
+    Markdown block; no code cell with its source hidden checks an answer (those checks are
+    tests: tests/test_notebook_answers.py)."""
+    for i, cell in enumerate(load(path)["cells"]):
+        if cell["cell_type"] == "code":
+            hidden = cell.get("metadata", {}).get("jupyter", {}).get("source_hidden", False)
+            assert not hidden, f"{path.name} cell {i}: a code cell with its source hidden"
+
+
 def test_teaching_guide_quotes_the_recorded_times():
     """docs/teaching.md's table of run times is the one specnb.app.notebooks writes from metadata."""
     from specnb.app.notebooks import TIMES_BEGIN, TIMES_END, times_table
@@ -269,7 +310,7 @@ def test_course_docs_quote_no_hand_typed_measurement(doc):
     """The README's course section and the teaching guide quote no measured number by hand
     (the guide's times come from the recorded block)."""
     from specnb.app.notebooks import TIMES_BEGIN, TIMES_END
-    from prose_rule import measured_phrases
+    from prose_rule import measured_phrases, verdict_phrases
     text = (ROOT / doc).read_text(encoding="utf-8")
     if doc == "README.md":
         start = text.find(README_SECTION)
@@ -278,3 +319,4 @@ def test_course_docs_quote_no_hand_typed_measurement(doc):
     if TIMES_BEGIN in text:
         text = text.split(TIMES_BEGIN, 1)[0] + text.split(TIMES_END, 1)[1]
     assert measured_phrases(text) == [], f"{doc}: measured numbers typed by hand: {measured_phrases(text)}"
+    assert verdict_phrases(text) == [], f"{doc}: verdicts typed by hand: {verdict_phrases(text)}"

@@ -1,7 +1,7 @@
 """The rule that finds a quoted measurement (tests/prose_rule.py), say() and check() (specnb.course)."""
 import pytest
 
-from prose_rule import measured_phrases
+from prose_rule import measured_phrases, verdict_phrases
 from specnb.course import check, say
 
 
@@ -49,3 +49,30 @@ def test_check_asks_first_then_judges_without_raising(capsys):
     assert "right: (3, 4)" in out and "not quite: you wrote 2.0, this run gives 2.5" in out
     check(1.23, 1.234, abs=0.005, show="1.23 (rounded)")
     assert "right: 1.23 (rounded)" in capsys.readouterr().out
+
+
+# the hand-written verdicts the notebooks' review found (N1-N8), and sentences that say what they
+# depend on
+@pytest.mark.parametrize("text", [
+    "Run 00 to see the real pair winning on code and losing on a poem.",
+    "The pair that wins in [00] passes all four checks.",
+    "Verification is nearly free on a GPU, and nearly so on this CPU with int8 activations.",
+    "It is close to memory-bound, so a few more rows reuse weights already read.",
+    "On this CPU only the `q8` mode comes near it.",
+    "draft-simple on code at the best fixed draft-max (high α, and batches close to one row).",
+    "The 0.5B draft is faster than the target by enough.",
+])
+def test_finds_hand_written_verdicts(text):
+    assert verdict_phrases(text), text
+
+
+@pytest.mark.parametrize("text", [
+    "Speculation wins when a draft token costs a small fraction of a target step.",
+    "Whether it pays off depends on c and bc, measured in 00.",
+    "A draft must cost a small fraction of the target, or nothing.",
+    "Does the poem win at draft-max 1?",
+    "`say(f'... wins ...')` in code",
+    "<!-- not measured: memory-bound (a definition) -->\nThat is *memory-bound* decoding.",
+])
+def test_leaves_conditional_verdicts_code_and_definitions_alone(text):
+    assert verdict_phrases(text) == [], text

@@ -21,13 +21,15 @@ Rounding x to int8 moves each product by up to max|x_block| / 254, so this is no
 Kernels: a pass takes one weight row and a tile of R activation rows (tiles.py): every 64-weight
 chunk is decoded once and meets the R rows in R integer dot products (one or two VNNI
 instructions, or two or three AVX2 ones, per row). For more than R_MAX rows the first pass keeps
-the decoded row in a scratch buffer (L1-resident) and the passes for the other rows read it back.
+the decoded row in a scratch buffer (L1-resident) and the passes for the other rows read it back
+(the K types on AVX2: each pass decodes the row again, K_STORE).
 Each row's sums run the same instructions in the same order whatever R is:
-a float32 16-lane accumulator per row gets one fused multiply-add per super-block (K types) or per
-chunk of two blocks (the others), and a fixed halving tree adds its lanes at the end. So a row's
+a float32 accumulator per row (8 lanes for the K types, whose integer sums are first folded to 8
+lanes; 16 for the others, a block's 8 lanes each) gets one fused multiply-add per super-block (K
+types) or per chunk of two blocks (the others), and a fixed halving tree adds its lanes at the end. So a row's
 outputs are bit-identical alone or in any batch. The integer sums are exact, so every SIMD level
 (simd.py) gives the same bits. Rows come in passes of R_MAX (8 with AVX-512, 4 otherwise; the K
-types K_R_MAX, 10 with AVX-512), then one pass of the rest.
+types K_R_MAX, 10 on x86), then one pass of the rest.
 
 Memory (K types, several rows): when a weight row's activations (256 bytes per super-block per
 row) would not fit in L1 next to the streaming weights, a block of O_BLOCK weight rows runs one
@@ -48,15 +50,21 @@ from . import blocks_q8 as B
 from . import qtypes as T
 from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS, matmul, matmul_ref
 from .qtypes import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, check_shapes, type_sel
-from .simd import _AVX512, vabs, vhmax, vhsum_i, vload, vmax, vrint, vstore_i8
-from .simd_wide import prefetch, vabs8, vgroups4, vsplat16, vstore_at
-from .tiles import (tbroadcast, tdot4, tdot4s, tfloat, tfma, tile_rows, tload_bytes, tload_f32,
-                    tload_i16, tmadd, tmul, tnegate_where, tstore_f32, tstore_hsum, twiden, tzeros)
+from .simd import _AVX2, _AVX512, vabs, vhmax, vhsum_i, vload, vmax, vrint, vsplat, vstore_i8
+from .simd_wide import prefetch, vabs8, vgroups4, vstore_at
+from .tiles import (tbroadcast, tdot4, tdot4s, tdot4s8, tfloat, tfma, tfold, tile_rows, tload_bytes, tload_f32,
+                    tload_i16, tmadd, tmul, tnegate_where, tstore_f32, tstore_hsum, tzeros)
 
 _jit = njit(cache=True, fastmath=False)
 _inline = njit(fastmath=False, forceinline=True, _nrt=False)
 R_MAX = 8 if _AVX512 else 4
-K_R_MAX = 10 if _AVX512 else R_MAX   # the K types: 9 rows (draft-max 8) in one pass; 32 registers hold it
+# The K types: 9 rows (draft-max 8) in one pass. With their sums folded to 8 lanes (K_ACC_LANES) a
+# row needs two registers, which AVX-512's 32 hold, and AVX2's 16 nearly: on a Zen 3 (AVX2) 10
+# rows in one pass cost 3.4 one-row passes at 9 rows, 4 rows at a time 4.0 (docs/benchmarks.md).
+K_R_MAX = 10 if _AVX2 else R_MAX
+# beyond K_R_MAX rows: AVX-512 keeps the first tile's decoded row in a scratch for the next tiles;
+# AVX2 decodes it again (on a Zen 3 the scratch's extra loads cost more than the decoding)
+K_STORE = _AVX512
 Q8_QTYPES = frozenset((Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)) | T.K_QTYPES
 
 
@@ -206,6 +214,16 @@ def _k_unit(chunk, store):
     return u
 
 
+# The K types' integer sums, folded to 8 lanes (lane l + lane l + 8: exact) before they meet the
+# floats, so that a row's float accumulator is one 256-bit register. AVX2, short of registers, adds
+# each chunk's two halves as they are made (one 256-bit register per row); the other levels sum a
+# super-block's four chunks in 16 lanes (one 512-bit register per row with AVX-512) and fold once.
+# The same integers either way (the tests compare the levels' bits).
+_FOLD_EACH_CHUNK = _AVX2 and not _AVX512
+K_ACC_LANES = 8 if _FOLD_EACH_CHUNK else 16
+k_dot = tdot4s8 if _FOLD_EACH_CHUNK else tdot4s
+
+
 def _k_pass(setup, chunk, bsize, R, store=False):
     u = _k_unit(chunk, store)
 
@@ -213,15 +231,15 @@ def _k_pass(setup, chunk, bsize, R, store=False):
     def run(r, base, w, p, nb, qx, dx, bs, out, o, n_out, n_rows, buf, b0, b1, accs, ao, pnext):
         # out[r0 + i, o] for i < R, r0 = base + r, over super-blocks b0 .. b1 - 1 of the nb of
         # bsize bytes at byte p of w. A row's float accumulator starts at zero (b0 == 0) or where
-        # the previous range left it in accs (at ao + 16 row), and ends in out (b1 == nb) or back in
+        # the previous range left it in accs (at ao + 8 row), and ends in out (b1 == nb) or back in
         # accs: a range of super-blocks continues the sum exactly, in the same order.
         # store: also keep the decoded super-blocks in buf (blocks_q8.store_k). pnext >= 0: the
         # byte of w where the next range of super-blocks starts (prefetched as this one runs)
         r0 = base + r
         if b0 == 0:
-            acc_f = tzeros(np.float32, 16, R)
+            acc_f = tzeros(np.float32, 8, R)
         else:
-            acc_f = tload_f32(accs, ao + 16 * r0, 16, R, 16)
+            acc_f = tload_f32(accs, ao + 8 * r0, 8, R, 8)
         cs = 64 * n_rows                                # bytes from one chunk to the next
         last = w.size - 1
         for b in range(b0, b1):
@@ -235,20 +253,20 @@ def _k_pass(setup, chunk, bsize, R, store=False):
             if store:
                 B.store_k_scales(buf, q, S, C, d, e)
             xb = (4 * b * n_rows + r0) * 64
-            acc = tzeros(np.int32, 16, R)
-            acc = tdot4s(acc, u(w, pb, 0, buf, q), tload_bytes(qx, xb, 64, R, 64), vgroups4(S, 0))
-            acc = tdot4s(acc, u(w, pb, 1, buf, q), tload_bytes(qx, xb + cs, 64, R, 64), vgroups4(S, 1))
-            acc = tdot4s(acc, u(w, pb, 2, buf, q), tload_bytes(qx, xb + 2 * cs, 64, R, 64), vgroups4(S, 2))
-            acc = tdot4s(acc, u(w, pb, 3, buf, q), tload_bytes(qx, xb + 3 * cs, 64, R, 64), vgroups4(S, 3))
+            acc = tzeros(np.int32, K_ACC_LANES, R)
+            acc = k_dot(acc, u(w, pb, 0, buf, q), tload_bytes(qx, xb, 64, R, 64), vgroups4(S, 0))
+            acc = k_dot(acc, u(w, pb, 1, buf, q), tload_bytes(qx, xb + cs, 64, R, 64), vgroups4(S, 1))
+            acc = k_dot(acc, u(w, pb, 2, buf, q), tload_bytes(qx, xb + 2 * cs, 64, R, 64), vgroups4(S, 2))
+            acc = k_dot(acc, u(w, pb, 3, buf, q), tload_bytes(qx, xb + 3 * cs, 64, R, 64), vgroups4(S, 3))
             ib = b * n_rows + r0
             bias = tmadd(C, tload_i16(bs, 16 * ib, 16, R, 16))                 # [R] i32x8
-            # this super-block's sum, d * acc + e * bias (16 lanes), times the row's d_x
-            t = tfma(twiden(tfloat(bias), 16), vsplat16(e), tmul(tfloat(acc), vsplat16(d)))
-            acc_f = tfma(tbroadcast(dx, ib, 1, R, 16), t, acc_f)
+            # this super-block's sum, d * acc + e * bias (8 lanes), times the row's d_x
+            t = tfma(tfloat(bias), vsplat(e), tmul(tfloat(tfold(acc)), vsplat(d)))
+            acc_f = tfma(tbroadcast(dx, ib, 1, R, 8), t, acc_f)
         if b1 == nb:
             tstore_hsum(out, r0 * n_out + o, n_out, acc_f)
         else:
-            tstore_f32(accs, ao + 16 * r0, 16, acc_f)
+            tstore_f32(accs, ao + 8 * r0, 8, acc_f)
     return run
 
 
@@ -335,7 +353,7 @@ _b_buf_signed, _b_buf_min = _b_buf_tiles[True, False], _b_buf_tiles[False, True]
 # inputs, 5 rows = 45 KiB), and every weight row would read them again from L2. So with more
 # than one row, the K types run a block of O_BLOCK weight rows over a range of super-blocks whose
 # activations fit in L1_ACT_BYTES, keep the float accumulators in a scratch (accs: O_BLOCK x
-# n_rows x 16 float32), then the next range. The weight bytes are still read once.
+# n_rows x 8 float32), then the next range. The weight bytes are still read once.
 L1_ACT_BYTES = 32 << 10
 O_BLOCK = 16
 PREFETCH_ROW_BYTES = 2048      # prefetch the next weight row when rows are this long or longer
@@ -355,19 +373,35 @@ def _k_buf_tiles(r_max):
 
 
 def _k_rows(setup, chunk, bsize, l1_act_bytes=L1_ACT_BYTES, prefetch_row_bytes=PREFETCH_ROW_BYTES,
-            r_max=K_R_MAX):
+            r_max=K_R_MAX, store=K_STORE):
     """rows(qx, dx, bs, w2, out, lo, hi, nb, buf, accs, ahead): out[:, lo:hi] for one K type:
     in tiles of rows (tiles.tile_rows), ranges of super-blocks at a time (k_block); beyond r_max
     rows the first tile also keeps the decoded row in buf and the other tiles read it back.
     ahead >= 0: where the weights stream linearly (one row, or a batch whose activations fit L1
     in one range), they are prefetched that many bytes ahead of the pass reading them (tuning.py
     measures the distance once per machine); ranges prefetch the next piece whatever ahead is.
-    (l1_act_bytes, prefetch_row_bytes, r_max: the tuning constants, as arguments for experiments.)"""
+    store=False: beyond r_max rows every tile decodes the weight row itself (no buf).
+    (l1_act_bytes, prefetch_row_bytes, r_max, store: the tuning constants, as arguments for
+    experiments.)"""
     make_pass = lambda R, store=False: _k_pass(setup, chunk, bsize, R, store)   # noqa: E731
     run = tile_rows(make_pass, r_max)
     one = run.passes[0]                         # run's own one-row pass, not another copy
-    first = make_pass(r_max, True)
-    buf_tiles = _k_buf_tiles(r_max)
+    if store:
+        first = make_pass(r_max, True)
+        buf_tiles = _k_buf_tiles(r_max)
+
+        @_inline
+        def tiles(n_rows, w, p, nb, qx, dx, bs, out, o, n_out, buf, b0, b1, accs, ao, pnext):
+            if n_rows <= r_max:
+                run(n_rows, 0, w, p, nb, qx, dx, bs, out, o, n_out, n_rows, buf, b0, b1, accs, ao, pnext)
+            else:
+                first(0, 0, w, p, nb, qx, dx, bs, out, o, n_out, n_rows, buf, b0, b1, accs, ao, pnext)
+                buf_tiles(n_rows - r_max, r_max, buf, 0, nb, qx, dx, bs, out, o, n_out, n_rows, buf,
+                          b0, b1, accs, ao, -1)
+    else:
+        @_inline
+        def tiles(n_rows, w, p, nb, qx, dx, bs, out, o, n_out, buf, b0, b1, accs, ao, pnext):
+            run(n_rows, 0, w, p, nb, qx, dx, bs, out, o, n_out, n_rows, buf, b0, b1, accs, ao, pnext)
 
     @njit(fastmath=False, _nrt=False)
     def rows(qx2, dx2, bs2, w2, out2, lo, hi, nb, buf, accs, ahead):
@@ -394,7 +428,7 @@ def _k_rows(setup, chunk, bsize, l1_act_bytes=L1_ACT_BYTES, prefetch_row_bytes=P
             for b0 in range(0, nb, kb):
                 b1 = min(b0 + kb, nb)
                 for o in range(o0, o1):
-                    ao = (o - o0) * n_rows * 16
+                    ao = (o - o0) * n_rows * 8
                     pnext = -1                      # where the next piece of weights starts
                     if linear:
                         pnext = o * rb + ahead
@@ -405,14 +439,7 @@ def _k_rows(setup, chunk, bsize, l1_act_bytes=L1_ACT_BYTES, prefetch_row_bytes=P
                             pnext = o0 * rb + bsize * b1
                         elif o1 < hi:
                             pnext = o1 * rb
-                    if n_rows <= r_max:
-                        run(n_rows, 0, w, o * rb, nb, qx, dx, bs, out, o, n_out, n_rows, buf, b0, b1, accs, ao,
-                            pnext)
-                    else:
-                        first(0, 0, w, o * rb, nb, qx, dx, bs, out, o, n_out, n_rows, buf, b0, b1, accs, ao,
-                              pnext)
-                        buf_tiles(n_rows - r_max, r_max, buf, 0, nb, qx, dx, bs, out, o, n_out, n_rows, buf,
-                                  b0, b1, accs, ao, -1)
+                    tiles(n_rows, w, o * rb, nb, qx, dx, bs, out, o, n_out, buf, b0, b1, accs, ao, pnext)
     rows.one = one                              # the decode loop's pass (one_row_q4_k)
     return rows
 
@@ -495,8 +522,8 @@ def _matmul_q8_k(x, w, qtype, out, s, ahead):
     qx, dx, bs = _alloc_q8_k(n_rows, n_in)
     _quantize_q8_k(x, qx, dx, bs)
     nb = n_in // 256
-    nbuf = nb * B.K_BUF_BYTES if n_rows > K_R_MAX else 1
-    nacc = O_BLOCK * n_rows * 16 if n_rows > 1 else 1
+    nbuf = nb * B.K_BUF_BYTES if n_rows > K_R_MAX and K_STORE else 1
+    nacc = O_BLOCK * n_rows * 8 if n_rows > 1 else 1
     if n_out * n_in <= SERIAL_MAX_ELEMENTS:
         # lo as an int64 (0 * n_out), not the literal 0: a literal argument would compile a second
         # copy of every rows kernel beside the one the prange loop calls (the largest code here)

@@ -21,6 +21,7 @@ The conventions are simd.py's (no bounds checks, IEEE float ops, byte offsets fo
     vsplat16(s)                        f32x16 of the float32 scalar s
     vsplat2(a, b) / vsparse2(a, b)     f32x16: [a] * 8 + [b] * 8 / [a, 0 * 7, b, 0 * 7]
     dot4_codegen(...)                  the dot products, for tiles.py's tdot4 / tdot4s
+    dot4_folded_codegen / fold_codegen the same folded to 8 lanes (l + l + 8), for tdot4s8 / tfold
 """
 from llvmlite import ir
 from numba import types
@@ -81,12 +82,7 @@ def dot4_codegen(builder, acc, u, x, s=None):
         return _call(builder, "llvm.x86.avx512.vpdpwssd.512", _V16I,
                      [acc, _VNNI_W(builder, p), _VNNI_W(builder, builder.bitcast(s, _V32S))])
     if _AVX2:
-        halves = []
-        for h in range(2):
-            p = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S,
-                      [_slice(builder, u, 32 * h, 32), _slice(builder, x, 32 * h, 32)])
-            sh = ir.Constant(_V16S, [1] * 16) if s is None else builder.bitcast(_slice(builder, s, 8 * h, 8), _V16S)
-            halves.append(_call(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [p, sh]))
+        halves = _avx2_halves(builder, u, x, s)
         return builder.add(acc, _concat(builder, halves[0], halves[1]))
     if _NEON:
         # four sdot / usdot of 16 bytes (simd.neon_dot4), accumulating into acc when unscaled
@@ -105,6 +101,32 @@ def dot4_codegen(builder, acc, u, x, s=None):
         sixteen = ir.Constant(_V16I, [16] * 16)
         d = builder.mul(d, builder.ashr(s, sixteen))
     return builder.add(acc, d)
+
+
+def _avx2_halves(builder, u, x, s):
+    # lanes 0..7 and 8..15 of the dot (s: the scales, or None), each a pmaddubsw / pmaddwd pair
+    halves = []
+    for h in range(2):
+        p = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S,
+                  [_slice(builder, u, 32 * h, 32), _slice(builder, x, 32 * h, 32)])
+        sh = ir.Constant(_V16S, [1] * 16) if s is None else builder.bitcast(_slice(builder, s, 8 * h, 8), _V16S)
+        halves.append(_call(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [p, sh]))
+    return halves
+
+
+def fold_codegen(builder, v):
+    """<16 x i32> -> <8 x i32>: lane l + lane l + 8 (exact integers)."""
+    return builder.add(_slice(builder, v, 0, 8), _slice(builder, v, 8, 8))
+
+
+def dot4_folded_codegen(builder, acc8, u, x, s):
+    """acc8 (<8 x i32>) + fold(the scaled dot4 of u and x): the same integers as folding
+    dot4_codegen's 16 lanes, with one 256-bit register per accumulator on AVX2 (the halves
+    added as they are made, never concatenated)."""
+    if _AVX2 and not _AVX512:
+        h0, h1 = _avx2_halves(builder, u, x, s)
+        return builder.add(acc8, builder.add(h0, h1))
+    return builder.add(acc8, fold_codegen(builder, dot4_codegen(builder, ir.Constant(_V16I, None), u, x, s)))
 
 
 def _operand_form(name, old_ty, new_ty):

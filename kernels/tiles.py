@@ -19,6 +19,8 @@ array a, for r < R (R a literal constant). No bounds checks: the callers check t
     tbroadcast(a, i, stride, R, n)       Tile(f32 x n), row r = splat(a[i + r stride])
     tsplat(a, i, stride, R, n, scale)    Tile(f32 x n), row r = splat(a[i + r stride] * scale)
     tdot4(acc, u, x) / tdot4s(acc, u, x, s)   acc[r] + the 64-byte dot (simd.dot4_codegen)
+    tdot4s8(acc8, u, x, s)               the same into 8 int32 lanes, lane l + lane l + 8 of the dot
+    tfold(t)                             i32 tiles of 16 lanes -> 8 (l + l + 8); 8 lanes as they are
     tnegate_where(x, w)                  x[r] with the lanes where the byte vector w < 0 negated
     tmadd(c, t)                          i32 lanes: c[2l] t[r][2l] + c[2l+1] t[r][2l+1] (int16)
     tfloat(t) tfma(a, b, c) tmul tadd    lane-wise; a plain vector argument serves every row
@@ -31,7 +33,7 @@ from numba import njit, types
 from numba.extending import intrinsic, models, register_model
 
 from .simd import Vec, _call, _i32, _ptr, _splat
-from .simd_wide import _slice, dot4_codegen
+from .simd_wide import _slice, dot4_codegen, dot4_folded_codegen, fold_codegen
 
 
 class Tile(types.Type):
@@ -194,6 +196,14 @@ tdot4s = _tile_op("tdot4s", lambda acc, u, x, s: _vec(acc) == _I32x16 and _vec(u
                   and _vec(x) == _I8x64 and _vec(s) == _I32x16,
                   lambda acc, u, x, s: _first_tile(acc, u, x, s),
                   lambda b, acc, u, x, s: dot4_codegen(b, acc, u, x, s))
+
+_I32x8 = Vec(types.int32, 8)
+tdot4s8 = _tile_op("tdot4s8", lambda acc, u, x, s: _vec(acc) == _I32x8 and _vec(u) == _I8x64
+                   and _vec(x) == _I8x64 and _vec(s) == _I32x16,
+                   lambda acc, u, x, s: _first_tile(acc, u, x, s),
+                   lambda b, acc, u, x, s: dot4_folded_codegen(b, acc, u, x, s))
+tfold = _tile_op("tfold", lambda t: _vec(t) in (_I32x16, _I32x8), lambda t: Tile(_I32x8, t.rows),
+                 lambda b, v: fold_codegen(b, v) if v.type.count == 16 else v)
 
 
 def _negate_where(b, x, w):

@@ -21,7 +21,8 @@ array a, for r < R (R a literal constant). No bounds checks: the callers check t
     tdot4(acc, u, x) / tdot4s(acc, u, x, s)   acc[r] + the 64-byte dot (simd.dot4_codegen)
     tdot4s8(acc8, u, x, s)               the same into 8 int32 lanes, lane l + lane l + 8 of the dot
     tfold(t)                             i32 tiles of 16 lanes -> 8 (l + l + 8); 8 lanes as they are
-    tnegate_where(x, w)                  x[r] with the lanes where the byte vector w < 0 negated
+    tnegate_where(x, w)                  x[r] with the lanes where the byte vector w < 0 negated (AVX2:
+                                         and 0 where w == 0, as vpsignb does; for dots with |w|)
     tmadd(c, t)                          i32 lanes: c[2l] t[r][2l] + c[2l+1] t[r][2l+1] (int16)
     tfloat(t) tfma(a, b, c) tmul tadd    lane-wise; a plain vector argument serves every row
     twiden(t, lanes)                     each row zero-extended to more lanes
@@ -32,8 +33,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, models, register_model
 
-from .simd import Vec, _call, _i32, _ptr, _splat
-from .simd_wide import _slice, dot4_codegen, dot4_folded_codegen, fold_codegen
+from .simd import _AVX2, _AVX512, _V32B, Vec, _call, _i32, _ptr, _splat
+from .simd_wide import _concat, _slice, dot4_codegen, dot4_folded_codegen, fold_codegen
 
 
 class Tile(types.Type):
@@ -207,6 +208,10 @@ tfold = _tile_op("tfold", lambda t: _vec(t) in (_I32x16, _I32x8), lambda t: Tile
 
 
 def _negate_where(b, x, w):
+    if _AVX2 and not _AVX512:
+        # vpsignb: x, -x where w < 0, and 0 where w == 0 (which the dot multiplies by |w| = 0)
+        return _concat(b, *[_call(b, "llvm.x86.avx2.psign.b", _V32B,
+                                  [_slice(b, x, 32 * h, 32), _slice(b, w, 32 * h, 32)]) for h in range(2)])
     neg = b.icmp_signed("<", w, ir.Constant(w.type, None))
     return b.select(neg, b.sub(ir.Constant(x.type, None), x), x)
 

@@ -370,6 +370,42 @@ def test_fixed_keeps_llama_cpp_behaviour(pair):
     assert loop.policy.stats()["chosen"] == {3: len(events)}
 
 
+@pytest.mark.parametrize("sampling", ["greedy", "temp0.8-topk40"])
+def test_no_reeval_catches_up_beside_the_seed_row(pair, sampling):
+    """--no-reeval with a fixed draft-max: the draft keeps its rows, so after the prompt process()
+    decodes nothing; the one row it misses (the last drafted token, after a fully accepted draft)
+    is decoded in the next seed batch, beside id_last: a 2-row decode instead of two 1-row ones.
+    The output stays plain decoding's, and the draft ends holding the committed tokens."""
+    tgt, dft = pair
+    prompt = prompts(tgt, 1, 0)[0]
+    sp = SAMPLERS[sampling].replace(seed=3)
+    loop = _loop(tgt, dft, prompt, 40, sp, SpecParams(n_max=3, reeval=False))
+    ds = loop.chain.impl_of("draft-simple")
+    assert isinstance(ds, DeferredDraftSimple)
+    seen, decode, phase = [], ds.ctx.decode, {"draft": False}
+    draft = ds.draft
+
+    def in_draft(dps):
+        phase["draft"] = True
+        try:
+            draft(dps)
+        finally:
+            phase["draft"] = False
+    ds.draft = in_draft
+    ds.ctx.decode = lambda b: (seen.append((phase["draft"], len(b), list(b.pos))), decode(b))[1]
+    events = list(loop.rounds())
+    assert loop.results()[0].tokens == plain(tgt, prompt, sp, 40)
+    assert seen[0][:2] == (False, len(prompt) - 1)            # the prompt, decoded at once
+    assert all(in_d for in_d, _, _ in seen[1:]), "process() decoded after the prompt"
+    full = [i for i, ev in enumerate(events[:-1]) if ev.slot.draft and ev.slot.n_accepted == len(ev.slot.draft)]
+    assert full, "the tiny pair accepts some drafts whole"
+    two_row = [pos for _, n, pos in seen if n == 2]
+    assert len(two_row) == sum(1 for i in full if events[i + 1].slot.draft)
+    for pos in two_row:
+        assert pos[1] == pos[0] + 1            # the missed row, then id_last right after it
+    check_invariants(loop, events)
+
+
 def test_rejection_mode_with_auto(pair):
     tgt, dft = pair
     with warnings.catch_warnings():

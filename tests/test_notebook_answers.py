@@ -126,8 +126,10 @@ def test_02_exercise_2_p_depends_on_the_chain(smol):
 
 @pytest.mark.slow
 def test_02_exercise_3_rows_per_full_round(smol):
-    """A full 4-token draft costs the draft 9 row evaluations with the re-evaluation (2·4 + 1) and 5
-    without (4 + 1, SpecParams(reeval=False))."""
+    """A full 4-token draft costs the draft 9 row evaluations with the re-evaluation (2·4 + 1) and 4
+    without (SpecParams(reeval=False)): the draft holds every row but the last drafted one, which
+    it misses only when the target accepts the whole draft, and then decodes in the next round's
+    seed batch (deferred.py); every full draft of this run met a rejection."""
     target, draft = smol
     ids = target.vocab.tokenize(PROMPT)
     full = {}
@@ -135,7 +137,7 @@ def test_02_exercise_3_rows_per_full_round(smol):
         loop = SpeculativeLoop(_ctx(target), _ctx(draft), ids, 16, SamplerParams(temp=0.0, seed=1),
                                SpecParams(n_max=4, reeval=reeval))
         full[reeval] = sorted({ev.n_dft_eval for ev in loop.rounds() if len(ev.slot.draft) == 4})
-    assert (full[True], full[False]) == ([9], [5])
+    assert (full[True], full[False]) == ([9], [4])
 
 
 # ---- 03 · verification ----------------------------------------------------------------------------

@@ -296,7 +296,12 @@ def test_no_reeval_draft_strip(pair):
         r = ev.slot
         kv = views[0].kv["draft"]
         assert kv[:r.n_past] == ["committed"] * r.n_past
-        assert kv.count("written") == len(r.committed)
+        # the draft keeps its rows and catches up in its next seed batch (deferred.py): it lags
+        # the target by its last draft token, which it drafted but never decoded, exactly when
+        # the target accepted the whole draft
+        lag = r.kv_tgt.after - r.kv_dft.after
+        assert lag == (1 if r.draft and r.n_accepted == len(r.draft) else 0)
+        assert kv.count("written") == len(r.committed) - lag
 
 
 # ---- controls -----------------------------------------------------------------------------------

@@ -288,7 +288,8 @@ FLAGS: tuple[Flag, ...] = (
          default="exact", choices=("exact", "rejection"),
          group="speculative", field="spec.verify", commands=SPEC, master=ABSENT),
     Flag(("--no-reeval",), "no_reeval", "keep the draft's KV rows instead of re-evaluating them in "
-         "process() (llama-server's TAG_SPEC_AVOID_DRAFT_REEVAL idea)", action="store_true",
+         "process() (llama-server's TAG_SPEC_AVOID_DRAFT_REEVAL idea); the one row it misses is "
+         "decoded with the next draft's seed row", action="store_true",
          default=False, group="speculative", field="spec.reeval", to_field=_not, commands=SPEC,
          master=ABSENT),
     Flag(("--spec-draft-vocab",), "draft_vocab", "the draft model scores only its N highest-ranked "

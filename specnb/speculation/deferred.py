@@ -1,19 +1,23 @@
-"""specnb's draft-simple for `--spec-draft-n-max auto`: the draft model catches up only when it drafts.
+"""specnb's draft-simple for `--spec-draft-n-max auto` and `--no-reeval`: the draft model catches
+up only when it drafts, in the same decode as its seed row.
 
 Not llama.cpp's: master's draft-simple replays every target batch on the draft model
-(process()), whether or not the next round drafts. Under `auto` (draft_len.AutoDraftLen) many
-rounds draft nothing, so `DeferredDraftSimple` wraps `DraftSimple` with three changes, all in
-this file:
+(process()) at once, whether or not the next round drafts. `DeferredDraftSimple` wraps
+`DraftSimple` with three changes, all in this file:
 
   - deferred process: on a memory that can drop part of a sequence, process() only notes the
-    target's rows; the next draft() decodes them in its seed batch, so a round that drafts
-    nothing costs the draft model nothing, and catching up costs one batched decode;
-  - a windowed catch-up: when the policy's decision this round is a probe or a start-up draft,
-    a catch-up of more than CATCH_UP_WINDOW rows decodes only the last ones, placed right after
-    what the draft memory holds. The draft model then sees the prompt and the recent tokens with
-    the rows between left out, and its positions run `offset` behind the target's (target
-    position = draft position + offset);
-  - timing: each decode of draft() is reported to the policy (its draft-cost table).
+    target's rows; the next draft() decodes them in its seed batch. With --no-reeval the draft
+    holds every row but the last draft token (it was drafted, never decoded), so a fixed-length
+    round decodes that row beside id_last, one 2-row decode instead of two 1-row decodes (on a
+    draft whose step reads its weights once, most of a decode's cost). Under `auto` many rounds
+    draft nothing, and such a round costs the draft model nothing; catching up is one batched
+    decode;
+  - a windowed catch-up (auto only): when the policy's decision this round is a probe or a
+    start-up draft, a catch-up of more than CATCH_UP_WINDOW rows decodes only the last ones,
+    placed right after what the draft memory holds. The draft model then sees the prompt and
+    the recent tokens with the rows between left out, and its positions run `offset` behind the
+    target's (target position = draft position + offset);
+  - timing: each decode of draft() is reported to the policy (auto's draft-cost table).
 
 The target still verifies every draft with its own sampler, so the output is unchanged.
 """

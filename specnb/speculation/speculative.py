@@ -19,7 +19,8 @@ specnb's one addition is the draft-length policy (draft_len.py), consulted in on
 the impls draft, `draft(dps, n_remaining)` asks it for this round's length per impl type (master
 cuts every draft to a fixed n_max: FixedDraftLen), and after each round the loop hands it the
 round (`update_candidate_strategy`, shaped like transformers' AssistedCandidateGenerator hook of
-that name). Under `auto` the draft model is a `DeferredDraftSimple` (deferred.py).
+that name). Under `auto`, and with --no-reeval, the draft model is a `DeferredDraftSimple`
+(deferred.py).
 """
 from __future__ import annotations
 
@@ -51,7 +52,10 @@ def build_speculative(p: SpecParams, target, ctx_dft, n_seq: int = 1, sample_dra
             kw = dict(n_seq=n_seq, n_max=p.n_max, n_min=p.n_min, p_min=p.p_min, reeval=p.reeval,
                       sample_draft=sample_draft, draft_temp=draft_temp, seed=seed,
                       draft_vocab=p.draft_vocab)
-            impls.append(DeferredDraftSimple(target, ctx_dft, policy, **kw) if policy.schedule == "auto"
+            # the draft memory catches up in its next seed batch under `auto`, and wherever it
+            # keeps its rows (--no-reeval); master's re-evaluation replays each batch at once
+            deferred = policy.schedule == "auto" or not p.reeval
+            impls.append(DeferredDraftSimple(target, ctx_dft, policy, **kw) if deferred
                          else DraftSimple(target, ctx_dft, **kw))
         elif t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
             # not cut to --spec-draft-n-max: master drafts up to the m-gram size

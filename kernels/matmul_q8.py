@@ -50,7 +50,7 @@ from . import blocks_q8 as B
 from . import qtypes as T
 from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS, matmul, matmul_ref
 from .qtypes import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, check_shapes, type_sel
-from .simd import _AVX2, _AVX512, vabs, vhmax, vhsum_i, vload, vmax, vrint, vsplat, vstore_i8
+from .simd import _AVX2, _AVX2_ONLY, _AVX512, vabs, vhmax, vhsum_i, vload, vmax, vrint, vsplat, vstore_i8
 from .simd_wide import prefetch, vabs8, vgroups4, vstore_at
 from .tiles import (tbroadcast, tdot4, tdot4s, tdot4s8, tfloat, tfma, tfold, tile_rows, tload_bytes, tload_f32,
                     tload_i16, tmadd, tmul, tnegate_where, tstore_f32, tstore_hsum, tzeros)
@@ -219,7 +219,7 @@ def _k_unit(chunk, store):
 # each chunk's two halves as they are made (one 256-bit register per row); the other levels sum a
 # super-block's four chunks in 16 lanes (one 512-bit register per row with AVX-512) and fold once.
 # The same integers either way (the tests compare the levels' bits).
-_FOLD_EACH_CHUNK = _AVX2 and not _AVX512
+_FOLD_EACH_CHUNK = _AVX2_ONLY
 K_ACC_LANES = 8 if _FOLD_EACH_CHUNK else 16
 k_dot = tdot4s8 if _FOLD_EACH_CHUNK else tdot4s
 

@@ -166,6 +166,7 @@ if SIMD_LEVEL in ("neon", "neon-i8mm"):
     SIMD_LEVEL = _arm_compile_target(SIMD_LEVEL, _FEATURES)
 _AVX2 = SIMD_LEVEL in ("avx2", "avx512")
 _AVX512 = SIMD_LEVEL == "avx512"        # 512-bit byte dot products (AVX512-BW and VNNI)
+_AVX2_ONLY = _AVX2 and not _AVX512      # 256-bit registers only: 16 of them, each half a 512-bit one
 _NEON = SIMD_LEVEL in ("neon", "neon-i8mm")     # aarch64 sdot
 _I8MM = SIMD_LEVEL == "neon-i8mm"               # aarch64 usdot
 _F16C = _AVX2 and bool(_FEATURES.get("f16c", False))

@@ -18,7 +18,6 @@ The conventions are simd.py's (no bounds checks, IEEE float ops, byte offsets fo
     vtrunc16(v)                        i16x16 <- the low 16 bits of each lane
     vgroups4(v, c)                     i32x16: lane l = v[4c + l // 4] (c a constant): the scales
                                        of chunk c of a super-block, one per 16 elements
-    vsplat16(s)                        f32x16 of the float32 scalar s
     vsplat2(a, b) / vsparse2(a, b)     f32x16: [a] * 8 + [b] * 8 / [a, 0 * 7, b, 0 * 7]
     dot4_codegen(...)                  the dot products, for tiles.py's tdot4 / tdot4s
     dot4_folded_codegen / fold_codegen the same folded to 8 lanes (l + l + 8), for tdot4s8 / tfold
@@ -27,7 +26,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from .simd import (_AVX2, _AVX512, _NEON, Vec, _V8I, _call, _i32, _is_bytes, _ptr, _splat, _typed_load,
+from .simd import (_AVX2, _AVX2_ONLY, _AVX512, _NEON, Vec, _V8I, _call, _i32, _is_bytes, _ptr, _splat, _typed_load,
                    llvm_binding, neon_dot4)
 
 i8x64 = Vec(types.int8, 64)
@@ -123,7 +122,7 @@ def dot4_folded_codegen(builder, acc8, u, x, s):
     """acc8 (<8 x i32>) + fold(the scaled dot4 of u and x): the same integers as folding
     dot4_codegen's 16 lanes, with one 256-bit register per accumulator on AVX2 (the halves
     added as they are made, never concatenated)."""
-    if _AVX2 and not _AVX512:
+    if _AVX2_ONLY:
         h0, h1 = _avx2_halves(builder, u, x, s)
         return builder.add(acc8, builder.add(h0, h1))
     return builder.add(acc8, fold_codegen(builder, dot4_codegen(builder, ir.Constant(_V16I, None), u, x, s)))
@@ -311,14 +310,6 @@ def vgroups4(typingctx, v, c):
             mask = _const(ir.VectorType(_i32, 16), [4 * k + l // 4 for l in range(16)])
             return builder.shuffle_vector(args[0], args[0], mask)
         return i32x16(v, c), codegen
-
-
-@intrinsic
-def vsplat16(typingctx, s):
-    if isinstance(s, (types.Float, types.Integer)):
-        def codegen(context, builder, sig, args):
-            return _splat(builder, context.cast(builder, args[0], sig.args[0], types.float32), _V16F)
-        return f32x16(s), codegen
 
 
 def _two(sparse):

@@ -25,7 +25,6 @@ array a, for r < R (R a literal constant). No bounds checks: the callers check t
                                          and 0 where w == 0, as vpsignb does; for dots with |w|)
     tmadd(c, t)                          i32 lanes: c[2l] t[r][2l] + c[2l+1] t[r][2l+1] (int16)
     tfloat(t) tfma(a, b, c) tmul tadd    lane-wise; a plain vector argument serves every row
-    twiden(t, lanes)                     each row zero-extended to more lanes
     tstore_hsum(out, i, stride, t)       out[i + r stride] = hsum(t[r]), a fixed halving tree
     tstore_f32(a, i, stride, t)          a[i + r stride : + lanes] = t[r] (float32 tiles)
 """
@@ -33,7 +32,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, models, register_model
 
-from .simd import _AVX2, _AVX512, _V32B, Vec, _call, _i32, _ptr, _splat
+from .simd import _AVX2_ONLY, _V32B, Vec, _call, _i32, _ptr, _splat
 from .simd_wide import _concat, _slice, dot4_codegen, dot4_folded_codegen, fold_codegen
 
 
@@ -208,7 +207,7 @@ tfold = _tile_op("tfold", lambda t: _vec(t) in (_I32x16, _I32x8), lambda t: Tile
 
 
 def _negate_where(b, x, w):
-    if _AVX2 and not _AVX512:
+    if _AVX2_ONLY:
         # vpsignb: x, -x where w < 0, and 0 where w == 0 (which the dot multiplies by |w| = 0)
         return _concat(b, *[_call(b, "llvm.x86.avx2.psign.b", _V32B,
                                   [_slice(b, x, 32 * h, 32), _slice(b, w, 32 * h, 32)]) for h in range(2)])
@@ -245,20 +244,6 @@ _is_f32 = lambda *ts: _same_vec(*ts) and _vec(ts[0]).dtype == types.float32   # 
 tfma = _tile_op("tfma", _is_f32, _first_tile, _fma)
 tmul = _tile_op("tmul", _is_f32, _first_tile, lambda b, x, y: b.fmul(x, y))
 tadd = _tile_op("tadd", _is_f32, _first_tile, lambda b, x, y: b.fadd(x, y))
-
-
-@intrinsic
-def twiden(typingctx, t, lanes):
-    if isinstance(t, Tile) and _literal(lanes) and lanes.literal_value >= t.vec.lanes:
-        n, m = t.vec.lanes, lanes.literal_value
-        T = Tile(Vec(t.vec.dtype, m), t.rows)
-
-        def codegen(context, builder, sig, args):
-            mask = ir.Constant(ir.VectorType(_i32, m), list(range(n)) + [n] * (m - n))
-            zero = ir.Constant(context.get_value_type(t.vec), None)
-            return _tile(builder, context.get_value_type(T),
-                         [builder.shuffle_vector(v, zero, mask) for v in _rows(builder, args[0], t.rows)])
-        return T(t, lanes), codegen
 
 
 # ---- storing -----------------------------------------------------------------------------------
@@ -342,5 +327,5 @@ def tile_rows(make_pass, r_max: int):
 
 
 __all__ = ["Tile", "tzeros", "tload_bytes", "tload_i16", "tload_f32", "tbroadcast", "tsplat", "tdot4", "tdot4s",
-           "tnegate_where", "tmadd", "tfloat", "tfma", "tmul", "tadd", "twiden", "tstore_hsum", "tstore_f32",
+           "tnegate_where", "tmadd", "tfloat", "tfma", "tmul", "tadd", "tstore_hsum", "tstore_f32",
            "tile_rows"]

@@ -122,3 +122,10 @@ def _distinct_compile_ids() -> None:
 
 
 _distinct_compile_ids()
+
+
+# The SIMD level is settled before any kernel module makes a Numba function: Numba builds its
+# compile target with the first njit decorator, and on aarch64 simd.py has to give that target
+# the CPU's int8 features first (qemu-user and macOS hide them from LLVM); a target made earlier
+# keeps LLVM's view, and the NEON levels fall back to generic.
+from . import simd as _simd  # noqa: E402,F401

@@ -138,15 +138,19 @@ def _host_features() -> dict:
     return features
 
 
+def _numba_target_made() -> bool:
+    from numba.core import registry
+    return "_toplevel_target_context" in vars(registry.cpu_target)
+
+
 def _arm_compile_target(level: str, features: dict) -> str:
     """aarch64: Numba compiles for LLVM's view of the host, which lacks dotprod / i8mm where LLVM
     cannot read them (qemu-user, macOS: LLVM's "Cannot select: USDOT"). Before the first kernel is
     compiled, give Numba's compile target the features the CPU reported (NUMBA_CPU_FEATURES, unless
     the user set it). Returns the level that can be compiled: a lower one where Numba's target was
     made before this module ran, or the user's NUMBA_CPU_FEATURES leaves the feature out."""
-    from numba.core import config, registry
-    made = "_toplevel_target_context" in vars(registry.cpu_target)   # Numba's target exists already
-    if config.CPU_FEATURES is None and not made:
+    from numba.core import config
+    if config.CPU_FEATURES is None and not _numba_target_made():
         config.CPU_FEATURES = ",".join("+" + f for f, on in features.items() if on)
     if config.CPU_FEATURES is not None:
         have = {f[1:] for f in config.CPU_FEATURES.split(",") if f.startswith("+")}
@@ -160,6 +164,10 @@ def _arm_compile_target(level: str, features: dict) -> str:
     return "neon" if level == "neon-i8mm" and "dotprod" in have else "generic"
 
 
+# whether Numba's compile target existed before this module ran (made by the first Numba function,
+# e.g. numba.typed's): too late then to give it features. kernels/__init__.py imports this module
+# before any kernel, and tests/test_simd.py checks the entry points keep it so.
+TARGET_MADE_FIRST = _numba_target_made()
 _FEATURES = _host_features()
 SIMD_LEVEL = _simd_level(os.environ.get("SPECNB_SIMD", "auto"), _FEATURES)
 if SIMD_LEVEL in ("neon", "neon-i8mm"):

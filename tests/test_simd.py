@@ -272,6 +272,20 @@ def test_the_arm_compile_target_gets_the_reported_features(monkeypatch):
     assert config.CPU_FEATURES is None
 
 
+@pytest.mark.parametrize("first", ["specnb.kernels.qtypes", "specnb.kernels.matmul_q8", "specnb.run.backend_cpu",
+                                   "specnb.app.cli", "specnb.speculative_simple", "numba.typed.typedlist"])
+def test_the_simd_level_is_settled_before_numba_makes_its_target(first):
+    # the first Numba function a process makes (a kernel's njit, numba.typed's) builds Numba's
+    # compile target; simd.py must run before that, or on aarch64 under qemu-user or macOS the
+    # NEON levels fall back to generic (the CPU's features reach the target too late). So every
+    # entry point imports the kernels, and the kernels simd.py, first. (numba.typed's List
+    # imported first, outside specnb: the case this guards against.)
+    code = f"import {first}; from specnb.kernels import simd; print(simd.TARGET_MADE_FIRST)"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split()[-1] == ("True" if first.startswith("numba") else "False"), first
+
+
 @pytest.mark.parametrize("i8mm", [False, True])
 def test_the_neon_dot_products_compile_for_aarch64(monkeypatch, i8mm):
     # on any host: the IR of the neon levels (simd.neon_dot4) through LLVM's AArch64 back end

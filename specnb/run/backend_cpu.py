@@ -20,9 +20,7 @@ import sys
 
 import numpy as np
 
-from numba.typed import List
-
-from ..kernels import forward as fused
+from ..kernels import forward as fused        # (first: the kernels settle Numba's compile target)
 from ..model import QWeight
 from ..kernels.activations import swiglu_into
 from ..kernels.attention import attention
@@ -33,6 +31,7 @@ from ..kernels.qtypes import SUPPORTED_QTYPES
 from ..kernels.tuning import prefetch_ahead
 from ..errors import ParamError
 from ..kernels.rope import rope, rope_angles
+from numba.typed import List                  # (after the kernels: it makes Numba's target)
 
 
 KERNEL_TYPES_ENV = "SPECNB_KERNEL_TYPES"

@@ -59,8 +59,9 @@ fi
 # -- specnb's sources and the default model
 rm -rf "$WORK/src"
 mkdir -p "$WORK/src"
-cp -R "$REPO/specnb" "$WORK/src/specnb"
-cp -R "$REPO/kernels" "$WORK/src/specnb/kernels"
+# (-p: the files keep their times, so Numba's cache of what was compiled before still matches)
+cp -Rp "$REPO/specnb" "$WORK/src/specnb"
+cp -Rp "$REPO/kernels" "$WORK/src/specnb/kernels"
 cp "$REPO/tests/aarch64/test_neon.py" "$WORK/src/"
 printf '[pytest]\n' >"$WORK/src/pytest.ini"
 MODEL="$("$HOST_PY" -m specnb models path smollm2-135m)"

@@ -13,6 +13,7 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -77,12 +78,14 @@ qt = next(q for q in matmul_q8.Q8_QTYPES if qtypes.qtype_name(q) == name)
 rng = np.random.default_rng(7)
 n_in = 512 if qt in qtypes.K_QTYPES else 96
 w = qtypes.random_blocks(qt, 23, n_in, rng)
+w.flags.writeable = False
+sel = qtypes.type_sel([qt])           # this type's kernels only (matmul_q8 compiles all ten)
 x = rng.standard_normal((17, n_in)).astype(np.float32)
 x[0, :32] *= 100.0
 bits = []
 for k in range(1, 18):
     r = np.empty((k, 23), np.float32)
-    matmul_q8.matmul_q8(x[:k], w, qt, r)
+    matmul_q8.matmul_q8_sel(x[:k], w, qt, r, sel, -1)
     bits.append(hashlib.sha256(r.view(np.uint32).tobytes()).hexdigest())
 print(json.dumps({"level": simd.SIMD_LEVEL, "bits": bits}))
 """
@@ -99,8 +102,15 @@ def test_generic_and_neon_give_the_same_bits(name, tmp_path):
     from specnb.kernels import simd as S
     levels = ["generic", "neon"] + (["neon-i8mm"] if S.SIMD_LEVEL == "neon-i8mm" else [])
     procs = {}
+    # each level's compiled kernels are kept (under SPECNB_CACHE_DIR, which run.sh sets), so that a
+    # run stopped part-way or repeated does not compile again what it compiled under emulation;
+    # one folder per stamp of the kernels' sources (Numba checks a function against its own file
+    # only: a caller cached before an edit of another kernel file would keep the old code)
+    from specnb.kernels import sources_stamp
+    cache = (Path(os.environ["SPECNB_CACHE_DIR"]) / "neon-bits" / sources_stamp()
+             if "SPECNB_CACHE_DIR" in os.environ else tmp_path)
     for level in levels:              # the levels compiled side by side, each in a fresh process
-        env = dict(os.environ, SPECNB_SIMD=level, NUMBA_CACHE_DIR=str(tmp_path / level))
+        env = dict(os.environ, SPECNB_SIMD=level, NUMBA_CACHE_DIR=str(cache / level))
         procs[level] = subprocess.Popen([*PYTHON, "-c", _LEVEL_SCRIPT, name], env=env, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True)
     got = {}

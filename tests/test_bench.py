@@ -102,6 +102,24 @@ def test_bench_on_a_tiny_model_prints_both_modes(tiny_path, monkeypatch):
     assert back["macs_per_row"] == r["macs_per_row"] and back["int8_peak"]["gmacs_s"] == 0.5
 
 
+def test_bench_of_another_model_needs_no_default_model(tiny_path, monkeypatch):
+    # a machine with only its own model (a GPU box, a user's file) benches it: whether it is the
+    # default target is a question, not a demand that the default be installed
+    from specnb.measure.bench import bench
+    from specnb.model import registry
+    default = registry.default_target_path()
+    assert registry.is_default_target(default) and not registry.is_default_target(tiny_path("Q4_1"))
+    monkeypatch.delenv("SPECNB_LLAMA_BENCH", raising=False)
+    monkeypatch.setattr(registry, "_part_file", lambda part: None)       # not installed
+    with pytest.raises(registry.ModelNotFoundError, match="not installed"):
+        registry.default_target_path()
+    assert not registry.is_default_target(default)
+    r = bench(tiny_path("Q4_1"), reps=2, n_gen=2, quick=True, memory=False, bandwidth_gib=0.02,
+              activations=("f32",), check=True)
+    assert r["modes"]["f32"]["decode_tok_s"] > 0 and r["llama_cpp"] is None
+    assert r["check"]["top1_agree"] == 1.0
+
+
 def test_bench_runs_llama_bench_on_the_measured_model(tiny_path, tmp_path):
     from specnb.measure.bench import bench
     from specnb.measure.bench_report import format_bench

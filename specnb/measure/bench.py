@@ -250,14 +250,14 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
     the target and draft on code prompts. Top-level decode_tok_s / prompt_tok_s / batch_cost are
     the target's in the default activation mode."""
     from ..run.context import resolve_backend
-    from ..model.registry import default_target_path, resolve
+    from ..model.registry import default_target_path, is_default_target, resolve
     # model names (`specnb models`) to files: llama-bench and the comparisons below need a path
     path = resolve(model_path) if model_path else default_target_path()
     draft_path = resolve(draft_path) if draft_path else None
     if activations is None:
         activations = ("f32", "q8") if resolve_backend(backend) == "cpu" else ("f32",)
     exe = find_llama_bench(llama_bench)
-    is_default = os.path.abspath(path) == os.path.abspath(default_target_path())
+    is_default = is_default_target(path)
     from ..model import load_model
     draft_model = load_model(draft_path) if draft_path else None
     runs = {"target": ModelBench(path, backend, n_threads, activations, exe, is_default,

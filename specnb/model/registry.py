@@ -395,6 +395,16 @@ def default_target_path(verify: bool = True) -> str:
     return model_path(DEFAULT_TARGET)
 
 
+def is_default_target(path) -> bool:
+    """Whether `path` is the default target's file: False, not an error, where that model is not
+    installed (a bench of another model must not need it)."""
+    f = check_parts(REGISTRY[DEFAULT_TARGET]).files[0]
+    try:
+        return f is not None and os.path.samefile(path, f)
+    except OSError:
+        return False
+
+
 def default_draft_path() -> str:
     """Path of the default draft (smollm2-135m-q4_0), forged on first use."""
     return model_path(DEFAULT_DRAFT)

@@ -41,6 +41,9 @@ integer-to-float conversion), and the dequantized weights equal the CPU's bit fo
 Kernels hold no Python objects, raise nothing and print nothing. Two libdevice calls are swapped
 for NumPy twins under the CUDA simulator (where libdevice is not implemented).
 """
+import time
+from functools import partial
+
 import numba
 import numpy as np
 from numba import cuda
@@ -578,12 +581,67 @@ def dequant_rows_cuda(w: DeviceWeight, ids, out, threads: int = 128, stream=0):
     return out
 
 
+if not SIM:
+    @cuda.jit
+    def _spin_kernel(ms):
+        # one thread sleeps about `ms` milliseconds: the GPU stays busy while the host queues
+        # the launches timed behind it (the simulator has no nanosleep; it never times)
+        for _ in range(ms):
+            cuda.nanosleep(1000000)
+
+
+@cuda.jit
+def _empty_kernel(out):
+    pass
+
+
+def _timed(launch, reps: int) -> tuple:
+    """(us per call on the GPU or None where it could not be separated, us per call as Python
+    issues them). On the GPU the calls are queued
+    behind a spin kernel, so that the events around them measure the GPU's work, not how fast the
+    host launches; the spin grows until the queue was filled before it ended (event e0 not yet
+    reached when the last call was issued). The second figure times the same calls issued with
+    the GPU idle: the host's launch rate wins where it is the slower."""
+    launch()                                   # compile, warm up
+    cuda.synchronize()
+    e0, e1 = cuda.event(), cuda.event()
+    t = time.perf_counter()
+    for _ in range(reps):
+        launch()
+    cuda.synchronize()
+    host_us = (time.perf_counter() - t) / reps * 1e6
+    if SIM:
+        return host_us, host_us
+    ms = max(2, int(2 * reps * host_us / 1e3))
+    for _ in range(6):
+        _spin_kernel[1, 1](ms)
+        e0.record()
+        for _ in range(reps):
+            launch()
+        e1.record()
+        queued = not e0.query()                # the GPU was still spinning: every call queued
+        e1.synchronize()
+        if queued:
+            return e0.elapsed_time(e1) * 1e3 / reps, host_us
+        ms *= 4
+    return None, host_us                       # the calls could not be queued: GPU time unknown
+
+
+def launch_floor(reps: int = 200) -> float:
+    """Microseconds per launch of an empty kernel from Python (numba-cuda's dispatch and the
+    driver's launch): the least any kernel call of the backend costs the host."""
+    out = cuda.device_array(1, np.float32)
+    return _timed(lambda: _empty_kernel[1, 32](out), reps)[1]
+
+
 def matmul_bandwidth(shapes=((4096, 4096), (4096, 14336), (14336, 4096)),
                      qtypes=(Q4_0, Q8_0, Q4_K), n_rows: int = 1, reps: int = 50,
                      peak_gbs: float = 4800.0, seed: int = 0) -> list:
-    """Time matmul_cuda on random weights of each (n_out, n_in) and type with CUDA events;
-    -> [{type, n_out, n_in, n_rows, us, gbs, frac_peak}] where gbs counts the GGUF weight bytes
-    read once per call. (A GPU only: under the simulator this would take hours.)"""
+    """Time matmul_cuda on random weights of each (n_out, n_in) and type -> [{type, n_out, n_in,
+    n_rows, us, gbs, frac_peak, host_us}]: `us` the GPU's time per call (CUDA events around calls
+    queued behind a spin, `_timed`), `gbs` the GGUF weight bytes read once per call in that time,
+    `host_us` per call as Python issues them one after another. (A GPU only: under the simulator
+    this would take hours.)"""
     rng = np.random.default_rng(seed)
     res = []
     for qt in qtypes:
@@ -593,17 +651,10 @@ def matmul_bandwidth(shapes=((4096, 4096), (4096, 14336), (14336, 4096)),
             x = cuda.to_device(rng.standard_normal((n_rows, n_in)).astype(np.float32))
             out = cuda.device_array((n_rows, n_out), np.float32)
             scratch = cuda.device_array(n_rows * n_in, np.float32)
-            matmul_cuda(x, w, out, scratch=scratch)          # compile, warm up
-            cuda.synchronize()
-            e0, e1 = cuda.event(), cuda.event()
-            e0.record()
-            for _ in range(reps):
-                matmul_cuda(x, w, out, scratch=scratch)
-            e1.record()
-            e1.synchronize()
-            t = e0.elapsed_time(e1) / 1e3 / reps
-            gbs = w.nbytes / t / 1e9
+            us, host_us = _timed(partial(matmul_cuda, x, w, out, scratch=scratch), reps)
+            gbs = w.nbytes / (us * 1e-6) / 1e9 if us else None
             res.append({"type": qtype_name(qt), "n_out": n_out, "n_in": n_in, "n_rows": n_rows,
-                        "us": t * 1e6, "gbs": gbs, "frac_peak": gbs / peak_gbs})
+                        "us": us, "gbs": gbs, "frac_peak": gbs and gbs / peak_gbs,
+                        "host_us": host_us})
             del w, x, out, scratch
     return res

@@ -190,8 +190,9 @@ def group_quant():
               and np.array_equal(o3.copy_to_host(), p + b),
               f"{name}: accumulate (out += x W^T) and bias (x W^T + b) add exactly once")
     r = qc.matmul_bandwidth(((3, 64),), (Q.Q4_0,), reps=1, peak_gbs=4800.0)
-    check(len(r) == 1 and {"type", "n_out", "n_in", "us", "gbs", "frac_peak"} <= set(r[0]),
-          "matmul_bandwidth runs (its timings mean nothing under the simulator)")
+    check(len(r) == 1 and {"type", "n_out", "n_in", "us", "gbs", "frac_peak", "host_us"} <= set(r[0])
+          and qc.launch_floor(reps=2) > 0,
+          "matmul_bandwidth and launch_floor run (their timings mean nothing under the simulator)")
 
 
 def group_invariance():
@@ -386,6 +387,8 @@ def group_ptx():
         "kv_store": (At.kv_store_cuda_kernel, (arr(f32, 2),) * 2 + (arr(f32, 3),) * 2
                      + (arr(i64, 1),) * 2),
         "swiglu": (A.swiglu_into_cuda_kernel, (arr(f32, 2),) * 3),
+        "bench's spin": (qc._spin_kernel, (i64,)),
+        "bench's empty kernel": (qc._empty_kernel, (arr(f32, 1),)),
     }
     w = (arr(T.uint32, 1), arr(T.float16, 1), arr(f32, 1))
     quick = os.environ.get("SPECNB_PTX_TYPES")

@@ -120,6 +120,19 @@ def test_bench_of_another_model_needs_no_default_model(tiny_path, monkeypatch):
     assert r["check"]["top1_agree"] == 1.0
 
 
+def test_the_cuda_matmul_table_shows_gpu_and_host_time():
+    from specnb.measure.bench_report import format_cuda_matmul
+    rows = [{"type": "Q4_0", "n_out": 4096, "n_in": 4096, "us": 4.0, "gbs": 2359.3,
+             "frac_peak": 2359.3 / 4800, "host_us": 251.5},
+            {"type": "Q8_0", "n_out": 4096, "n_in": 14336, "us": None, "gbs": None,
+             "frac_peak": None, "host_us": 247.9}]       # the calls could not be queued
+    text = "\n".join(format_cuda_matmul({"bandwidth_cuda": rows, "peak_gbs": 4800.0,
+                                          "cuda_launch_us": 61.25}))
+    assert "Q4_0 |  4096 x  4096 |     4.0 |   2359 |   49.2% |         251.5" in text
+    assert "Q8_0 |  4096 x 14336 |       - |      - |       - |         247.9" in text
+    assert "empty kernel's launch from Python: 61.2 us" in text
+
+
 def test_bench_runs_llama_bench_on_the_measured_model(tiny_path, tmp_path):
     from specnb.measure.bench import bench
     from specnb.measure.bench_report import format_bench

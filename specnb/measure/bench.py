@@ -308,7 +308,9 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
     if check:
         out["check"] = check_against_reference(first.model, next(iter(first.ctxs.values())), first.prompt[:24])
     if out["backend"] == "cuda":
+        from ..kernels.matmul_cuda import launch_floor
         out["bandwidth_cuda"] = cuda_bandwidth(peak_gbs, reps=20 if quick else 100)
+        out["cuda_launch_us"] = launch_floor(reps=50 if quick else 200)
         out["peak_gbs"] = peak_gbs
     if pair_spec and draft_path:
         del runs
@@ -461,7 +463,8 @@ def _probe_first_call(path, modes, n_threads=None, measure_prefetch: bool = Fals
 
 def cuda_bandwidth(peak_gbs: float = 4800.0, reps: int = 100) -> list:
     """GB/s of weight bytes read by the CUDA quantized matmul (one activation row) on large random
-    matrices, timed with CUDA events, and the fraction of `peak_gbs` (an H200: about 4800)."""
+    matrices, timed with CUDA events around calls queued on a busy GPU, the fraction of
+    `peak_gbs` (an H200: about 4800), and each call's time as Python issues them."""
     from gguf import GGMLQuantizationType
 
     from ..kernels.matmul_cuda import matmul_bandwidth

@@ -135,14 +135,27 @@ def format_bench(r: dict) -> str:
                      + ", ".join(f"first {a} decode {x[f'first_decode_{a}_s']:.1f} s" for a in modes) + ")")
         L.append(f"  Numba cache: {c['cache_mib']:.0f} MiB on disk")
     if "bandwidth_cuda" in r:
-        L += ["", f"quantized matmul, 1 activation row (weight bytes read per call; peak "
-                  f"{r['peak_gbs']:.0f} GB/s):",
-              "  type | n_out x n_in  |      us |   GB/s | of peak",
-              "  -----+---------------+---------+--------+--------"]
-        for b in r["bandwidth_cuda"]:
-            L.append(f"  {b['type']:4s} | {b['n_out']:5d} x {b['n_in']:5d} | {b['us']:7.1f} | "
-                     f"{b['gbs']:6.0f} | {100 * b['frac_peak']:6.1f}%")
+        L += ["", *format_cuda_matmul(r)]
     return "\n".join(L)
+
+
+def format_cuda_matmul(r: dict) -> list:
+    """bench --backend cuda's table of the quantized matmul: GPU time, GB/s, host time per call."""
+    L = [f"quantized matmul, 1 activation row (weight bytes read per call; peak "
+         f"{r['peak_gbs']:.0f} GB/s). GPU: CUDA events around calls queued on a busy GPU; "
+         "from Python: the same calls issued one after another:",
+         "  type | n_out x n_in  |  GPU us |   GB/s | of peak | from Python us",
+         "  -----+---------------+---------+--------+---------+--------------"]
+    for b in r["bandwidth_cuda"]:
+        gpu = (f"{b['us']:7.1f} | {b['gbs']:6.0f} | {100 * b['frac_peak']:6.1f}%" if b["us"]
+               else f"{'-':>7s} | {'-':>6s} | {'-':>7s}")
+        L.append(f"  {b['type']:4s} | {b['n_out']:5d} x {b['n_in']:5d} | {gpu} | "
+                 f"{b['host_us']:13.1f}")
+    if "cuda_launch_us" in r:
+        L.append(f"  an empty kernel's launch from Python: {r['cuda_launch_us']:.1f} us (each matmul "
+                 "is two launches: the activations' permutation and the product; a decode step "
+                 "launches several per layer)")
+    return L
 
 
 def _format_pair(r: dict) -> str:

@@ -556,13 +556,17 @@ def matmul_cuda(x, w: DeviceWeight, out, bias=None, accumulate: bool = False,
         n = n_rows * w.n_in
         if scratch is None:
             scratch = cuda.device_array(n, np.float32, stream=stream)
-        xp = scratch[:n]
+        elif scratch.size < n:
+            raise ValueError(f"matmul_cuda: scratch of {scratch.size} floats; {n} needed")
+        # the whole scratch, not scratch[:n]: both kernels index it below n themselves, and
+        # numba-cuda builds a slice in Python (about 45 us on an H200's host, more than a launch)
+        xp = scratch
         grid = (1, 1) if SIM else ((n + 255) // 256, 256)
         permute[grid[0], grid[1], stream](xf, w.n_in, n_rows, w.S, xp)
     else:
         xp = xf
     flags = (1 if bias is not None else 0) | (2 if accumulate else 0)
-    b = bias if bias is not None else xp[:1]
+    b = bias if bias is not None else xp               # (not read without flag 1)
     T = tg * r
     shmem = 4 * CUDA_ROWS_PER_PASS * T if tg > 1 else 0
     mm[(w.n_out + r - 1) // r, T, stream, shmem](

@@ -189,6 +189,14 @@ def group_quant():
         check(np.array_equal(o2.copy_to_host(), y0 + p)
               and np.array_equal(o3.copy_to_host(), p + b),
               f"{name}: accumulate (out += x W^T) and bias (x W^T + b) add exactly once")
+    dw = qc.upload_weight(Q.random_blocks(Q.Q4_0, 5, 64, rng), Q.Q4_0, 64)
+    try:
+        qc.matmul_cuda(d(np.ones((3, 64), np.float32)), dw, cuda.device_array((3, 5), np.float32),
+                       scratch=cuda.device_array(100, np.float32))
+        refused = ""
+    except ValueError as e:
+        refused = str(e)
+    check("scratch of 100 floats; 192 needed" in refused, f"a scratch too small is refused: {refused!r}")
     r = qc.matmul_bandwidth(((3, 64),), (Q.Q4_0,), reps=1, peak_gbs=4800.0)
     check(len(r) == 1 and {"type", "n_out", "n_in", "us", "gbs", "frac_peak", "host_us"} <= set(r[0])
           and qc.launch_floor(reps=2) > 0,
@@ -262,6 +270,17 @@ def group_decode():
                       "token by token, then a 5-token batch == one 8-token batch, bit for bit")
                 check(ctx.backend.nbytes() == Context(m, n_ctx=32, activations="f32").backend.nbytes(),
                       "KV cache of the same size as the CPU backend's")
+                import specnb.run.backend_cuda as BC
+                keep = BC.SCRATCH_FLOATS
+                BC.SCRATCH_FLOATS = 3 * m.hparams.n_head * 32       # attention in launches of 3 rows
+                try:
+                    chunked = Context(m, n_ctx=32, backend="cuda")
+                    same = np.array_equal(chunked.decode(Batch.from_tokens(ids, 0, 0, "all")), got)
+                    per = chunked.backend._ws.rows_per_launch
+                finally:
+                    BC.SCRATCH_FLOATS = keep
+                check(per == 3 and same, "attention in launches of 3 rows == the whole batch at once, "
+                      "bit for bit")
                 head = np.arange(1, m.n_vocab, 3)                 # a restricted output head
                 ctx.clear()
                 ctx.set_output_ids(head)

@@ -116,6 +116,22 @@ class _Workspace:
         self.rows_per_launch = max(1, min(cap, SCRATCH_FLOATS // (h.n_head * n_ctx)))
         self.scores = cuda.device_array((self.rows_per_launch * h.n_head, n_ctx), f32)
         self.arange = cuda.to_device(np.arange(cap, dtype=np.int64))
+        self._h = h
+        self._views = {}
+
+    def views(self, n: int) -> dict:
+        """The buffers' first n rows (and their 3-D head views), made once per batch size: each
+        slice or reshape of a device array is a new object built in Python, tens of us apiece,
+        and a step would otherwise make a dozen."""
+        if n not in self._views:
+            h = self._h
+            v = {name: getattr(self, name)[:n] for name in ("x", "a", "q", "k", "v", "attn", "g", "u")}
+            v["q3"] = v["q"].reshape(n, h.n_head, h.head_dim)
+            v["k3"] = v["k"].reshape(n, h.n_head_kv, h.head_dim)
+            v["attn3"] = v["attn"].reshape(n, h.n_head, h.head_dim)
+            v["rows"] = self.arange[:n]
+            self._views[n] = v
+        return self._views[n]
 
 
 class CudaBackend:
@@ -138,6 +154,9 @@ class CudaBackend:
         for il in range(h.n_layer):              # as the CPU backend: every cell starts at 0
             self.k[il].copy_to_device(zeros)
             self.v[il].copy_to_device(zeros)
+        # each layer's cache as a view of its own, made once (not self.k[il] per step and layer)
+        self.k_layers = [self.k[il] for il in range(h.n_layer)]
+        self.v_layers = [self.v[il] for il in range(h.n_layer)]
         self.valid = cuda.device_array((n_seq_max, n_ctx), np.bool_)
         self._ff = None if model.rope_freqs is None else model.rope_freqs.astype(np.float64)
         self._ws = None
@@ -172,13 +191,9 @@ class CudaBackend:
         self.valid.copy_to_device(np.ascontiguousarray(valid, np.bool_))
         cos, sin = rope_angles(pos, h.n_rot, h.rope_freq_base, h.rope_freq_scale, self._ff)
         cos_d, sin_d = cuda.to_device(cos), cuda.to_device(sin)
-        x, a = ws.x[:n], ws.a[:n]
-        q, k, v, attn = ws.q[:n], ws.k[:n], ws.v[:n], ws.attn[:n]
-        g, u = ws.g[:n], ws.u[:n]
-        q3 = q.reshape(n, h.n_head, h.head_dim)
-        k3 = k.reshape(n, h.n_head_kv, h.head_dim)
-        attn3 = attn.reshape(n, h.n_head, h.head_dim)
-        rows = ws.arange[:n]
+        vw = ws.views(n)
+        x, a, q, k, v, attn, g, u = (vw[name] for name in ("x", "a", "q", "k", "v", "attn", "g", "u"))
+        q3, k3, attn3, rows = vw["q3"], vw["k3"], vw["attn3"], vw["rows"]
         L_ = _Launch
         ew = dict(threads=L_.elementwise, blocks=L_.blocks(n))
         dequant_rows_cuda(dm.tok_embd, tok_d, x, threads=L_.embedding)      # token embeddings
@@ -189,12 +204,16 @@ class CudaBackend:
             self._mm(a, L["wv"], v, bias=L["bv"])
             rope_cuda(q3, cos_d, sin_d, h.rope_mode, **ew)
             rope_cuda(k3, cos_d, sin_d, h.rope_mode, **ew)
-            kv_store_cuda(k, v, self.k[il], self.v[il], seq_d, pos_d, **ew)
-            for r0 in range(0, n, ws.rows_per_launch):           # bounded score scratch
-                r1 = min(n, r0 + ws.rows_per_launch)
-                attention_cuda(q3[r0:r1], self.k[il], self.v[il], self.valid, seq_d[r0:r1],
-                               pos_d[r0:r1], h.n_head_kv, ws.scores, attn3[r0:r1],
-                               threads=L_.attention)
+            k_il, v_il = self.k_layers[il], self.v_layers[il]
+            kv_store_cuda(k, v, k_il, v_il, seq_d, pos_d, **ew)
+            if n <= ws.rows_per_launch:                          # the whole batch at once
+                attention_cuda(q3, k_il, v_il, self.valid, seq_d, pos_d, h.n_head_kv, ws.scores,
+                               attn3, threads=L_.attention)
+            else:
+                for r0 in range(0, n, ws.rows_per_launch):       # bounded score scratch
+                    r1 = min(n, r0 + ws.rows_per_launch)
+                    attention_cuda(q3[r0:r1], k_il, v_il, self.valid, seq_d[r0:r1], pos_d[r0:r1],
+                                   h.n_head_kv, ws.scores, attn3[r0:r1], threads=L_.attention)
             self._mm(attn, L["wo"], x, accumulate=True)                     # x += attn @ Wo^T
             rmsnorm_cuda(x, L["ffn_norm"], h.norm_eps, a, rows, threads=L_.norm)
             self._mm(a, L["w_gate"], g)

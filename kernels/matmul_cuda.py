@@ -599,23 +599,25 @@ def _empty_kernel(out):
     pass
 
 
-def _timed(launch, reps: int) -> tuple:
-    """(us per call on the GPU or None where it could not be separated, us per call as Python
-    issues them). On the GPU the calls are queued
-    behind a spin kernel, so that the events around them measure the GPU's work, not how fast the
-    host launches; the spin grows until the queue was filled before it ended (event e0 not yet
-    reached when the last call was issued). The second figure times the same calls issued with
-    the GPU idle: the host's launch rate wins where it is the slower."""
-    launch()                                   # compile, warm up
+def _host_us(launch, reps: int) -> float:
+    """Microseconds per call as Python issues `reps` calls one after another (after one call to
+    compile and warm up), the GPU waited for at the end: the host's launch rate where it is the
+    slower."""
+    launch()
     cuda.synchronize()
-    e0, e1 = cuda.event(), cuda.event()
     t = time.perf_counter()
     for _ in range(reps):
         launch()
     cuda.synchronize()
-    host_us = (time.perf_counter() - t) / reps * 1e6
-    if SIM:
-        return host_us, host_us
+    return (time.perf_counter() - t) / reps * 1e6
+
+
+def _gpu_us(launch, reps: int, host_us: float):
+    """Microseconds per call on the GPU, or None where they could not be separated from the
+    launches: the calls are queued behind a spin kernel, so that the events around them measure
+    the GPU's work, not how fast the host launches; the spin grows until the queue was filled
+    before it ended (event e0 not yet reached when the last call was issued)."""
+    e0, e1 = cuda.event(), cuda.event()
     ms = max(2, int(2 * reps * host_us / 1e3))
     for _ in range(6):
         _spin_kernel[1, 1](ms)
@@ -626,16 +628,16 @@ def _timed(launch, reps: int) -> tuple:
         queued = not e0.query()                # the GPU was still spinning: every call queued
         e1.synchronize()
         if queued:
-            return e0.elapsed_time(e1) * 1e3 / reps, host_us
+            return e0.elapsed_time(e1) * 1e3 / reps
         ms *= 4
-    return None, host_us                       # the calls could not be queued: GPU time unknown
+    return None
 
 
 def launch_floor(reps: int = 200) -> float:
     """Microseconds per launch of an empty kernel from Python (numba-cuda's dispatch and the
     driver's launch): the least any kernel call of the backend costs the host."""
     out = cuda.device_array(1, np.float32)
-    return _timed(lambda: _empty_kernel[1, 32](out), reps)[1]
+    return _host_us(lambda: _empty_kernel[1, 32](out), reps)
 
 
 def matmul_bandwidth(shapes=((4096, 4096), (4096, 14336), (14336, 4096)),
@@ -643,7 +645,7 @@ def matmul_bandwidth(shapes=((4096, 4096), (4096, 14336), (14336, 4096)),
                      peak_gbs: float = 4800.0, seed: int = 0) -> list:
     """Time matmul_cuda on random weights of each (n_out, n_in) and type -> [{type, n_out, n_in,
     n_rows, us, gbs, frac_peak, host_us}]: `us` the GPU's time per call (CUDA events around calls
-    queued behind a spin, `_timed`), `gbs` the GGUF weight bytes read once per call in that time,
+    queued behind a spin, `_gpu_us`), `gbs` the GGUF weight bytes read once per call in that time,
     `host_us` per call as Python issues them one after another. (A GPU only: under the simulator
     this would take hours.)"""
     rng = np.random.default_rng(seed)
@@ -655,7 +657,9 @@ def matmul_bandwidth(shapes=((4096, 4096), (4096, 14336), (14336, 4096)),
             x = cuda.to_device(rng.standard_normal((n_rows, n_in)).astype(np.float32))
             out = cuda.device_array((n_rows, n_out), np.float32)
             scratch = cuda.device_array(n_rows * n_in, np.float32)
-            us, host_us = _timed(partial(matmul_cuda, x, w, out, scratch=scratch), reps)
+            call = partial(matmul_cuda, x, w, out, scratch=scratch)
+            host_us = _host_us(call, reps)
+            us = host_us if SIM else _gpu_us(call, reps, host_us)      # (the simulator never spins)
             gbs = w.nbytes / (us * 1e-6) / 1e9 if us else None
             res.append({"type": qtype_name(qt), "n_out": n_out, "n_in": n_in, "n_rows": n_rows,
                         "us": us, "gbs": gbs, "frac_peak": gbs and gbs / peak_gbs,

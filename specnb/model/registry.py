@@ -386,19 +386,22 @@ def install(name: str, run_pip: bool = True, progress: bool = True) -> str:
 
 
 # ---- the defaults ---------------------------------------------------------------------------
+def _default_target_file():
+    # the installed default target's file, unchecked, or None where it is not installed
+    return check_parts(REGISTRY[DEFAULT_TARGET]).files[0]
+
+
 def default_target_path(verify: bool = True) -> str:
     """Path of the default target (smollm2-135m), sha256-checked once."""
-    if not verify:
-        rep = check_parts(REGISTRY[DEFAULT_TARGET])
-        if rep.files[0] is not None:
-            return str(rep.files[0])
+    if not verify and (f := _default_target_file()) is not None:
+        return str(f)
     return model_path(DEFAULT_TARGET)
 
 
 def is_default_target(path) -> bool:
     """Whether `path` is the default target's file: False, not an error, where that model is not
     installed (a bench of another model must not need it)."""
-    f = check_parts(REGISTRY[DEFAULT_TARGET]).files[0]
+    f = _default_target_file()
     try:
         return f is not None and os.path.samefile(path, f)
     except OSError:

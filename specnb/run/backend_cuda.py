@@ -96,6 +96,12 @@ def device_model(model) -> DeviceModel:
     return _MODELS[key]
 
 
+def _rows(a, r0: int, r1: int):
+    # rows r0..r1 of a device array: a itself when that is all of them (a slice is a new device
+    # array built in Python, tens of us)
+    return a if r0 == 0 and r1 == a.shape[0] else a[r0:r1]
+
+
 class _Workspace:
     """Device activations for batches of up to `cap` rows (grown by doubling, reused)."""
 
@@ -206,14 +212,11 @@ class CudaBackend:
             rope_cuda(k3, cos_d, sin_d, h.rope_mode, **ew)
             k_il, v_il = self.k_layers[il], self.v_layers[il]
             kv_store_cuda(k, v, k_il, v_il, seq_d, pos_d, **ew)
-            if n <= ws.rows_per_launch:                          # the whole batch at once
-                attention_cuda(q3, k_il, v_il, self.valid, seq_d, pos_d, h.n_head_kv, ws.scores,
-                               attn3, threads=L_.attention)
-            else:
-                for r0 in range(0, n, ws.rows_per_launch):       # bounded score scratch
-                    r1 = min(n, r0 + ws.rows_per_launch)
-                    attention_cuda(q3[r0:r1], k_il, v_il, self.valid, seq_d[r0:r1], pos_d[r0:r1],
-                                   h.n_head_kv, ws.scores, attn3[r0:r1], threads=L_.attention)
+            for r0 in range(0, n, ws.rows_per_launch):           # bounded score scratch
+                r1 = min(n, r0 + ws.rows_per_launch)
+                attention_cuda(_rows(q3, r0, r1), k_il, v_il, self.valid, _rows(seq_d, r0, r1),
+                               _rows(pos_d, r0, r1), h.n_head_kv, ws.scores, _rows(attn3, r0, r1),
+                               threads=L_.attention)
             self._mm(attn, L["wo"], x, accumulate=True)                     # x += attn @ Wo^T
             rmsnorm_cuda(x, L["ffn_norm"], h.norm_eps, a, rows, threads=L_.norm)
             self._mm(a, L["w_gate"], g)

@@ -22,7 +22,7 @@ from .attention import attention
 from .norm import rmsnorm
 from .matmul import dequant_row_by, matmul_sel
 from .matmul_q8 import Q8_QTYPES, has_q8_kernel, matmul_q8_by
-from .qtypes import type_sel
+from .qtypes import X16_QTYPES, type_sel
 from .rope import rope
 
 WQ, WK, WV, WO, W_GATE, W_UP, W_DOWN = range(7)
@@ -47,9 +47,10 @@ def fused_types(emb_qtypes, mat_qtypes, q8: bool) -> FusedTypes:
     """The types each kernel family of the pass must serve (qtypes.TypeSel): the embedding's row
     decoder, the float32-activation product and the int8-activation one. Only these kernels
     compile; with q8 every type that has an int8 kernel takes it, the others (F32, F16, BF16) the
-    float path, and without q8 everything the float path."""
+    float path, and without q8 everything the float path. (The interleaved layouts, X16_QTYPES,
+    have only the int8 kernels: the CPU backend makes them for q8 only.)"""
     mats = {int(t) for t in mat_qtypes}
-    i = {t for t in mats if t in Q8_QTYPES} if q8 else set()
+    i = {t for t in mats if t in Q8_QTYPES or t in X16_QTYPES} if q8 else set()
     return FusedTypes(type_sel(emb_qtypes), type_sel(mats - i), type_sel(i))
 
 
@@ -58,11 +59,11 @@ def fused_types(emb_qtypes, mat_qtypes, q8: bool) -> FusedTypes:
 # The pass therefore calls the int8 driver directly (the weights' shapes were checked when the
 # model loaded, and every operand here is C-contiguous), and _mm is inlined into the pass.
 @njit(cache=True)
-def _mm_by(x, w, qtype, out, sf, si, f_any, i_any, i_k, i_b, ahead):
+def _mm_by(x, w, qtype, out, sf, si, f_any, i_any, i_k, i_b, i_x, ahead):
     # y = x @ W^T with int8 activations for the types of si, float32 ones for those of sf; a
     # path whose selection is empty (None) is not compiled
     if i_any is not None and has_q8_kernel(qtype):
-        matmul_q8_by(x, w, qtype, out, si, i_k, i_b, ahead)
+        matmul_q8_by(x, w, qtype, out, si, i_k, i_b, i_x, ahead)
     elif f_any is not None:
         matmul_sel(x, w, qtype, out, sf)
     else:
@@ -72,7 +73,7 @@ def _mm_by(x, w, qtype, out, sf, si, f_any, i_any, i_k, i_b, ahead):
 
 @njit(inline="always")
 def _mm(x, w, qtype, ts, ahead, out):
-    return _mm_by(x, w, qtype, out, ts.f, ts.i, ts.f.any, ts.i.any, ts.i.k, ts.i.b, ahead)
+    return _mm_by(x, w, qtype, out, ts.f, ts.i, ts.f.any, ts.i.any, ts.i.k, ts.i.b, ts.i.x, ahead)
 
 
 # the thin wrappers the pass calls, inlined into it for the same reason (the same code as

@@ -49,8 +49,10 @@ from numba import njit, prange
 from . import blocks_q8 as B
 from . import qtypes as T
 from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS, matmul, matmul_ref
-from .qtypes import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, check_shapes, type_sel
-from .simd import _AVX2, _AVX2_ONLY, _AVX512, vabs, vhmax, vhsum_i, vload, vmax, vrint, vsplat, vstore_i8
+from .matmul_x16 import matmul_x16_by, q8_32_block
+from .qtypes import (Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, X16_QTYPES, check_shapes,
+                     is_x16, type_sel)
+from .simd import _AVX2, _AVX2_ONLY, _AVX512, vhsum_i, vload, vrint, vsplat, vstore_i8
 from .simd_wide import prefetch, vabs8, vgroups4, vstore_at
 from .tiles import (tbroadcast, tdot4, tdot4s, tdot4s8, tfloat, tfma, tfold, tile_rows, tload_bytes, tload_f32,
                     tload_i16, tmadd, tmul, tnegate_where, tstore_f32, tstore_hsum, tzeros)
@@ -70,9 +72,10 @@ Q8_QTYPES = frozenset((Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)) | T.K_QTYPES
 
 @_jit
 def has_q8_kernel(qtype):
-    # qtype in Q8_QTYPES, callable from jitted code too
+    # qtype in Q8_QTYPES or an interleaved layout (X16_QTYPES), callable from jitted code too
     return (qtype == Q8_0 or qtype == Q4_0 or qtype == Q4_1 or qtype == Q5_0 or qtype == Q5_1
-            or qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K)
+            or qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K
+            or is_x16(qtype))
 
 
 # ---- the activations as int8 blocks ------------------------------------------------------------
@@ -126,17 +129,12 @@ def _quantize_q8_32(x, qx, dx16, sx16):
             d = np.float32(0)
             s = np.float32(0)
             if 32 * b < n:
-                i = 32 * b
-                v0, v1, v2, v3 = vload(xr, i), vload(xr, i + 8), vload(xr, i + 16), vload(xr, i + 24)
-                amax = vhmax(vmax(vmax(vabs(v0), vabs(v1)), vmax(vabs(v2), vabs(v3))))
-                d = amax / np.float32(127)
-                inv = np.float32(1) / d if d != 0 else np.float32(0)
-                q0, q1, q2, q3 = vrint(v0 * inv), vrint(v1 * inv), vrint(v2 * inv), vrint(v3 * inv)
+                q0, q1, q2, q3, d, isum = q8_32_block(xr, 32 * b)
                 vstore_i8(qc, h, q0)
                 vstore_i8(qc, h + 8, q1)
                 vstore_i8(qc, h + 16, q2)
                 vstore_i8(qc, h + 24, q3)
-                s = d * np.float32(vhsum_i((q0 + q1) + (q2 + q3)))
+                s = d * np.float32(isum)
             else:
                 qc[h:h + 32] = 0
             dx16[c, r, h // 4:h // 4 + 8] = d
@@ -558,13 +556,16 @@ def _matmul_q8_32(x, w, qtype, out, s, ahead):
 
 
 @_jit
-def matmul_q8_by(x, w, qtype, out, s, k, b, ahead):
+def matmul_q8_by(x, w, qtype, out, s, k, b, xl, ahead):
     # out = x @ W^T from compiled code, without matmul_q8_sel's checks (the fused pass checked
-    # the shapes when the model loaded; x and w C-contiguous): the K or the 32-block driver,
-    # each compiled only if the TypeSel s has such a type (k = s.k, b = s.b); ahead: how far
-    # ahead the weights are prefetched (bytes; < 0: not at all)
+    # the shapes when the model loaded; x and w C-contiguous): the K, the interleaved or the
+    # 32-block driver, each compiled only if the TypeSel s has such a type (k = s.k, xl = s.x,
+    # b = s.b); ahead: how far ahead the weights are prefetched (bytes; < 0: not at all; the
+    # interleaved layouts stream one group after another and leave it to the hardware)
     if k is not None and (qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K):
         _matmul_q8_k(x, w, qtype, out, s, ahead)
+    elif xl is not None and is_x16(qtype):
+        matmul_x16_by(x, w, qtype, out, s)
     elif b is not None:
         _matmul_q8_32(x, w, qtype, out, s, ahead)
     else:
@@ -583,12 +584,12 @@ def matmul_q8_sel(x, w, qtype, out, s, ahead):
         raise ValueError("specnb.kernels.matmul_q8: no int8 kernel for this type:", qtype)
     # w as given: np.ascontiguousarray types its result writable, which would compile the whole
     # int8 chain a second time beside the fused pass's read-only one (matmul_q8 passes a C array)
-    matmul_q8_by(np.ascontiguousarray(x), w, qtype, out, s, s.k, s.b, ahead)
+    matmul_q8_by(np.ascontiguousarray(x), w, qtype, out, s, s.k, s.b, s.x, ahead)
 
 
 # The selection of every int8 type, as the fused pass with every type has it (forward.fused_types):
 # the same TypeSel and read-only weights make a call from Python reuse the pass's int8 kernels.
-_Q8_SEL = type_sel(Q8_QTYPES)
+_Q8_SEL = type_sel(Q8_QTYPES | X16_QTYPES)
 
 
 def _readonly_c(w: np.ndarray) -> np.ndarray:
@@ -608,7 +609,7 @@ def matmul_q8(x: np.ndarray, w: np.ndarray, qtype: int, out: np.ndarray, ahead: 
     same bits for any value); -1, the default: no prefetching. This machine's measured distance
     is tuning.prefetch_ahead(), which a caller resolves once (the CPU backend does)."""
     # (a Python-level switch: one jitted function holding both kernel sets compiles much longer)
-    if int(qtype) in Q8_QTYPES:
+    if int(qtype) in Q8_QTYPES or int(qtype) in X16_QTYPES:
         matmul_q8_sel(x, _readonly_c(w), int(qtype), out, _Q8_SEL, int(ahead))
     else:
         matmul(x, w, int(qtype), out)

@@ -38,6 +38,12 @@ ggml-common.h for the layouts, ggml-quants.c dequantize_row_* for the values):
   Q6_K: two halves of 128; in half h, element i has low 4 bits from ql[64h + i % 64] (low nibble
         for i < 64, high for i >= 64) and top 2 bits from qh[32h + i % 32] >> (2 * (i // 32)).
 
+specnb's own layouts (not GGUF types; the int8 kernels only, matmul_x16.py): the 32-block types
+with their rows interleaved 16 at a time, Q8_0x16, Q4_0x16, Q4_1x16, Q5_0x16 and Q5_1x16 (codes
+X16_OF[base]). A matrix keeps its shape [n_out, row_bytes] and its bytes; each group of 16 rows is
+regrouped so that one 64-byte load holds 4 elements of each of the 16 rows (llama.cpp: ggml-cpu's
+repack.cpp, block_q4_0x8 and friends).
+
 `random_blocks` makes valid random weights of any type (for the checks, benchmarks and tests).
 """
 from collections import namedtuple
@@ -58,15 +64,33 @@ FLOAT_QTYPES = frozenset((F32, F16, BF16))
 K_QTYPES = frozenset((Q2_K, Q3_K, Q4_K, Q5_K, Q6_K))          # super-blocks of 256
 SUPPORTED_QTYPES = FLOAT_QTYPES | K_QTYPES | frozenset((Q8_0, Q4_0, Q4_1, Q5_0, Q5_1))
 
-# (block size QK, bytes per block) by type code, for the jitted code (0: unsupported)
+# the interleaved layouts (matmul_x16.py): codes above every GGUF type's
+X16_OF = {Q8_0: 56, Q4_0: 57, Q4_1: 58, Q5_0: 59, Q5_1: 60}
+Q8_0X16, Q4_0X16, Q4_1X16, Q5_0X16, Q5_1X16 = (X16_OF[t] for t in (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1))
+X16_BASE = {x: t for t, x in X16_OF.items()}
+X16_QTYPES = frozenset(X16_BASE)
+X16_ROWS = 16
+
+
+@njit(cache=True, fastmath=False)
+def is_x16(qtype):
+    # qtype in X16_QTYPES, callable from jitted code too
+    return qtype == Q8_0X16 or qtype == Q4_0X16 or qtype == Q4_1X16 or qtype == Q5_0X16 or qtype == Q5_1X16
+
+# (block size QK, bytes per block) by type code, for the jitted code (0: unsupported); an
+# interleaved layout has its base type's rows
 _BLOCK = np.zeros(64, np.int64)
 _BLOCK_BYTES = np.zeros(64, np.int64)
 for _t in SUPPORTED_QTYPES:
     _BLOCK[_t], _BLOCK_BYTES[_t] = GGML_QUANT_SIZES[GGMLQuantizationType(_t)]
+for _x, _t in X16_BASE.items():
+    _BLOCK[_x], _BLOCK_BYTES[_x] = _BLOCK[_t], _BLOCK_BYTES[_t]
 
 
 def qtype_name(qtype: int) -> str:
-    """'Q4_1' for 3; 'type#99' for a code gguf does not know."""
+    """'Q4_1' for 3; 'Q5_0x16' for specnb's interleaved Q5_0; 'type#99' for a code gguf does not know."""
+    if int(qtype) in X16_BASE:
+        return qtype_name(X16_BASE[int(qtype)]) + "x16"
     try:
         return GGMLQuantizationType(int(qtype)).name
     except ValueError:
@@ -123,27 +147,32 @@ def check_shapes(n_in, w_row_bytes, qtype):
 
 TYPE_FIELDS = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
                "q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
+X16_FIELDS = ("q8_0x16", "q4_0x16", "q4_1x16", "q5_0x16", "q5_1x16")
 _FIELD_TYPE = dict(zip(TYPE_FIELDS, (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
                                      Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)))
-# any: some type; fl: some float type (F32, F16, BF16); b: some 32-block type; k: some K type
-TypeSel = namedtuple("TypeSel", ("any", "fl", "b", "k") + TYPE_FIELDS)
+_X16_FIELD_TYPE = dict(zip(X16_FIELDS, (Q8_0X16, Q4_0X16, Q4_1X16, Q5_0X16, Q5_1X16)))
+# any: some type; fl: some float type (F32, F16, BF16); b: some 32-block type; k: some K type;
+# x: some interleaved layout (X16_QTYPES, the int8 kernels only)
+TypeSel = namedtuple("TypeSel", ("any", "fl", "b", "k") + TYPE_FIELDS + ("x",) + X16_FIELDS)
 
 
 def type_sel(qtypes) -> TypeSel:
-    """The TypeSel serving exactly these type codes (each must be supported)."""
+    """The TypeSel serving exactly these type codes (each supported, or an interleaved layout)."""
     ts = {int(t) for t in qtypes}
-    for t in ts:
+    for t in ts - X16_QTYPES:
         check_qtype(t)
-    flag = {f: (0 if t in ts else None) for f, t in _FIELD_TYPE.items()}
+    flag = {f: (0 if t in ts else None) for f, t in (_FIELD_TYPE | _X16_FIELD_TYPE).items()}
     group = lambda g: 0 if ts & g else None     # noqa: E731
     return TypeSel(any=0 if ts else None, fl=group(FLOAT_QTYPES), k=group(K_QTYPES),
-                   b=group(SUPPORTED_QTYPES - FLOAT_QTYPES - K_QTYPES), **flag)
+                   b=group(SUPPORTED_QTYPES - FLOAT_QTYPES - K_QTYPES), x=group(X16_QTYPES), **flag)
 
 
 @_jit
 def all_types():
     # (jitted) the selection of every supported type: what the kernels' public entry points use
-    return TypeSel(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    # (the float path: no interleaved layouts)
+    return TypeSel(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                   None, None, None, None, None, None)
 
 
 # ---- random weights ----------------------------------------------------------------------------

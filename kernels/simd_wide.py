@@ -12,6 +12,7 @@ The conventions are simd.py's (no bounds checks, IEEE float ops, byte offsets fo
     vabs8(v)                           i8x64 of |v| (as unsigned bytes: |-128| = 128)
     vbytes16(w0, w1, w2, w3)           i32x16 <- the 16 bytes of four uint32 words, zero-extended
     vload_u8x16 / vload_i8x16(a, i)    i32x16 <- 16 bytes, zero / sign extended
+    vhalf16(a, i)                      f32x16 <- 16 little-endian float16 (vcvtph2ps with F16C)
     vdup2(v, half)                     i32x16: lanes 2l, 2l+1 = lane 8 half + l of v
     vpairs(v)                          i32x16 of (v & 0xffff) | (v << 16): v's int16 value in both
                                        halves of its lane (the scales of dot4s)
@@ -211,6 +212,16 @@ def st_f32(typingctx, a, i, v):
 
 
 vload_b64 = _typed_load(i8x64)
+
+
+@intrinsic
+def vhalf16(typingctx, a, i):
+    if _is_bytes(a) and isinstance(i, types.Integer):
+        def codegen(context, builder, sig, args):
+            h = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1],
+                                  ir.VectorType(ir.HalfType(), 16)), align=1)
+            return builder.fpext(h, _V16F)
+        return f32x16(a, i), codegen
 
 
 @intrinsic

@@ -18,6 +18,8 @@ array a, for r < R (R a literal constant). No bounds checks: the callers check t
     tload_f32(a, i, stride, R, n)        Tile(f32 x n) <- n float32 per row
     tbroadcast(a, i, stride, R, n)       Tile(f32 x n), row r = splat(a[i + r stride])
     tsplat(a, i, stride, R, n, scale)    Tile(f32 x n), row r = splat(a[i + r stride] * scale)
+    tsplat_i32(a, i, stride, R, scale)   Tile(i32 x 16), row r = splat(a[i + r stride] * scale) (int32 a)
+    tbcast4(a, i, stride, R)             Tile(i8 x 64), row r = the 4 bytes at a[i + r stride], 16 times
     tdot4(acc, u, x) / tdot4s(acc, u, x, s)   acc[r] + the 64-byte dot (simd.dot4_codegen)
     tdot4s8(acc8, u, x, s)               the same into 8 int32 lanes, lane l + lane l + 8 of the dot
     tfold(t)                             i32 tiles of 16 lanes -> 8 (l + l + 8); 8 lanes as they are
@@ -141,6 +143,32 @@ def tsplat(typingctx, a, i, stride, R, n, scale):
             vals = _row_loads(context, builder, sig, args, T.rows, ir.FloatType(), 4)
             return _tile(builder, context.get_value_type(T), [_splat(builder, builder.fmul(v, sc), vty) for v in vals])
         return T(a, i, stride, R, n, scale), codegen
+
+
+@intrinsic
+def tsplat_i32(typingctx, a, i, stride, R, scale):
+    if _is_1d(a, types.int32) and _literal(R) and isinstance(scale, types.Integer):
+        T = Tile(Vec(types.int32, 16), R.literal_value)
+
+        def codegen(context, builder, sig, args):
+            vty = context.get_value_type(T.vec)
+            sc = context.cast(builder, args[4], sig.args[4], types.int32)
+            vals = _row_loads(context, builder, sig, args, T.rows, _i32, 4)
+            return _tile(builder, context.get_value_type(T), [_splat(builder, builder.mul(v, sc), vty) for v in vals])
+        return T(a, i, stride, R, scale), codegen
+
+
+@intrinsic
+def tbcast4(typingctx, a, i, stride, R):
+    if _is_1d(a, types.int8, types.uint8) and _literal(R):
+        T = Tile(Vec(types.int8, 64), R.literal_value)
+
+        def codegen(context, builder, sig, args):
+            v16 = ir.VectorType(_i32, 16)
+            words = _row_loads(context, builder, sig, args, T.rows, _i32, 1)
+            return _tile(builder, context.get_value_type(T),
+                         [builder.bitcast(_splat(builder, v, v16), context.get_value_type(T.vec)) for v in words])
+        return T(a, i, stride, R), codegen
 
 
 # ---- arithmetic ------------------------------------------------------------------------------
@@ -326,6 +354,7 @@ def tile_rows(make_pass, r_max: int):
     return run
 
 
-__all__ = ["Tile", "tzeros", "tload_bytes", "tload_i16", "tload_f32", "tbroadcast", "tsplat", "tdot4", "tdot4s",
+__all__ = ["Tile", "tzeros", "tload_bytes", "tload_i16", "tload_f32", "tbroadcast", "tsplat", "tsplat_i32", "tbcast4",
+           "tdot4", "tdot4s",
            "tnegate_where", "tmadd", "tfloat", "tfma", "tmul", "tadd", "tstore_hsum", "tstore_f32",
            "tile_rows"]

@@ -43,7 +43,7 @@ KERNEL_LAYERS = [
     {"tiles", "blocks"},
     {"blocks_q8"},
     {"matmul", "activations", "norm", "attention"},
-    {"matmul_q8", "matmul_cuda"},
+    {"matmul_q8", "matmul_x16", "matmul_cuda"},
     {"forward", "tuning"},
 ]
 KERNEL_LAYER = {m: i for i, layer in enumerate(KERNEL_LAYERS) for m in layer}

@@ -107,11 +107,12 @@ def decode_profile(model, activations: str | None = None, n_rows: int = 1, n_pas
     t_att = _median_s(lambda: attention(qa, kc, vc, valid, seq, pos, h.n_head_kv, att), reps)
     g, u = x_of(h.n_ff), x_of(h.n_ff)
     t_swiglu = _median_s(lambda: swiglu_into(g, u, np.empty_like(g)), reps)
-    for L in model.layers:
+    # the matrices as the pass multiplies them (with int8 activations the 32-block types interleaved)
+    layer_w, output_w = ctx.backend.kernel_weights()
+    for ws in layer_w:
         charge("rmsnorm", "f32", f"{n}x{d}", t_norm)
-        for op, w, n_in in (("q", L.wq, d), ("k", L.wk, d), ("v", L.wv, d),
-                            ("o", L.wo, h.n_head * hd), ("gate", L.w_gate, d), ("up", L.w_up, d),
-                            ("down", L.w_down, h.n_ff)):
+        for op, w, n_in in zip(("q", "k", "v", "o", "gate", "up", "down"), ws,
+                               (d, d, d, h.n_head * hd, d, d, h.n_ff)):
             matrix("matmul " + op, w, n_in)
         charge("rope", "f32", f"{n}x{h.n_head}x{hd}", t_rope_q)
         charge("rope", "f32", f"{n}x{h.n_head_kv}x{hd}", t_rope_k)
@@ -119,7 +120,7 @@ def decode_profile(model, activations: str | None = None, n_rows: int = 1, n_pas
         charge("rmsnorm", "f32", f"{n}x{d}", t_norm)
         charge("swiglu", "f32", f"{n}x{h.n_ff}", t_swiglu)
     charge("rmsnorm", "f32", f"{n}x{d}", t_norm)
-    matrix("matmul output", model.output, d)
+    matrix("matmul output", output_w, d)
     row = np.empty(d, np.float32)
     t_emb = _median_s(lambda: dequant_row(model.tok_embd.data[1], model.tok_embd.qtype, row), reps)
     for _ in range(n):

@@ -27,7 +27,8 @@ from ..kernels.attention import attention
 from ..kernels.norm import rmsnorm
 from ..kernels.matmul import dequant_row, matmul
 from ..kernels.matmul_q8 import matmul_q8
-from ..kernels.qtypes import SUPPORTED_QTYPES
+from ..kernels.matmul_x16 import can_interleave, interleave
+from ..kernels.qtypes import SUPPORTED_QTYPES, X16_OF, X16_QTYPES
 from ..kernels.tuning import prefetch_ahead
 from ..errors import ParamError
 from ..kernels.rope import rope, rope_angles
@@ -59,6 +60,27 @@ def model_qtypes(model) -> tuple[int, set]:
     return int(model.tok_embd.qtype), mats | {int(model.output.qtype)}
 
 
+def kernel_qtype(qtype: int, q8: bool) -> int:
+    """The layout the pass multiplies a matrix in: with int8 activations the 32-block types
+    (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) go interleaved 16 rows at a time (X16_OF, kernels/
+    matmul_x16.py; llama.cpp: ggml-cpu's repack buffer), everything else as the file has it."""
+    return X16_OF[int(qtype)] if q8 and can_interleave(qtype) else int(qtype)
+
+
+def kernel_weight(w: QWeight, q8: bool) -> QWeight:
+    """w in its kernel_qtype layout (the same QWeight when that is the file's own)."""
+    qt = kernel_qtype(w.qtype, q8)
+    if qt == int(w.qtype):
+        return w
+    return QWeight(w.name, interleave(w.data, w.qtype), qt, w.n_in, w.n_out)
+
+
+def kernel_qtypes(model, q8: bool) -> tuple[int, set]:
+    """model_qtypes, with each matrix in the layout the pass multiplies it in (kernel_qtype)."""
+    emb, mats = model_qtypes(model)
+    return emb, {kernel_qtype(t, q8) for t in mats}
+
+
 def compiled_entry(dispatcher, args):
     """The compiled function a Numba dispatcher runs for `args` (the machine code's own Python
     wrapper, which skips the dispatcher's typing of the arguments), or the dispatcher itself
@@ -82,17 +104,21 @@ class CpuBackend:
         self.v = np.zeros_like(self.k)
         self._ff = None if model.rope_freqs is None else model.rope_freqs.astype(np.float64)
         self._q8 = activations == "q8"
-        self._fused_weights = self._pack_weights(model)
-        self._output = model.output                 # the head forward_steps multiplies by
+        # the matrices as the kernels read them (kernel_weight: with int8 activations the 32-block
+        # types interleaved, a copy made once here), for both passes
+        self._layer_w = [[kernel_weight(w, self._q8) for w in (L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down)]
+                         for L in model.layers]
+        self._output = kernel_weight(model.output, self._q8)     # the head (set_output_rows restricts it)
+        self._fused_weights = self._pack_weights(model, self._layer_w, self._output)
         # the kernels this model and mode need, and only those, are compiled (kernels/qtypes.py);
         # models run side by side (a target and its draft) share one compiled pass
         emb, mats = set(), set()
         for m in (model, *share_kernels_with):
-            e, ms = model_qtypes(m)
+            e, ms = kernel_qtypes(m, self._q8)
             emb.add(e)
             mats |= ms
         if kernel_types() == "all":
-            emb = mats = set(SUPPORTED_QTYPES)
+            emb, mats = set(SUPPORTED_QTYPES), set(SUPPORTED_QTYPES) | (set(X16_QTYPES) if self._q8 else set())
         self._fused_types = fused.fused_types(emb, mats, self._q8)
         # how far ahead the int8 kernels prefetch the weights: measured once per machine
         # (kernels/tuning.py); the float32 path does not prefetch
@@ -102,7 +128,7 @@ class CpuBackend:
         self._entries: dict = {}          # per-call argument types -> the compiled pass
 
     @staticmethod
-    def _pack_weights(model):
+    def _pack_weights(model, layer_w, output):
         # the weights as kernels/forward.py takes them: one typed list of matrices (all typed
         # as read-only uint8[:, :]), stacked norms and biases
         def ro(a):
@@ -111,8 +137,8 @@ class CpuBackend:
             return a
         mats = List()
         qtypes = np.zeros((len(model.layers), fused.N_MATS), dtype=np.int64)
-        for il, L in enumerate(model.layers):
-            for j, w in enumerate((L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down)):
+        for il, ws in enumerate(layer_w):
+            for j, w in enumerate(ws):
                 mats.append(ro(w.data))
                 qtypes[il, j] = w.qtype
         has_bias = model.layers[0].bq is not None
@@ -127,17 +153,24 @@ class CpuBackend:
             ffn_norm=np.stack([L.ffn_norm for L in model.layers]).astype(np.float32),
             mats=mats, qtypes=qtypes, bias_q=stack("bq"), bias_k=stack("bk"), bias_v=stack("bv"),
             has_bias=has_bias, output_norm=np.ascontiguousarray(model.output_norm, np.float32),
-            output=ro(model.output.data), output_qtype=int(model.output.qtype))
+            output=ro(output.data), output_qtype=int(output.qtype))
 
     def set_output_rows(self, ids) -> None:
         """The output head's rows for these token ids only (None: all): a copy of those rows
-        of the quantized matrix, of the same type, so the compiled pass is the same."""
+        of the quantized matrix, in the whole head's layout (kernel_weight), so the compiled pass
+        is the same and each logit the same bits as in the whole head."""
         out = self.model.output
-        rows = out.data if ids is None else out.data[np.asarray(ids, np.int64)]
-        a = np.ascontiguousarray(rows).view()
-        a.flags.writeable = False
-        self._fused_weights = self._fused_weights._replace(output=a)
-        self._output = out if ids is None else QWeight(out.name, a, out.qtype, out.n_in, len(a))
+        if ids is not None:
+            a = np.ascontiguousarray(out.data[np.asarray(ids, np.int64)]).view()
+            a.flags.writeable = False
+            out = QWeight(out.name, a, out.qtype, out.n_in, len(a))
+        self._output = kernel_weight(out, self._q8)
+        self._fused_weights = self._fused_weights._replace(output=self._output.data)
+
+    def kernel_weights(self):
+        """([the 7 matrices q, k, v, o, gate, up, down] per layer, the output head) as the
+        kernels read them (kernel_weight), for timing them alone (measure/profile.py)."""
+        return self._layer_w, self._output
 
     # ---- the forward pass -------------------------------------------------------------
     def forward(self, tokens, pos, seq, valid, out_rows) -> np.ndarray:
@@ -172,21 +205,22 @@ class CpuBackend:
         a = np.empty_like(x)                                           # [n, d] normed input
         attn = np.empty((n, h.n_head, h.head_dim), dtype=np.float32)   # [n, n_head, hd]
         for il, L in enumerate(m.layers):
+            wq, wk, wv, wo, w_gate, w_up, w_down = self._layer_w[il]   # L's matrices, as the kernels read them
             rmsnorm(x, L.attn_norm, h.norm_eps, a)                     # [n, d] -> [n, d]
-            q = self._mm(a, L.wq, L.bq).reshape(n, h.n_head, h.head_dim)      # -> [n, n_head, hd]
-            k = self._mm(a, L.wk, L.bk).reshape(n, h.n_head_kv, h.head_dim)   # -> [n, n_head_kv, hd]
-            v = self._mm(a, L.wv, L.bv)                                        # -> [n, kv]
+            q = self._mm(a, wq, L.bq).reshape(n, h.n_head, h.head_dim)        # -> [n, n_head, hd]
+            k = self._mm(a, wk, L.bk).reshape(n, h.n_head_kv, h.head_dim)     # -> [n, n_head_kv, hd]
+            v = self._mm(a, wv, L.bv)                                          # -> [n, kv]
             rope(q, cos, sin, h.rope_mode)                             # rotated in place
             rope(k, cos, sin, h.rope_mode)
             self.k[il, seq, pos] = k.reshape(n, -1)          # store this batch's K/V rows
             self.v[il, seq, pos] = v                         # cache [n_seq, n_ctx, kv] per layer
             attention(q, self.k[il], self.v[il], valid, seq, pos, h.n_head_kv, attn)  # -> [n, n_head, hd]
-            x += self._mm(attn.reshape(n, -1), L.wo)                   # [n, n_head hd] -> [n, d]
+            x += self._mm(attn.reshape(n, -1), wo)                     # [n, n_head hd] -> [n, d]
             rmsnorm(x, L.ffn_norm, h.norm_eps, a)
-            g = self._mm(a, L.w_gate)                                  # [n, d] -> [n, f]
-            u = self._mm(a, L.w_up)                                    # [n, d] -> [n, f]
+            g = self._mm(a, w_gate)                                    # [n, d] -> [n, f]
+            u = self._mm(a, w_up)                                      # [n, d] -> [n, f]
             swiglu_into(g, u, out=g)                                   # g = silu(g) * u, in place
-            x += self._mm(g, L.w_down)                                 # [n, f] -> [n, d]
+            x += self._mm(g, w_down)                                   # [n, f] -> [n, d]
         xo = x[out_rows]                                               # [n_out, d]
         rmsnorm(xo, m.output_norm, h.norm_eps, xo)
         return self._mm(xo, self._output)                              # -> [n_out, n_vocab]

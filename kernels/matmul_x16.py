@@ -1,0 +1,304 @@
+"""The 32-block types with their weight rows interleaved 16 at a time: the int8 product where one
+weight load serves 16 output rows (llama.cpp: ggml-cpu's repack.cpp, which regroups block_q4_0
+into block_q4_0x8 at load time and multiplies with ggml_gemv_q4_0_8x8_q8_0 / ggml_gemm_...).
+
+    interleave(w, qtype) -> bytes   the matrix regrouped (same shape, same bytes), for X16_OF[qtype]
+    can_interleave(qtype)           whether a type has such a layout (the 32-block types)
+    matmul_x16(x, w16, qtype16, out)   y = x @ W^T with x rounded to int8 blocks (matmul_q8's numerics)
+    q8_32_block(xr, i)              one activation block rounded to int8 (shared with matmul_q8)
+
+Why: matmul_q8's passes take one weight row at a time and meet each activation block in a 64-byte
+dot product whose result is 16 partial sums of that one row; every block then pays the sign trick,
+the integer-to-float conversion, the scales' product and a fused add for one row. With 16 rows
+interleaved, a 64-byte load holds 4 elements of each of 16 rows, the activation's 4 matching bytes
+are broadcast, and one dot product gives one partial sum for each of the 16 rows: the float work of
+a block is shared by 16 rows and nothing is summed across lanes. On a Zen 3 (AVX2) the one-row
+product of the 0.5B's Q5_0 shapes runs 3-5x faster (docs/benchmarks.md).
+
+The layout, per group of 16 rows (r) and block b of 32 elements (e = 4k + j, k < 8, j < 4), in this
+order: the 16 scales d (float16), the 16 mins m (Q4_1, Q5_1), the quants, the fifth bits (Q5_*):
+  Q8_0  8 x 64 bytes: vector k, byte 4r + j = q_r[4k + j] (signed)
+  Q4_*  4 x 64 bytes: vector c, byte 4r + j = qs_r[4c + j] (its low nibble is element 4c + j, its
+        high nibble element 16 + 4c + j: GGUF's own packing, so the nibbles need no regrouping)
+  Q5_*  the same, then 64 bytes H: byte 4r + j, bit k = the fifth bit of element 4k + j of row r
+A group-block is 16 blocks' bytes, so the matrix keeps its [n_out, row_bytes] shape. When n_out is
+not a multiple of 16, the last n_out % 16 rows stay as the file has them (the tail).
+
+Numerics: a block's integer dot product is exact, w . x = sum (u - off) x with u the unsigned
+quants and off 8 (Q4_0), 16 (Q5_0), or with the sign trick (Q8_0); then, for each row and output,
+acc = fma(float(i_b), d_w * d_x, acc) (+ fma(m_w, s_x, acc) for Q4_1 / Q5_1) block after block,
+one float32 chain per output. Every row of a batch runs the same chain, so a row's outputs are
+bit-identical alone or in any batch, and every SIMD level gives the same bits; a tail row runs the
+same chain one element at a time, so an output's bits do not depend on where its row sits either
+(a restricted output head gives the same logits as those columns of the whole one).
+"""
+import numpy as np
+from numba import njit, prange
+
+from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS
+from .qtypes import (Q4_0, Q4_0X16, Q4_1, Q4_1X16, Q5_0, Q5_0X16, Q5_1, Q5_1X16, Q8_0, Q8_0X16, X16_BASE, X16_OF,
+                     X16_ROWS, qtype_name)
+from .blocks import _scale16
+from .simd import _AVX512, ld_i8, ld_u32, sfma, vabs, vhmax, vhsum_i, vload, vmax, vrint, vstore_i8
+from .simd_wide import vabs8, vhalf16, vload_b64
+from .tiles import (tbcast4, tbroadcast, tdot4, tfloat, tfma, tile_rows, tmul, tnegate_where, tsplat_i32, tstore_f32,
+                    tzeros)
+
+_jit = njit(cache=True, fastmath=False)
+_inline = njit(fastmath=False, forceinline=True, _nrt=False)
+# rows per pass: AVX-512 holds 8 rows' integer and float accumulators (one register each) in its
+# 32 registers; on AVX2 each takes two of 16
+R_MAX = 8 if _AVX512 else 4
+
+# per type: (block bytes, header bytes before the quants in a block: d, m, qh; group-block layout)
+_BLOCK = {Q8_0: 34, Q4_0: 18, Q4_1: 20, Q5_0: 22, Q5_1: 24}
+
+
+def can_interleave(qtype: int) -> bool:
+    """A 32-block type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)."""
+    return int(qtype) in X16_OF
+
+
+# ---- the layout ----------------------------------------------------------------------------------
+
+def interleave(w: np.ndarray, qtype: int) -> np.ndarray:
+    """uint8 [n_out, row_bytes] of a GGUF 32-block type -> the same bytes regrouped for
+    X16_OF[qtype] (read-only, C-contiguous, the same shape)."""
+    qtype = int(qtype)
+    if qtype not in X16_OF:
+        raise ValueError(f"interleave: {qtype_name(qtype)} has no interleaved layout "
+                         f"(only {', '.join(qtype_name(t) for t in X16_OF)})")
+    w = np.asarray(w)
+    bs = _BLOCK[qtype]
+    if w.dtype != np.uint8 or w.ndim != 2 or w.shape[1] % bs != 0:
+        raise ValueError(f"interleave: expected uint8 [n_out, row_bytes] of {qtype_name(qtype)} blocks "
+                         f"({bs} bytes each), got {w.dtype} {w.shape}")
+    n_out, nb = w.shape[0], w.shape[1] // bs
+    G = n_out // X16_ROWS
+    W = w[:G * X16_ROWS].reshape(G, X16_ROWS, nb, bs)
+
+    def rows_first(a):
+        # [G, 16, nb, n] -> [G, nb, 16 * n]: each block's 16 rows side by side
+        return a.transpose(0, 2, 1, 3).reshape(G, nb, -1)
+
+    def words(a):
+        # [G, 16, nb, 4 n] quants -> [G, nb, n * 64]: vector c holds word c of each row
+        n = a.shape[-1] // 4
+        return a.reshape(G, X16_ROWS, nb, n, 4).transpose(0, 2, 3, 1, 4).reshape(G, nb, -1)
+
+    parts = [rows_first(W[..., 0:2])]                             # d
+    if qtype in (Q4_1, Q5_1):
+        parts.append(rows_first(W[..., 2:4]))                     # m
+    qs0 = {Q8_0: 2, Q4_0: 2, Q4_1: 4, Q5_0: 6, Q5_1: 8}[qtype]
+    parts.append(words(W[..., qs0:]))
+    if qtype in (Q5_0, Q5_1):
+        qh = W[..., qs0 - 4:qs0]                                  # [G, 16, nb, 4]: bit e = element e
+        bits = np.unpackbits(qh, axis=-1, bitorder="little").reshape(G, X16_ROWS, nb, 8, 4)
+        h = np.packbits(bits.transpose(0, 1, 2, 4, 3), axis=-1, bitorder="little")   # [..., j, 1]: bit k
+        parts.append(rows_first(h.reshape(G, X16_ROWS, nb, 4)))
+    groups = np.concatenate(parts, axis=-1).reshape(-1)
+    out = np.concatenate([groups, w[G * X16_ROWS:].reshape(-1)]).reshape(n_out, w.shape[1])
+    out.flags.writeable = False
+    return out
+
+
+# ---- the activations ------------------------------------------------------------------------------
+
+@_inline
+def q8_32_block(xr, i):
+    # the 32 values at xr[i:] as ggml's quantize_row_q8_0 / q8_1 rounds them: d = max|x| / 127,
+    # q = round(x / d) (ties to even) -> (q as four i32x8, d, sum(q))
+    v0, v1, v2, v3 = vload(xr, i), vload(xr, i + 8), vload(xr, i + 16), vload(xr, i + 24)
+    amax = vhmax(vmax(vmax(vabs(v0), vabs(v1)), vmax(vabs(v2), vabs(v3))))
+    d = amax / np.float32(127)
+    inv = np.float32(1) / d if d != 0 else np.float32(0)
+    q0, q1, q2, q3 = vrint(v0 * inv), vrint(v1 * inv), vrint(v2 * inv), vrint(v3 * inv)
+    return q0, q1, q2, q3, d, vhsum_i((q0 + q1) + (q2 + q3))
+
+
+@_jit
+def _quantize_rows(x, qx, dx, sq, sx):
+    # x [n_rows, n] -> row-major qx int8 [n_rows * n], per block dx (d), sq (sum q, int32) and sx
+    # (s = d * sum q, block_q8_1's s), each [n_rows * nb]
+    n_rows, n = x.shape
+    nb = n // 32
+    for r in range(n_rows):
+        xr = x[r]
+        for b in range(nb):
+            q0, q1, q2, q3, d, isum = q8_32_block(xr, 32 * b)
+            o = r * n + 32 * b
+            vstore_i8(qx, o, q0)
+            vstore_i8(qx, o + 8, q1)
+            vstore_i8(qx, o + 16, q2)
+            vstore_i8(qx, o + 24, q3)
+            dx[r * nb + b] = d
+            sq[r * nb + b] = isum
+            sx[r * nb + b] = d * np.float32(isum)
+
+
+# ---- the passes: R activation rows x one group of 16 weight rows ----------------------------------
+
+def _pass(qtype, R):
+    off = {Q4_0: 8, Q5_0: 16}.get(qtype, 0)           # w = u - off
+    has_min = qtype in (Q4_1, Q5_1)
+    five = qtype in (Q5_0, Q5_1)
+    hdr = 64 if has_min else 32                        # d (and m) of the 16 rows
+    gb = X16_ROWS * _BLOCK[qtype]
+
+    @_inline
+    def block(acc, w, q, qx, xi, n):
+        # the integer dot products of one group-block (at byte q of w) with R rows' block of 32
+        # activations (row r at qx[xi + r n]), added to acc (i32x16 per row, lane = weight row)
+        if qtype == Q8_0:
+            for k in range(8):
+                v = vload_b64(w, q + hdr + 64 * k)
+                acc = tdot4(acc, vabs8(v), tnegate_where(tbcast4(qx, xi + 4 * k, n, R), v))
+            return acc
+        h = vload_b64(w, q + hdr + 256) if five else vload_b64(w, q)      # (h unused without Q5)
+        for c in range(4):
+            v = vload_b64(w, q + hdr + 64 * c)
+            lo = v & 15
+            hi = v >> 4
+            if five:
+                lo = lo | ((h << (4 - c)) & 16)        # bit c of h: the fifth bit of element 4c + j
+                hi = hi | ((h >> c) & 16)              # bit c + 4: element 16 + 4c + j
+            acc = tdot4(acc, lo, tbcast4(qx, xi + 4 * c, n, R))
+            acc = tdot4(acc, hi, tbcast4(qx, xi + 16 + 4 * c, n, R))
+        return acc
+
+    @_inline
+    def run(r, base, w, p, nb, qx, dx, sq, sx, out, o, n_out, n_rows):
+        # rows base + r .. + R - 1 of the batch, the group of weight rows at byte p (outputs o .. o + 15)
+        r0 = base + r
+        n = 32 * nb
+        f = tzeros(np.float32, 16, R)
+        for b in range(nb):
+            q = p + gb * b
+            i = r0 * nb + b
+            acc = tsplat_i32(sq, i, nb, R, -off) if off else tzeros(np.int32, 16, R)
+            acc = block(acc, w, q, qx, r0 * n + 32 * b, n)
+            f = tfma(tfloat(acc), tmul(tbroadcast(dx, i, nb, R, 16), vhalf16(w, q)), f)
+            if has_min:
+                f = tfma(tbroadcast(sx, i, nb, R, 16), vhalf16(w, q + 32), f)
+        tstore_f32(out, r0 * n_out + o, n_out, f)
+    return run
+
+
+def _rows(qtype):
+    run = tile_rows(lambda R: _pass(qtype, R), R_MAX)
+
+    @njit(fastmath=False, _nrt=False)
+    def rows(qx, dx, sq, sx, w2, out2, g0, g1, nb):
+        # out2[:, 16 g0 : 16 g1] for the groups g0 .. g1 - 1
+        n_rows, n_out = out2.shape
+        gbytes = X16_ROWS * w2.shape[1]
+        w, out = w2.reshape(-1), out2.reshape(-1)
+        for g in range(g0, g1):
+            run(n_rows, 0, w, g * gbytes, nb, qx, dx, sq, sx, out, X16_ROWS * g, n_out, n_rows)
+    return rows
+
+
+def _tail(qtype):
+    off = {Q4_0: 8, Q5_0: 16}.get(qtype, 0)
+    has_min = qtype in (Q4_1, Q5_1)
+    five = qtype in (Q5_0, Q5_1)
+    bs = _BLOCK[qtype]
+    qs0 = {Q8_0: 2, Q4_0: 2, Q4_1: 4, Q5_0: 6, Q5_1: 8}[qtype]
+
+    @njit(fastmath=False, _nrt=False)
+    def tail(qx, dx, sq, sx, w2, out2, o0, nb):
+        # out2[:, o0:] from the tail's plain rows (fewer than 16), one element at a time: each
+        # output the same float chain as a group's lane (the exact integer dot, then the fmas)
+        n_rows, n_out = out2.shape
+        rb = w2.shape[1]
+        w = w2.reshape(-1)
+        n = 32 * nb
+        for o in range(o0, n_out):
+            for r in range(n_rows):
+                acc = np.float32(0)
+                for b in range(nb):
+                    p = o * rb + b * bs
+                    h = ld_u32(w, p + qs0 - 4) if five else 0
+                    isum = 0
+                    for j in range(32):
+                        if qtype == Q8_0:
+                            u = ld_i8(w, p + 2 + j)
+                        else:
+                            byte = np.int64(w[p + qs0 + j % 16])
+                            u = (byte & 15) if j < 16 else (byte >> 4)
+                            if five:
+                                u |= ((h >> j) & 1) << 4
+                            u -= off
+                        isum += u * np.int64(qx[r * n + 32 * b + j])
+                    i = r * nb + b
+                    acc = sfma(np.float32(isum), dx[i] * _scale16(w, p), acc)
+                    if has_min:
+                        acc = sfma(sx[i], _scale16(w, p + 2), acc)
+                out2[r, o] = acc
+    return tail
+
+
+_rows_q8_0, _rows_q4_0, _rows_q4_1, _rows_q5_0, _rows_q5_1 = (_rows(t) for t in (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1))
+_tail_q8_0, _tail_q4_0, _tail_q4_1, _tail_q5_0, _tail_q5_1 = (_tail(t) for t in (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1))
+
+
+@_jit
+def _x16_rows(qx, dx, sq, sx, w, qtype, out, g0, g1, nb, q8_0, q4_0, q4_1, q5_0, q5_1):
+    # the dispatch, each branch compiled only for the layouts selected (qtypes.TypeSel)
+    if q5_0 is not None and qtype == Q5_0X16:
+        _rows_q5_0(qx, dx, sq, sx, w, out, g0, g1, nb)
+    elif q8_0 is not None and qtype == Q8_0X16:
+        _rows_q8_0(qx, dx, sq, sx, w, out, g0, g1, nb)
+    elif q4_0 is not None and qtype == Q4_0X16:
+        _rows_q4_0(qx, dx, sq, sx, w, out, g0, g1, nb)
+    elif q4_1 is not None and qtype == Q4_1X16:
+        _rows_q4_1(qx, dx, sq, sx, w, out, g0, g1, nb)
+    elif q5_1 is not None and qtype == Q5_1X16:
+        _rows_q5_1(qx, dx, sq, sx, w, out, g0, g1, nb)
+    else:
+        raise ValueError("specnb.kernels.matmul_x16: layout outside the compiled selection:", qtype)
+
+
+@_jit
+def _x16_tail(qx, dx, sq, sx, w, qtype, out, o0, nb, q8_0, q4_0, q4_1, q5_0, q5_1):
+    if q5_0 is not None and qtype == Q5_0X16:
+        _tail_q5_0(qx, dx, sq, sx, w, out, o0, nb)
+    elif q8_0 is not None and qtype == Q8_0X16:
+        _tail_q8_0(qx, dx, sq, sx, w, out, o0, nb)
+    elif q4_0 is not None and qtype == Q4_0X16:
+        _tail_q4_0(qx, dx, sq, sx, w, out, o0, nb)
+    elif q4_1 is not None and qtype == Q4_1X16:
+        _tail_q4_1(qx, dx, sq, sx, w, out, o0, nb)
+    elif q5_1 is not None and qtype == Q5_1X16:
+        _tail_q5_1(qx, dx, sq, sx, w, out, o0, nb)
+    else:
+        raise ValueError("specnb.kernels.matmul_x16: layout outside the compiled selection:", qtype)
+
+
+@njit(parallel=True, fastmath=False, cache=True)
+def matmul_x16_by(x, w, qtype, out, s):
+    # out [n_rows, n_out] = x [n_rows, n_in] @ W^T for an interleaved matrix w [n_out, row_bytes]
+    # (shapes checked by the caller, x and w C-contiguous); s: the TypeSel of the layouts to serve
+    n_rows, n_in = x.shape
+    nb = n_in // 32
+    qx = np.empty(n_rows * n_in, np.int8)
+    dx = np.empty(n_rows * nb, np.float32)
+    sq = np.empty(n_rows * nb, np.int32)
+    sx = np.empty(n_rows * nb, np.float32)
+    _quantize_rows(x, qx, dx, sq, sx)
+    n_groups = w.shape[0] // X16_ROWS
+    if X16_ROWS * n_groups < w.shape[0]:
+        _x16_tail(qx, dx, sq, sx, w, qtype, out, X16_ROWS * n_groups, nb,
+                  s.q8_0x16, s.q4_0x16, s.q4_1x16, s.q5_0x16, s.q5_1x16)
+    if w.shape[0] * n_in <= SERIAL_MAX_ELEMENTS or n_groups < 2:
+        # g0 as an int64 (0 * n_groups), not the literal 0: one compiled copy of the rows kernels
+        _x16_rows(qx, dx, sq, sx, w, qtype, out, 0 * n_groups, n_groups, nb,
+                  s.q8_0x16, s.q4_0x16, s.q4_1x16, s.q5_0x16, s.q5_1x16)
+        return
+    n_chunks = min(n_groups, _N_CHUNKS)
+    for c in prange(n_chunks):
+        _x16_rows(qx, dx, sq, sx, w, qtype, out, c * n_groups // n_chunks, (c + 1) * n_groups // n_chunks, nb,
+                  s.q8_0x16, s.q4_0x16, s.q4_1x16, s.q5_0x16, s.q5_1x16)
+
+
+__all__ = ["interleave", "can_interleave", "matmul_x16_by", "q8_32_block", "R_MAX", "X16_OF", "X16_BASE"]

@@ -1,0 +1,172 @@
+"""The 32-block types interleaved 16 rows at a time (kernels/matmul_x16.py).
+
+- every output is, bit for bit, the float chain the module promises, computed here from the GGUF
+  block layout with exact rational arithmetic (an oracle that shares no code with the kernels);
+- that decoding of the blocks agrees with gguf-py's dequantization (so the oracle reads the file
+  format as llama.cpp's own Python package does);
+- a row's outputs are the same bits alone and in every batch size, past the tile height;
+- an output's bits do not depend on where its row sits: a group's lane or the tail;
+- the CPU backend multiplies the 32-block types in this layout with int8 activations, and only then;
+- bad input is refused by name.
+"""
+from fractions import Fraction
+
+import gguf
+import numpy as np
+import pytest
+
+from specnb.kernels import qtypes as T
+from specnb.kernels.matmul_q8 import matmul_q8
+from specnb.kernels.matmul_x16 import R_MAX, can_interleave, interleave
+
+TYPES = {"Q8_0": T.Q8_0, "Q4_0": T.Q4_0, "Q4_1": T.Q4_1, "Q5_0": T.Q5_0, "Q5_1": T.Q5_1}
+
+
+def block_ints(w, qt):
+    """uint8 [n_out, row_bytes] -> (integer weights [n_out, nb, 32], d [n_out, nb], m or None),
+    read from the block layouts of qtypes.py's table: weight = d * int (+ m)."""
+    bs = {T.Q8_0: 34, T.Q4_0: 18, T.Q4_1: 20, T.Q5_0: 22, T.Q5_1: 24}[qt]
+    b = w.reshape(w.shape[0], -1, bs)
+    d = b[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    m = b[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32) if qt in (T.Q4_1, T.Q5_1) else None
+    if qt == T.Q8_0:
+        return b[..., 2:].view(np.int8).astype(np.int64), d, m
+    qs0 = {T.Q4_0: 2, T.Q4_1: 4, T.Q5_0: 6, T.Q5_1: 8}[qt]
+    qs = b[..., qs0:qs0 + 16].astype(np.int64)
+    u = np.concatenate([qs & 15, qs >> 4], axis=-1)
+    if qt in (T.Q5_0, T.Q5_1):
+        qh = b[..., qs0 - 4:qs0].copy().view(np.uint32)[..., 0].astype(np.int64)
+        u = u | (((qh[..., None] >> np.arange(32)) & 1) << 4)
+    off = {T.Q4_0: 8, T.Q5_0: 16}.get(qt, 0)
+    return u - off, d, m
+
+
+def round_f32(fr: Fraction) -> np.float32:
+    """The float32 nearest to an exact rational (ties to even): one rounding, as an FMA does."""
+    f = np.float32(float(fr))
+    best = f
+    for g in (np.nextafter(f, np.float32(-np.inf)), np.nextafter(f, np.float32(np.inf))):
+        dg, db = abs(Fraction(float(g)) - fr), abs(Fraction(float(best)) - fr)
+        if dg < db or (dg == db and (int(g.view(np.uint32)) & 1) == 0):
+            best = g
+    return best
+
+
+def fma(a, b, c) -> np.float32:
+    return round_f32(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
+
+
+def oracle(x, w, qt):
+    """The module's numerics from scratch: each 32-block of x rounded as ggml's quantize_row_q8_0
+    (d = max|x| / 127, q = round(x * (1 / d))), the exact integer dot of each block, then per
+    output acc = fma(float(i_b), d_w * d_x, acc) (+ fma(m_w, d_x * sum q, acc)) block by block."""
+    wi, dw, mw = block_ints(w, qt)
+    n_rows, n_in = x.shape
+    out = np.zeros((n_rows, w.shape[0]), np.float32)
+    for r in range(n_rows):
+        xb = x[r].reshape(-1, 32)
+        dx = (np.abs(xb).max(axis=1) / np.float32(127)).astype(np.float32)
+        inv = np.where(dx != 0, np.float32(1) / np.where(dx != 0, dx, 1), 0).astype(np.float32)
+        q = np.rint((xb * inv[:, None]).astype(np.float32)).astype(np.int64)
+        sx = (dx * q.sum(axis=1).astype(np.float32)).astype(np.float32)
+        for o in range(w.shape[0]):
+            acc = np.float32(0)
+            for b in range(xb.shape[0]):
+                acc = fma(np.float32(int((wi[o, b] * q[b]).sum())), np.float32(dw[o, b] * dx[b]), acc)
+                if mw is not None:
+                    acc = fma(mw[o, b], sx[b], acc)
+            out[r, o] = acc
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_block_ints_read_the_file_format_as_gguf_does(name):
+    qt = TYPES[name]
+    w = T.random_blocks(qt, 5, 64, np.random.default_rng(1))
+    wi, d, m = block_ints(w, qt)
+    mine = wi * d[..., None].astype(np.float64) + (0 if m is None else m[..., None])
+    ref = gguf.quants.dequantize(w, gguf.GGMLQuantizationType(qt)).reshape(5, 2, 32)
+    np.testing.assert_allclose(mine, ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_every_output_is_the_promised_chain_bit_for_bit(name):
+    qt = TYPES[name]
+    rng = np.random.default_rng(2)
+    n_out, n_in = 37, 96                         # two groups of 16 and a tail of 5; 3 blocks
+    w = T.random_blocks(qt, n_out, n_in, rng)
+    x = rng.standard_normal((3, n_in)).astype(np.float32)
+    x[1, :32] *= 100.0
+    x[2, 32:64] = 0.0                            # a block of zeros: d = 0
+    out = np.empty((3, n_out), np.float32)
+    matmul_q8(x, interleave(w, qt), T.X16_OF[qt], out)
+    want = oracle(x, w, qt)
+    bad = np.argwhere(out.view(np.uint32) != want.view(np.uint32))
+    first = tuple(bad[0]) if bad.size else None
+    assert bad.size == 0, f"{name}: {len(bad)} outputs differ, first {first}: {out[first]!r} vs {want[first]!r}"
+
+
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_rows_are_the_same_bits_alone_and_in_every_batch(name):
+    qt = TYPES[name]
+    rng = np.random.default_rng(3)
+    n_out, n_in = 53, 160
+    wx = interleave(T.random_blocks(qt, n_out, n_in, rng), qt)
+    k_max = 2 * R_MAX + 1
+    x = rng.standard_normal((k_max, n_in)).astype(np.float32)
+    one = np.empty((1, n_out), np.float32)
+    alone = np.empty((k_max, n_out), np.float32)
+    for r in range(k_max):
+        matmul_q8(x[r:r + 1].copy(), wx, T.X16_OF[qt], one)
+        alone[r] = one[0]
+    for k in sorted({1, 2, 3, R_MAX, R_MAX + 1, k_max}):
+        out = np.empty((k, n_out), np.float32)
+        matmul_q8(x[:k], wx, T.X16_OF[qt], out)
+        assert np.array_equal(out.view(np.uint32), alone[:k].view(np.uint32)), f"{name}: k = {k}"
+
+
+def test_an_output_has_the_same_bits_in_a_group_and_in_the_tail():
+    # the restricted output head: the rows of some token ids, copied and interleaved again
+    qt = T.Q8_0
+    rng = np.random.default_rng(4)
+    w = T.random_blocks(qt, 64, 128, rng)
+    x = rng.standard_normal((2, 128)).astype(np.float32)
+    full = np.empty((2, 64), np.float32)
+    matmul_q8(x, interleave(w, qt), T.X16_OF[qt], full)
+    ids = np.array([63, 0, 17, 5, 40, 41, 42, 2, 9, 33, 12, 50, 51, 52, 53, 54, 3, 7, 1])   # 16 + a tail of 3
+    part = np.empty((2, len(ids)), np.float32)
+    matmul_q8(x, interleave(np.ascontiguousarray(w[ids]), qt), T.X16_OF[qt], part)
+    assert np.array_equal(part.view(np.uint32), full[:, ids].view(np.uint32))
+
+
+def test_interleaving_keeps_shape_and_bytes():
+    rng = np.random.default_rng(5)
+    for name, qt in TYPES.items():
+        w = T.random_blocks(qt, 21, 64, rng)
+        wx = interleave(w, qt)
+        assert wx.shape == w.shape and wx.dtype == np.uint8 and not wx.flags.writeable, name
+        assert np.array_equal(np.sort(wx[:16].reshape(-1)), np.sort(w[:16].reshape(-1))) or qt in (T.Q5_0, T.Q5_1)
+        assert np.array_equal(wx[16:], w[16:]), f"{name}: the tail is the file's own rows"
+        assert not np.array_equal(wx[:16], w[:16]), f"{name}: the group is regrouped"
+
+
+def test_bad_input_is_refused_by_name():
+    w = T.random_blocks(T.Q4_K, 16, 256, np.random.default_rng(6))
+    with pytest.raises(ValueError, match="Q4_K has no interleaved layout"):
+        interleave(w, T.Q4_K)
+    with pytest.raises(ValueError, match=r"of Q8_0 blocks \(34 bytes each\), got float32"):
+        interleave(np.zeros((16, 34), np.float32), T.Q8_0)
+    assert can_interleave(T.Q5_0) and not can_interleave(T.Q6_K)
+    assert T.qtype_name(T.Q5_0X16) == "Q5_0x16"
+
+
+def test_the_backend_interleaves_with_int8_activations_only(tiny_path):
+    from specnb.model import load_model
+    from specnb.run.backend_cpu import CpuBackend, kernel_qtypes
+    m = load_model(tiny_path("Q4_0"))
+    q8 = CpuBackend(m, n_ctx=16, n_seq_max=1, activations="q8")
+    f32 = CpuBackend(m, n_ctx=16, n_seq_max=1, activations="f32")
+    assert {w.qtype for ws in q8._layer_w for w in ws} == {T.Q4_0X16}
+    assert {w.qtype for ws in f32._layer_w for w in ws} == {T.Q4_0}
+    assert T.Q4_0X16 in kernel_qtypes(m, True)[1] and T.Q4_0 not in kernel_qtypes(m, True)[1]
+    assert kernel_qtypes(m, False)[1] >= {T.Q4_0}

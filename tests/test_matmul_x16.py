@@ -160,13 +160,23 @@ def test_bad_input_is_refused_by_name():
     assert T.qtype_name(T.Q5_0X16) == "Q5_0x16"
 
 
-def test_the_backend_interleaves_with_int8_activations_only(tiny_path):
+def test_the_backend_interleaves_with_int8_activations_only(tiny_path, monkeypatch):
+    from specnb.errors import ParamError
     from specnb.model import load_model
-    from specnb.run.backend_cpu import CpuBackend, kernel_qtypes
-    m = load_model(tiny_path("Q4_0"))
-    q8 = CpuBackend(m, n_ctx=16, n_seq_max=1, activations="q8")
-    f32 = CpuBackend(m, n_ctx=16, n_seq_max=1, activations="f32")
-    assert {w.qtype for ws in q8._layer_w for w in ws} == {T.Q4_0X16}
-    assert {w.qtype for ws in f32._layer_w for w in ws} == {T.Q4_0}
-    assert T.Q4_0X16 in kernel_qtypes(m, True)[1] and T.Q4_0 not in kernel_qtypes(m, True)[1]
-    assert kernel_qtypes(m, False)[1] >= {T.Q4_0}
+    from specnb.run.backend_cpu import CpuBackend, kernel_qtypes, repacked_qtypes
+    m = load_model(tiny_path("Q5_0"))
+    mats = lambda b: {w.qtype for ws in b._layer_w for w in ws}          # noqa: E731
+    assert mats(CpuBackend(m, n_ctx=16, n_seq_max=1, activations="q8")) == {T.Q5_0X16}
+    assert mats(CpuBackend(m, n_ctx=16, n_seq_max=1, activations="f32")) == {T.Q5_0}
+    assert T.Q5_0X16 in kernel_qtypes(m, True)[1] and T.Q5_0 not in kernel_qtypes(m, True)[1]
+    assert kernel_qtypes(m, False)[1] >= {T.Q5_0}
+    # SPECNB_REPACK: the default (q5) keeps Q4_0 as the file has it; all / none
+    m4 = load_model(tiny_path("Q4_0"))
+    assert mats(CpuBackend(m4, n_ctx=16, n_seq_max=1, activations="q8")) == {T.Q4_0}
+    monkeypatch.setenv("SPECNB_REPACK", "all")
+    assert mats(CpuBackend(m4, n_ctx=16, n_seq_max=1, activations="q8")) == {T.Q4_0X16}
+    monkeypatch.setenv("SPECNB_REPACK", "none")
+    assert repacked_qtypes() == () and kernel_qtypes(m, True)[1] >= {T.Q5_0}
+    monkeypatch.setenv("SPECNB_REPACK", "some")
+    with pytest.raises(ParamError, match="SPECNB_REPACK='some'"):
+        repacked_qtypes()

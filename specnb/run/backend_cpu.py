@@ -27,8 +27,8 @@ from ..kernels.attention import attention
 from ..kernels.norm import rmsnorm
 from ..kernels.matmul import dequant_row, matmul
 from ..kernels.matmul_q8 import matmul_q8
-from ..kernels.matmul_x16 import can_interleave, interleave
-from ..kernels.qtypes import SUPPORTED_QTYPES, X16_OF, X16_QTYPES
+from ..kernels.matmul_x16 import interleave
+from ..kernels.qtypes import Q5_0, Q5_1, SUPPORTED_QTYPES, X16_OF
 from ..kernels.tuning import prefetch_ahead
 from ..errors import ParamError
 from ..kernels.rope import rope, rope_angles
@@ -60,11 +60,30 @@ def model_qtypes(model) -> tuple[int, set]:
     return int(model.tok_embd.qtype), mats | {int(model.output.qtype)}
 
 
+REPACK_ENV = "SPECNB_REPACK"
+# SPECNB_REPACK -> the GGUF types the CPU backend interleaves (with int8 activations)
+_REPACKED = {"q5": (Q5_0, Q5_1), "all": tuple(X16_OF), "none": ()}
+
+
+def repacked_qtypes() -> tuple:
+    """$SPECNB_REPACK: which 32-block types the CPU backend interleaves 16 rows at a time with
+    int8 activations (kernels/matmul_x16.py; llama.cpp: the CPU backend's weight repacking, which
+    its --no-repack turns off). "q5" (the default): Q5_0 and Q5_1, whose fifth bits cost the
+    per-row kernels most (the 0.5B draft's layers); "all": Q8_0, Q4_0 and Q4_1 too; "none": no
+    type. The interleaved products sum each block in another order, so logits move in the last
+    bits; the per-row kernels of Q4_0, Q4_1 and Q8_0 are kept by default because with them the
+    default pair's rounds are those llama.cpp c392e50 printed (tests/data), which the course's
+    exercise replays."""
+    v = os.environ.get(REPACK_ENV, "q5") or "q5"
+    if v not in _REPACKED:
+        raise ParamError(f"{REPACK_ENV}={v!r}: expected 'q5' (the default), 'all' or 'none'")
+    return _REPACKED[v]
+
+
 def kernel_qtype(qtype: int, q8: bool) -> int:
-    """The layout the pass multiplies a matrix in: with int8 activations the 32-block types
-    (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) go interleaved 16 rows at a time (X16_OF, kernels/
-    matmul_x16.py; llama.cpp: ggml-cpu's repack buffer), everything else as the file has it."""
-    return X16_OF[int(qtype)] if q8 and can_interleave(qtype) else int(qtype)
+    """The layout the pass multiplies a matrix in: with int8 activations the types of
+    repacked_qtypes() interleaved 16 rows at a time (X16_OF), everything else as the file has it."""
+    return X16_OF[int(qtype)] if q8 and int(qtype) in repacked_qtypes() else int(qtype)
 
 
 def kernel_weight(w: QWeight, q8: bool) -> QWeight:
@@ -118,7 +137,8 @@ class CpuBackend:
             emb.add(e)
             mats |= ms
         if kernel_types() == "all":
-            emb, mats = set(SUPPORTED_QTYPES), set(SUPPORTED_QTYPES) | (set(X16_QTYPES) if self._q8 else set())
+            emb = set(SUPPORTED_QTYPES)
+            mats = emb | ({X16_OF[t] for t in repacked_qtypes()} if self._q8 else set())
         self._fused_types = fused.fused_types(emb, mats, self._q8)
         # how far ahead the int8 kernels prefetch the weights: measured once per machine
         # (kernels/tuning.py); the float32 path does not prefetch

@@ -12,8 +12,9 @@ dot product whose result is 16 partial sums of that one row; every block then pa
 the integer-to-float conversion, the scales' product and a fused add for one row. With 16 rows
 interleaved, a 64-byte load holds 4 elements of each of 16 rows, the activation's 4 matching bytes
 are broadcast, and one dot product gives one partial sum for each of the 16 rows: the float work of
-a block is shared by 16 rows and nothing is summed across lanes. On a Zen 3 (AVX2) the one-row
-product of the 0.5B's Q5_0 shapes runs 3-5x faster (docs/benchmarks.md).
+a block is shared by 16 rows and nothing is summed across lanes. On a Zen 4 the one-row product
+of the 0.5B's Q5_0 shapes ran 3-5x faster with the weights in cache (docs/benchmarks.md). The CPU
+backend uses it for the types SPECNB_REPACK names (run/backend_cpu.py: Q5_0 and Q5_1 by default).
 
 The layout, per group of 16 rows (r) and block b of 32 elements (e = 4k + j, k < 8, j < 4), in this
 order: the 16 scales d (float16), the 16 mins m (Q4_1, Q5_1), the quants, the fifth bits (Q5_*):

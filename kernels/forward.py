@@ -59,11 +59,11 @@ def fused_types(emb_qtypes, mat_qtypes, q8: bool) -> FusedTypes:
 # The pass therefore calls the int8 driver directly (the weights' shapes were checked when the
 # model loaded, and every operand here is C-contiguous), and _mm is inlined into the pass.
 @njit(cache=True)
-def _mm_by(x, w, qtype, out, sf, si, f_any, i_any, i_k, i_b, i_x, ahead):
+def _mm_by(x, w, qtype, out, sf, si, f_any, i_any, i_k, i_b, i_xb, i_xk, ahead):
     # y = x @ W^T with int8 activations for the types of si, float32 ones for those of sf; a
     # path whose selection is empty (None) is not compiled
     if i_any is not None and has_q8_kernel(qtype):
-        matmul_q8_by(x, w, qtype, out, si, i_k, i_b, i_x, ahead)
+        matmul_q8_by(x, w, qtype, out, si, i_k, i_b, i_xb, i_xk, ahead)
     elif f_any is not None:
         matmul_sel(x, w, qtype, out, sf)
     else:
@@ -73,7 +73,7 @@ def _mm_by(x, w, qtype, out, sf, si, f_any, i_any, i_k, i_b, i_x, ahead):
 
 @njit(inline="always")
 def _mm(x, w, qtype, ts, ahead, out):
-    return _mm_by(x, w, qtype, out, ts.f, ts.i, ts.f.any, ts.i.any, ts.i.k, ts.i.b, ts.i.x, ahead)
+    return _mm_by(x, w, qtype, out, ts.f, ts.i, ts.f.any, ts.i.any, ts.i.k, ts.i.b, ts.i.xb, ts.i.xk, ahead)
 
 
 # the thin wrappers the pass calls, inlined into it for the same reason (the same code as

@@ -3,9 +3,9 @@ quantize_row_q8_0 / q8_1 / q8_K and ggml_vec_dot_<type>_q8_<0,1,K>, ggml-cpu-qua
 
     matmul_q8(x, w, qtype, out, ahead=-1)   y = x @ W^T with x rounded to int8 blocks first
     matmul_q8_by(...)               the same from compiled code, for a selection of types (forward.py)
-    quantize_q8_k(x) / quantize_q8_32(x)   the activation blocks, row by row (for the tests)
-    pack_q8_k(x), one_row_q4_k(...)   the blocks as the kernels read them, and the decode loop's
-                                    1-row Q4_K pass (tuning.py times it)
+    quantize_q8_k(x) / quantize_q8_32(x)   the activation blocks, row by row (for the tests), and
+    pack_q8_k(x)                    the blocks as the kernels read them (both from quantize_q8.py)
+    one_row_q4_k(...)               the decode loop's 1-row Q4_K pass (tuning.py times it)
     self_check(), bench()           `python -m specnb.kernels.matmul_q8`
 
 The activation rows are rounded to int8 the way ggml does it for the weight type at hand:
@@ -49,10 +49,13 @@ from numba import njit, prange
 from . import blocks_q8 as B
 from . import qtypes as T
 from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS, matmul, matmul_ref
-from .matmul_x16 import matmul_x16_by, q8_32_block
+from .matmul_x16 import matmul_x16_by
+from .matmul_x16k import matmul_x16k_by
+from .quantize_q8 import (_alloc_q8_32, _alloc_q8_k, _quantize_q8_32, _quantize_q8_k, pack_q8_32, pack_q8_k,  # noqa: F401
+                          quantize_q8_32, quantize_q8_k)
 from .qtypes import (Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, X16_QTYPES, check_shapes,
-                     is_x16, type_sel)
-from .simd import _AVX2, _AVX2_ONLY, _AVX512, vhsum_i, vload, vrint, vsplat, vstore_i8
+                     is_x16, is_x16k, type_sel)
+from .simd import _AVX2, _AVX2_ONLY, _AVX512, vsplat
 from .simd_wide import prefetch, vabs8, vgroups4, vstore_at
 from .tiles import (tbroadcast, tdot4, tdot4s, tdot4s8, tfloat, tfma, tfold, tile_rows, tload_bytes, tload_f32,
                     tload_i16, tmadd, tmul, tnegate_where, tstore_f32, tstore_hsum, tzeros)
@@ -76,122 +79,6 @@ def has_q8_kernel(qtype):
     return (qtype == Q8_0 or qtype == Q4_0 or qtype == Q4_1 or qtype == Q5_0 or qtype == Q5_1
             or qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K
             or is_x16(qtype))
-
-
-# ---- the activations as int8 blocks ------------------------------------------------------------
-
-# The quantized activations are stored chunk-major, the rows of a chunk side by side (the
-# kernels read a tile's R rows at constant offsets from one address): the int8 values as
-# qx[chunk of 64, row, 64], the block scales as [block, row] (K) or [chunk, row, 16] (the others).
-
-@_jit
-def _quantize_q8_k(x, qx, dx, bs):
-    # x [n_rows, n] -> qx int8 [n / 64, n_rows, 64], dx [n / 256, n_rows], bs int16
-    # [n / 256, n_rows, 16] (ggml's quantize_row_q8_K_ref: iscale = -127 / max, where max is the
-    # first element of largest magnitude, q = min(127, nearest(iscale * x)), d = 1 / iscale, bs
-    # the sums of each 16 q)
-    n_rows, n = x.shape
-    for r in range(n_rows):
-        xr = x[r]
-        for b in range(n // 256):
-            i0 = 256 * b
-            amax = np.float32(0)
-            mx = np.float32(0)
-            for j in range(i0, i0 + 256):
-                a = abs(xr[j])
-                if a > amax:
-                    amax = a
-                    mx = xr[j]
-            iscale = np.float32(-127) / mx if amax != 0 else np.float32(0)
-            for c in range(4):
-                qc = qx[4 * b + c, r]
-                for h in range(4):
-                    i = i0 + 64 * c + 16 * h
-                    q0 = vrint(vload(xr, i) * iscale)
-                    q1 = vrint(vload(xr, i + 8) * iscale)
-                    vstore_i8(qc, 16 * h, q0)
-                    vstore_i8(qc, 16 * h + 8, q1)
-                    bs[b, r, 4 * c + h] = vhsum_i(q0 + q1)
-            dx[b, r] = np.float32(1) / iscale if amax != 0 else np.float32(0)
-
-
-@_jit
-def _quantize_q8_32(x, qx, dx16, sx16):
-    # x [n_rows, n] -> qx int8 [npad / 64, n_rows, 64] (npad: n rounded up to 64, the rest zero)
-    # and per chunk c of 64: dx16 [c, row] = [d_2c] * 8 + [d_2c+1] * 8, sx16 the same of
-    # s = d * sum(q); per 32-block d = max|x| / 127, q = round(x / d) (ties to even)
-    n_rows, n = x.shape
-    for r in range(n_rows):
-        xr = x[r]
-        for b in range(2 * qx.shape[0]):
-            c, h = b // 2, 32 * (b % 2)
-            qc = qx[c, r]
-            d = np.float32(0)
-            s = np.float32(0)
-            if 32 * b < n:
-                q0, q1, q2, q3, d, isum = q8_32_block(xr, 32 * b)
-                vstore_i8(qc, h, q0)
-                vstore_i8(qc, h + 8, q1)
-                vstore_i8(qc, h + 16, q2)
-                vstore_i8(qc, h + 24, q3)
-                s = d * np.float32(isum)
-            else:
-                qc[h:h + 32] = 0
-            dx16[c, r, h // 4:h // 4 + 8] = d
-            sx16[c, r, h // 4:h // 4 + 8] = s
-
-
-@_jit
-def _alloc_q8_k(n_rows, n):
-    return (np.empty((n // 64, n_rows, 64), np.int8), np.empty((n // 256, n_rows), np.float32),
-            np.empty((n // 256, n_rows, 16), np.int16))
-
-
-@_jit
-def _alloc_q8_32(n_rows, n):
-    nch = (n + 63) // 64
-    return (np.empty((nch, n_rows, 64), np.int8), np.empty((nch, n_rows, 16), np.float32),
-            np.empty((nch, n_rows, 16), np.float32))
-
-
-def pack_q8_k(x):
-    """[n_rows, n] float32 -> the block_q8_K activations as the K kernels read them, chunk-major
-    (above): (qx int8 [n / 64, n_rows, 64], d float32 [n / 256, n_rows], bsums int16
-    [n / 256, n_rows, 16])."""
-    x = np.ascontiguousarray(x, np.float32)
-    qx, dx, bs = _alloc_q8_k(*x.shape)
-    _quantize_q8_k(x, qx, dx, bs)
-    return qx, dx, bs
-
-
-def pack_q8_32(x):
-    """[n_rows, n] float32 -> the block_q8_0 / block_q8_1 activations as the 32-block kernels
-    read them, chunk-major (above): (qx int8 [npad / 64, n_rows, 64], d and s float32
-    [npad / 64, n_rows, 16], each block's value 8 times)."""
-    x = np.ascontiguousarray(x, np.float32)
-    qx, dx16, sx16 = _alloc_q8_32(*x.shape)
-    _quantize_q8_32(x, qx, dx16, sx16)
-    return qx, dx16, sx16
-
-
-def quantize_q8_k(x):
-    """[n_rows, n] float32 -> ggml's block_q8_K fields, row by row: (qx int8 [n_rows, n],
-    d [n_rows, n / 256], bsums int16 [n_rows, n / 16])."""
-    qx, dx, bs = pack_q8_k(x)
-    n_rows, n = np.shape(x)
-    return (qx.transpose(1, 0, 2).reshape(n_rows, n), dx.T.copy(),
-            bs.transpose(1, 0, 2).reshape(n_rows, n // 16))
-
-
-def quantize_q8_32(x):
-    """[n_rows, n] float32 -> ggml's block_q8_0 / block_q8_1 fields, row by row: (qx int8
-    [n_rows, n], d [n_rows, n / 32], s [n_rows, n / 32])."""
-    qx, dx16, sx16 = pack_q8_32(x)
-    n_rows, n = np.shape(x)
-    nb = n // 32
-    return (qx.transpose(1, 0, 2).reshape(n_rows, -1)[:, :n],
-            dx16[:, :, ::8].transpose(1, 0, 2).reshape(n_rows, -1)[:, :nb],
-            sx16[:, :, ::8].transpose(1, 0, 2).reshape(n_rows, -1)[:, :nb])
 
 
 # ---- passes: one weight row times a tile of R activation rows ------------------------------------
@@ -556,15 +443,17 @@ def _matmul_q8_32(x, w, qtype, out, s, ahead):
 
 
 @_jit
-def matmul_q8_by(x, w, qtype, out, s, k, b, xl, ahead):
+def matmul_q8_by(x, w, qtype, out, s, k, b, xb, xk, ahead):
     # out = x @ W^T from compiled code, without matmul_q8_sel's checks (the fused pass checked
-    # the shapes when the model loaded; x and w C-contiguous): the K, the interleaved or the
-    # 32-block driver, each compiled only if the TypeSel s has such a type (k = s.k, xl = s.x,
-    # b = s.b); ahead: how far ahead the weights are prefetched (bytes; < 0: not at all; the
-    # interleaved layouts stream one group after another and leave it to the hardware)
+    # the shapes when the model loaded; x and w C-contiguous): the K, the interleaved (32-block
+    # or K) or the 32-block driver, each compiled only if the TypeSel s has such a type (k = s.k,
+    # xb = s.xb, xk = s.xk, b = s.b); ahead: how far ahead the weights are prefetched (bytes; < 0:
+    # not at all; the interleaved layouts stream one group after another and leave it to the hardware)
     if k is not None and (qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K):
         _matmul_q8_k(x, w, qtype, out, s, ahead)
-    elif xl is not None and is_x16(qtype):
+    elif xk is not None and is_x16k(qtype):
+        matmul_x16k_by(x, w, qtype, out, s.q4_kx16, s.q6_kx16)
+    elif xb is not None and is_x16(qtype):
         matmul_x16_by(x, w, qtype, out, s)
     elif b is not None:
         _matmul_q8_32(x, w, qtype, out, s, ahead)
@@ -584,7 +473,7 @@ def matmul_q8_sel(x, w, qtype, out, s, ahead):
         raise ValueError("specnb.kernels.matmul_q8: no int8 kernel for this type:", qtype)
     # w as given: np.ascontiguousarray types its result writable, which would compile the whole
     # int8 chain a second time beside the fused pass's read-only one (matmul_q8 passes a C array)
-    matmul_q8_by(np.ascontiguousarray(x), w, qtype, out, s, s.k, s.b, s.x, ahead)
+    matmul_q8_by(np.ascontiguousarray(x), w, qtype, out, s, s.k, s.b, s.xb, s.xk, ahead)
 
 
 # The selection of every int8 type, as the fused pass with every type has it (forward.fused_types):

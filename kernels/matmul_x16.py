@@ -5,7 +5,6 @@ into block_q4_0x8 at load time and multiplies with ggml_gemv_q4_0_8x8_q8_0 / ggm
     interleave(w, qtype) -> bytes   the matrix regrouped (same shape, same bytes), for X16_OF[qtype]
     can_interleave(qtype)           whether a type has such a layout (the 32-block types)
     matmul_x16(x, w16, qtype16, out)   y = x @ W^T with x rounded to int8 blocks (matmul_q8's numerics)
-    q8_32_block(xr, i)              one activation block rounded to int8 (shared with matmul_q8)
 
 Why: matmul_q8's passes take one weight row at a time and meet each activation block in a 64-byte
 dot product whose result is 16 partial sums of that one row; every block then pays the sign trick,
@@ -40,7 +39,9 @@ from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS
 from .qtypes import (Q4_0, Q4_0X16, Q4_1, Q4_1X16, Q5_0, Q5_0X16, Q5_1, Q5_1X16, Q8_0, Q8_0X16, X16_BASE, X16_OF,
                      X16_ROWS, qtype_name)
 from .blocks import _scale16
-from .simd import _AVX512, ld_i8, ld_u32, sfma, vabs, vhmax, vhsum_i, vload, vmax, vrint, vstore_i8
+from .matmul_x16k import K_BASE, interleave_k
+from .quantize_q8 import _quantize_rows
+from .simd import _AVX512, ld_i8, ld_u32, sfma
 from .simd_wide import vabs8, vhalf16, vload_b64
 from .tiles import (tbcast4, tbroadcast, tdot4, tfloat, tfma, tile_rows, tmul, tnegate_where, tsplat_i32, tstore_f32,
                     tzeros)
@@ -56,16 +57,20 @@ _BLOCK = {Q8_0: 34, Q4_0: 18, Q4_1: 20, Q5_0: 22, Q5_1: 24}
 
 
 def can_interleave(qtype: int) -> bool:
-    """A 32-block type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)."""
+    """A type with an interleaved layout: the 32-block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) here,
+    Q4_K and Q6_K in matmul_x16k.py."""
     return int(qtype) in X16_OF
 
 
 # ---- the layout ----------------------------------------------------------------------------------
 
 def interleave(w: np.ndarray, qtype: int) -> np.ndarray:
-    """uint8 [n_out, row_bytes] of a GGUF 32-block type -> the same bytes regrouped for
-    X16_OF[qtype] (read-only, C-contiguous, the same shape)."""
+    """uint8 [n_out, row_bytes] of a GGUF type with an interleaved layout -> the same bytes
+    regrouped for X16_OF[qtype] (read-only, C-contiguous, the same shape); the K types go to
+    matmul_x16k.interleave_k."""
     qtype = int(qtype)
+    if qtype in K_BASE.values():
+        return interleave_k(w, qtype)
     if qtype not in X16_OF:
         raise ValueError(f"interleave: {qtype_name(qtype)} has no interleaved layout "
                          f"(only {', '.join(qtype_name(t) for t in X16_OF)})")
@@ -101,40 +106,6 @@ def interleave(w: np.ndarray, qtype: int) -> np.ndarray:
     out = np.concatenate([groups, w[G * X16_ROWS:].reshape(-1)]).reshape(n_out, w.shape[1])
     out.flags.writeable = False
     return out
-
-
-# ---- the activations ------------------------------------------------------------------------------
-
-@_inline
-def q8_32_block(xr, i):
-    # the 32 values at xr[i:] as ggml's quantize_row_q8_0 / q8_1 rounds them: d = max|x| / 127,
-    # q = round(x / d) (ties to even) -> (q as four i32x8, d, sum(q))
-    v0, v1, v2, v3 = vload(xr, i), vload(xr, i + 8), vload(xr, i + 16), vload(xr, i + 24)
-    amax = vhmax(vmax(vmax(vabs(v0), vabs(v1)), vmax(vabs(v2), vabs(v3))))
-    d = amax / np.float32(127)
-    inv = np.float32(1) / d if d != 0 else np.float32(0)
-    q0, q1, q2, q3 = vrint(v0 * inv), vrint(v1 * inv), vrint(v2 * inv), vrint(v3 * inv)
-    return q0, q1, q2, q3, d, vhsum_i((q0 + q1) + (q2 + q3))
-
-
-@_jit
-def _quantize_rows(x, qx, dx, sq, sx):
-    # x [n_rows, n] -> row-major qx int8 [n_rows * n], per block dx (d), sq (sum q, int32) and sx
-    # (s = d * sum q, block_q8_1's s), each [n_rows * nb]
-    n_rows, n = x.shape
-    nb = n // 32
-    for r in range(n_rows):
-        xr = x[r]
-        for b in range(nb):
-            q0, q1, q2, q3, d, isum = q8_32_block(xr, 32 * b)
-            o = r * n + 32 * b
-            vstore_i8(qx, o, q0)
-            vstore_i8(qx, o + 8, q1)
-            vstore_i8(qx, o + 16, q2)
-            vstore_i8(qx, o + 24, q3)
-            dx[r * nb + b] = d
-            sq[r * nb + b] = isum
-            sx[r * nb + b] = d * np.float32(isum)
 
 
 # ---- the passes: R activation rows x one group of 16 weight rows ----------------------------------
@@ -302,4 +273,4 @@ def matmul_x16_by(x, w, qtype, out, s):
                   s.q8_0x16, s.q4_0x16, s.q4_1x16, s.q5_0x16, s.q5_1x16)
 
 
-__all__ = ["interleave", "can_interleave", "matmul_x16_by", "q8_32_block", "R_MAX", "X16_OF", "X16_BASE"]
+__all__ = ["interleave", "can_interleave", "matmul_x16_by", "R_MAX", "X16_OF", "X16_BASE"]

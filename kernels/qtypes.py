@@ -38,11 +38,12 @@ ggml-common.h for the layouts, ggml-quants.c dequantize_row_* for the values):
   Q6_K: two halves of 128; in half h, element i has low 4 bits from ql[64h + i % 64] (low nibble
         for i < 64, high for i >= 64) and top 2 bits from qh[32h + i % 32] >> (2 * (i // 32)).
 
-specnb's own layouts (not GGUF types; the int8 kernels only, matmul_x16.py): the 32-block types
-with their rows interleaved 16 at a time, Q8_0x16, Q4_0x16, Q4_1x16, Q5_0x16 and Q5_1x16 (codes
-X16_OF[base]). A matrix keeps its shape [n_out, row_bytes] and its bytes; each group of 16 rows is
-regrouped so that one 64-byte load holds 4 elements of each of the 16 rows (llama.cpp: ggml-cpu's
-repack.cpp, block_q4_0x8 and friends).
+specnb's own layouts (not GGUF types; the int8 kernels only): the 32-block types with their rows
+interleaved 16 at a time, Q8_0x16, Q4_0x16, Q4_1x16, Q5_0x16 and Q5_1x16 (matmul_x16.py), and the
+K types Q4_Kx16 and Q6_Kx16 (matmul_x16k.py) (codes X16_OF[base]). A matrix keeps its shape
+[n_out, row_bytes] and its bytes; each group of 16 rows is regrouped so that one 64-byte load
+holds 4 elements of each of the 16 rows (llama.cpp: ggml-cpu's repack.cpp, block_q4_0x8,
+block_q4_Kx8 and friends).
 
 `random_blocks` makes valid random weights of any type (for the checks, benchmarks and tests).
 """
@@ -65,17 +66,26 @@ K_QTYPES = frozenset((Q2_K, Q3_K, Q4_K, Q5_K, Q6_K))          # super-blocks of 
 SUPPORTED_QTYPES = FLOAT_QTYPES | K_QTYPES | frozenset((Q8_0, Q4_0, Q4_1, Q5_0, Q5_1))
 
 # the interleaved layouts (matmul_x16.py): codes above every GGUF type's
-X16_OF = {Q8_0: 56, Q4_0: 57, Q4_1: 58, Q5_0: 59, Q5_1: 60}
-Q8_0X16, Q4_0X16, Q4_1X16, Q5_0X16, Q5_1X16 = (X16_OF[t] for t in (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1))
+X16_OF = {Q8_0: 56, Q4_0: 57, Q4_1: 58, Q5_0: 59, Q5_1: 60, Q4_K: 61, Q6_K: 62}
+Q8_0X16, Q4_0X16, Q4_1X16, Q5_0X16, Q5_1X16, Q4_KX16, Q6_KX16 = (
+    X16_OF[t] for t in (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K))
 X16_BASE = {x: t for t, x in X16_OF.items()}
 X16_QTYPES = frozenset(X16_BASE)
+X16K_QTYPES = frozenset((Q4_KX16, Q6_KX16))        # the K layouts (matmul_x16k.py)
 X16_ROWS = 16
+
+
+@njit(cache=True, fastmath=False)
+def is_x16k(qtype):
+    # qtype in X16K_QTYPES, callable from jitted code too
+    return qtype == Q4_KX16 or qtype == Q6_KX16
 
 
 @njit(cache=True, fastmath=False)
 def is_x16(qtype):
     # qtype in X16_QTYPES, callable from jitted code too
-    return qtype == Q8_0X16 or qtype == Q4_0X16 or qtype == Q4_1X16 or qtype == Q5_0X16 or qtype == Q5_1X16
+    return (qtype == Q8_0X16 or qtype == Q4_0X16 or qtype == Q4_1X16 or qtype == Q5_0X16 or qtype == Q5_1X16
+            or is_x16k(qtype))
 
 # (block size QK, bytes per block) by type code, for the jitted code (0: unsupported); an
 # interleaved layout has its base type's rows
@@ -147,13 +157,13 @@ def check_shapes(n_in, w_row_bytes, qtype):
 
 TYPE_FIELDS = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
                "q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
-X16_FIELDS = ("q8_0x16", "q4_0x16", "q4_1x16", "q5_0x16", "q5_1x16")
+X16_FIELDS = ("q8_0x16", "q4_0x16", "q4_1x16", "q5_0x16", "q5_1x16", "q4_kx16", "q6_kx16")
 _FIELD_TYPE = dict(zip(TYPE_FIELDS, (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
                                      Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)))
-_X16_FIELD_TYPE = dict(zip(X16_FIELDS, (Q8_0X16, Q4_0X16, Q4_1X16, Q5_0X16, Q5_1X16)))
+_X16_FIELD_TYPE = dict(zip(X16_FIELDS, (Q8_0X16, Q4_0X16, Q4_1X16, Q5_0X16, Q5_1X16, Q4_KX16, Q6_KX16)))
 # any: some type; fl: some float type (F32, F16, BF16); b: some 32-block type; k: some K type;
-# x: some interleaved layout (X16_QTYPES, the int8 kernels only)
-TypeSel = namedtuple("TypeSel", ("any", "fl", "b", "k") + TYPE_FIELDS + ("x",) + X16_FIELDS)
+# xb, xk: some interleaved 32-block / K layout (X16_QTYPES, the int8 kernels only)
+TypeSel = namedtuple("TypeSel", ("any", "fl", "b", "k") + TYPE_FIELDS + ("xb", "xk") + X16_FIELDS)
 
 
 def type_sel(qtypes) -> TypeSel:
@@ -164,7 +174,8 @@ def type_sel(qtypes) -> TypeSel:
     flag = {f: (0 if t in ts else None) for f, t in (_FIELD_TYPE | _X16_FIELD_TYPE).items()}
     group = lambda g: 0 if ts & g else None     # noqa: E731
     return TypeSel(any=0 if ts else None, fl=group(FLOAT_QTYPES), k=group(K_QTYPES),
-                   b=group(SUPPORTED_QTYPES - FLOAT_QTYPES - K_QTYPES), x=group(X16_QTYPES), **flag)
+                   b=group(SUPPORTED_QTYPES - FLOAT_QTYPES - K_QTYPES), xb=group(X16_QTYPES - X16K_QTYPES),
+                   xk=group(X16K_QTYPES), **flag)
 
 
 @_jit
@@ -172,7 +183,7 @@ def all_types():
     # (jitted) the selection of every supported type: what the kernels' public entry points use
     # (the float path: no interleaved layouts)
     return TypeSel(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                   None, None, None, None, None, None)
+                   None, None, None, None, None, None, None, None, None)
 
 
 # ---- random weights ----------------------------------------------------------------------------

@@ -26,6 +26,7 @@ array a, for r < R (R a literal constant). No bounds checks: the callers check t
     tnegate_where(x, w)                  x[r] with the lanes where the byte vector w < 0 negated (AVX2:
                                          and 0 where w == 0, as vpsignb does; for dots with |w|)
     tmadd(c, t)                          i32 lanes: c[2l] t[r][2l] + c[2l+1] t[r][2l+1] (int16)
+    tmac(acc, t, s)                      i32 lanes: acc[r] + t[r] * s (wrapping, as vpmulld / vpaddd)
     tfloat(t) tfma(a, b, c) tmul tadd    lane-wise; a plain vector argument serves every row
     tstore_hsum(out, i, stride, t)       out[i + r stride] = hsum(t[r]), a fixed halving tree
     tstore_f32(a, i, stride, t)          a[i + r stride : + lanes] = t[r] (float32 tiles)
@@ -258,6 +259,8 @@ def _madd(b, c, t):
 
 tmadd = _tile_op("tmadd", lambda c, t: _same_vec(c, t) and _vec(c).dtype == types.int16,
                  lambda c, t: Tile(Vec(types.int32, _vec(c).lanes // 2), _first_tile(c, t).rows), _madd)
+tmac = _tile_op("tmac", lambda acc, t, s: _same_vec(acc, t, s) and _vec(acc).dtype == types.int32,
+                lambda acc, t, s: _first_tile(acc, t, s), lambda b, acc, t, s: b.add(acc, b.mul(t, s)))
 tfloat = _tile_op("tfloat", lambda t: _vec(t).dtype == types.int32,
                   lambda t: Tile(Vec(types.float32, t.vec.lanes), t.rows),
                   lambda b, v: b.sitofp(v, ir.VectorType(ir.FloatType(), v.type.count)))
@@ -356,5 +359,5 @@ def tile_rows(make_pass, r_max: int):
 
 __all__ = ["Tile", "tzeros", "tload_bytes", "tload_i16", "tload_f32", "tbroadcast", "tsplat", "tsplat_i32", "tbcast4",
            "tdot4", "tdot4s",
-           "tnegate_where", "tmadd", "tfloat", "tfma", "tmul", "tadd", "tstore_hsum", "tstore_f32",
+           "tnegate_where", "tmadd", "tmac", "tfloat", "tfma", "tmul", "tadd", "tstore_hsum", "tstore_f32",
            "tile_rows"]

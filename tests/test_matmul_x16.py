@@ -151,12 +151,12 @@ def test_interleaving_keeps_shape_and_bytes():
 
 
 def test_bad_input_is_refused_by_name():
-    w = T.random_blocks(T.Q4_K, 16, 256, np.random.default_rng(6))
-    with pytest.raises(ValueError, match="Q4_K has no interleaved layout"):
-        interleave(w, T.Q4_K)
+    w = T.random_blocks(T.Q5_K, 16, 256, np.random.default_rng(6))
+    with pytest.raises(ValueError, match="Q5_K has no interleaved layout"):
+        interleave(w, T.Q5_K)
     with pytest.raises(ValueError, match=r"of Q8_0 blocks \(34 bytes each\), got float32"):
         interleave(np.zeros((16, 34), np.float32), T.Q8_0)
-    assert can_interleave(T.Q5_0) and not can_interleave(T.Q6_K)
+    assert can_interleave(T.Q5_0) and not can_interleave(T.Q5_K)
     assert T.qtype_name(T.Q5_0X16) == "Q5_0x16"
 
 
@@ -170,7 +170,7 @@ def test_the_backend_interleaves_with_int8_activations_only(tiny_path, monkeypat
     assert mats(CpuBackend(m, n_ctx=16, n_seq_max=1, activations="f32")) == {T.Q5_0}
     assert T.Q5_0X16 in kernel_qtypes(m, True)[1] and T.Q5_0 not in kernel_qtypes(m, True)[1]
     assert kernel_qtypes(m, False)[1] >= {T.Q5_0}
-    # SPECNB_REPACK: the default (q5) keeps Q4_0 as the file has it; all / none
+    # SPECNB_REPACK: the default keeps Q4_0 as the file has it; all / none
     m4 = load_model(tiny_path("Q4_0"))
     assert mats(CpuBackend(m4, n_ctx=16, n_seq_max=1, activations="q8")) == {T.Q4_0}
     monkeypatch.setenv("SPECNB_REPACK", "all")

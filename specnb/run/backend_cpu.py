@@ -28,7 +28,7 @@ from ..kernels.norm import rmsnorm
 from ..kernels.matmul import dequant_row, matmul
 from ..kernels.matmul_q8 import matmul_q8
 from ..kernels.matmul_x16 import interleave
-from ..kernels.qtypes import Q5_0, Q5_1, SUPPORTED_QTYPES, X16_OF
+from ..kernels.qtypes import Q4_K, Q5_0, Q5_1, Q6_K, SUPPORTED_QTYPES, X16_OF
 from ..kernels.tuning import prefetch_ahead
 from ..errors import ParamError
 from ..kernels.rope import rope, rope_angles
@@ -62,21 +62,23 @@ def model_qtypes(model) -> tuple[int, set]:
 
 REPACK_ENV = "SPECNB_REPACK"
 # SPECNB_REPACK -> the GGUF types the CPU backend interleaves (with int8 activations)
-_REPACKED = {"q5": (Q5_0, Q5_1), "all": tuple(X16_OF), "none": ()}
+_REPACKED = {"default": (Q5_0, Q5_1, Q4_K, Q6_K), "q5": (Q5_0, Q5_1), "k": (Q4_K, Q6_K), "all": tuple(X16_OF),
+             "none": ()}
 
 
 def repacked_qtypes() -> tuple:
-    """$SPECNB_REPACK: which 32-block types the CPU backend interleaves 16 rows at a time with
-    int8 activations (kernels/matmul_x16.py; llama.cpp: the CPU backend's weight repacking, which
-    its --no-repack turns off). "q5" (the default): Q5_0 and Q5_1, whose fifth bits cost the
-    per-row kernels most (the 0.5B draft's layers); "all": Q8_0, Q4_0 and Q4_1 too; "none": no
-    type. The interleaved products sum each block in another order, so logits move in the last
-    bits; the per-row kernels of Q4_0, Q4_1 and Q8_0 are kept by default because with them the
-    default pair's rounds are those llama.cpp c392e50 printed (tests/data), which the course's
-    exercise replays."""
-    v = os.environ.get(REPACK_ENV, "q5") or "q5"
+    """$SPECNB_REPACK: which types the CPU backend interleaves 16 rows at a time with int8
+    activations (kernels/matmul_x16.py, matmul_x16k.py; llama.cpp: the CPU backend's weight
+    repacking, which its --no-repack turns off). "default": Q5_0 and Q5_1, whose fifth bits cost
+    the per-row kernels most (the 0.5B draft's layers), and Q4_K and Q6_K (the 1.5B target's every
+    matrix, whose verification rows it makes cheap); "q5" or "k": one of those pairs; "all": Q8_0,
+    Q4_0 and Q4_1 too; "none": no type. The interleaved products sum each block in another order,
+    so logits move in the last bits; the per-row kernels of Q4_0, Q4_1 and Q8_0 are kept by
+    default because with them the default pair's rounds are those llama.cpp c392e50 printed
+    (tests/data), which the course's exercise replays."""
+    v = os.environ.get(REPACK_ENV, "default") or "default"
     if v not in _REPACKED:
-        raise ParamError(f"{REPACK_ENV}={v!r}: expected 'q5' (the default), 'all' or 'none'")
+        raise ParamError(f"{REPACK_ENV}={v!r}: expected one of {', '.join(repr(k) for k in _REPACKED)}")
     return _REPACKED[v]
 
 

@@ -1,0 +1,374 @@
+"""The K types Q4_K and Q6_K with their weight rows interleaved 16 at a time: the int8 product where
+one weight load serves 16 output rows (llama.cpp: ggml-cpu's repack.cpp, block_q4_Kx8 with
+ggml_gemv_q4_K_8x8_q8_K / ggml_gemm_q4_K_8x8_q8_K; matmul_x16.py does the same for the 32-block types).
+
+    interleave_k(w, qtype) -> bytes   the matrix regrouped (same shape, same bytes), for X16_OF[qtype]
+    matmul_x16k_by(x, w16, qtype16, out, s)   y = x @ W^T with x rounded to block_q8_K (matmul_q8's
+                                      activations)
+
+Why: matmul_q8's K passes take one weight row at a time; a row's 64-weight chunk meets each
+activation row in a dot product whose 16 lanes are partial sums of that one row, so every
+super-block then pays the scales, the lane folding, the integer-to-float conversion and the fused
+adds once per weight row and activation row. With 16 rows interleaved, a 64-byte load holds 4
+weights of each of 16 rows, the activation's 4 matching bytes are broadcast, and one dot product
+gives a partial sum for each of the 16 rows: the scales and the float work of a super-block are
+shared by 16 outputs and nothing is summed across lanes, which is what makes a verification row
+beyond the first cheap.
+
+The layout, per group of 16 rows (r) and super-block, in this order (a group-block is 16 super-
+blocks' bytes, so the matrix keeps its [n_out, row_bytes] shape; the last n_out % 16 rows stay as
+the file has them, the tail):
+  Q4_K (16 x 144 bytes): the 16 rows' d (float16), their dmin, then 12 planes of 16 bytes (byte r
+       of plane j < 8: sc_j | (mn_j & 3) << 6; of plane 8 + i: mn_2i >> 2 | (mn_2i+1 >> 2) << 4,
+       the 6-bit scales and mins of the 8 sub-blocks re-packed, nothing lost), then 32 vectors of
+       64 bytes: vector 8c + k, bytes 4r .. 4r + 3 = qs_r[32c + 4k ..]: word 8c + k of each row's
+       nibbles (low nibbles: sub-block 2c, elements 4k ..; high: sub-block 2c + 1)
+  Q6_K (16 x 210 bytes): the 16 rows' d, then 16 x 16 bytes of scales (sub-block i of row r at
+       16 i + r, int8), then the 32 words of ql and the 16 words of qh the same way (vector w,
+       bytes 4r .. = word w of row r): element 128h + 32p + 4k + j (p < 4, k < 8) takes its low 4
+       bits from ql word 16h + 8 (p & 1) + k (low nibble for p < 2), its top 2 from qh word
+       8h + k >> 2p.
+
+Numerics: per output and super-block, the integer sum is exact: Q4_K
+isum = sum_j sc_j (u_j . q_j) and imin = -sum_j mn_j bsum32_j; Q6_K isum = sum_i sc_i (u_i . q_i
+- 32 bsum16_i) (u: the unsigned quants, q: block_q8_K's int8 values, bsum the sums of 16 or 32 of
+them); then acc = fma(float(isum), d_x * d_w, acc) (Q4_K: then acc = fma(float(imin), d_x * dmin_w,
+acc)), super-block after super-block, one float32 chain per output. Every row of a batch runs the
+same chain in every tile height and in the tail's scalar code, so a row's outputs are bit-identical
+alone or in any batch, and an output's bits do not depend on where its weight row sits (a restricted
+output head gives the same logits as those columns of the whole one). The sums differ from the
+per-row kernels' (matmul_q8: lanes folded before the floats) in their last bits.
+"""
+import numpy as np
+from numba import njit, prange
+
+from .blocks import _scale16
+from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS
+from .qtypes import Q4_K, Q4_KX16, Q6_K, Q6_KX16, X16_ROWS, qtype_name
+from .quantize_q8 import _alloc_q8_k, _quantize_q8_k
+from .simd import _AVX512, sfma
+from .simd_wide import vhalf16, vload_b64, vload_i8x16, vload_u8x16
+from .tiles import tbcast4, tbroadcast, tdot4, tfloat, tfma, tile_rows, tmac, tmul, tsplat_i32, tstore_f32, tzeros
+
+_inline = njit(fastmath=False, forceinline=True, _nrt=False)
+# rows per pass: a row holds an integer sum, a sub-block's dot and a float accumulator (one
+# AVX-512 register each, two AVX2 ones): 8 rows fill AVX-512's 32 registers, 4 AVX2's 16 (spilling)
+R_MAX = 8 if _AVX512 else 4
+K_BASE = {Q4_KX16: Q4_K, Q6_KX16: Q6_K}
+_BLOCK = {Q4_K: 144, Q6_K: 210}              # bytes of one row's super-block (GGUF)
+
+
+# ---- the layout ----------------------------------------------------------------------------------
+
+def _scale_min_k4(s):
+    # [..., 12] Q4_K scale bytes -> (sc, mn) [..., 8] (ggml's get_scale_min_k4)
+    s = s.astype(np.int64)
+    sc = np.concatenate([s[..., 0:4] & 63, (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)], axis=-1)
+    mn = np.concatenate([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], axis=-1)
+    return sc, mn
+
+
+def interleave_k(w: np.ndarray, qtype: int) -> np.ndarray:
+    """uint8 [n_out, row_bytes] of Q4_K or Q6_K -> the same bytes regrouped for X16_OF[qtype]
+    (read-only, C-contiguous, the same shape)."""
+    qtype = int(qtype)
+    if qtype not in _BLOCK:
+        raise ValueError(f"interleave_k: {qtype_name(qtype)} has no interleaved K layout (only Q4_K, Q6_K)")
+    w = np.asarray(w)
+    bs = _BLOCK[qtype]
+    if w.dtype != np.uint8 or w.ndim != 2 or w.shape[1] % bs != 0:
+        raise ValueError(f"interleave_k: expected uint8 [n_out, row_bytes] of {qtype_name(qtype)} super-blocks "
+                         f"({bs} bytes each), got {w.dtype} {w.shape}")
+    n_out, nb = w.shape[0], w.shape[1] // bs
+    G = n_out // X16_ROWS
+    W = w[:G * X16_ROWS].reshape(G, X16_ROWS, nb, bs)
+
+    def rows_first(a):
+        # [G, 16, nb, n] -> [G, nb, 16 * n]: each super-block's 16 rows side by side
+        return a.transpose(0, 2, 1, 3).reshape(G, nb, X16_ROWS * a.shape[-1])
+
+    def words(a):
+        # [G, 16, nb, 4 n] -> [G, nb, n * 64]: vector w holds word w of each row
+        n = a.shape[-1] // 4
+        return a.reshape(G, X16_ROWS, nb, n, 4).transpose(0, 2, 3, 1, 4).reshape(G, nb, 64 * n)
+
+    def planes(a):
+        # [G, 16, nb, n] one byte per row and field -> [G, nb, n * 16]: field f of row r at 16 f + r
+        return a.transpose(0, 2, 3, 1).reshape(G, nb, X16_ROWS * a.shape[-1])
+
+    if qtype == Q4_K:
+        sc, mn = _scale_min_k4(W[..., 4:16])
+        p = np.concatenate([sc | ((mn & 3) << 6), (mn[..., 0::2] >> 2) | ((mn[..., 1::2] >> 2) << 4)], axis=-1)
+        parts = [rows_first(W[..., 0:2]), rows_first(W[..., 2:4]), planes(p.astype(np.uint8)), words(W[..., 16:144])]
+    else:
+        ql = words(W[..., 0:128]).reshape(G, nb, 2, 2, 8, 64)          # [half, low / high 32 bytes, k]
+        qh = words(W[..., 128:192]).reshape(G, nb, 2, 1, 8, 64)         # [half, k]
+        qs = np.concatenate([ql, qh], axis=3).transpose(0, 1, 2, 4, 3, 5).reshape(G, nb, 3072)
+        parts = [rows_first(W[..., 208:210]), planes(W[..., 192:208]), qs]
+    groups = np.concatenate(parts, axis=-1).reshape(-1)
+    out = np.concatenate([groups, w[G * X16_ROWS:].reshape(-1)]).reshape(n_out, w.shape[1])
+    out.flags.writeable = False
+    return out
+
+
+# ---- the passes: R activation rows x one group of 16 weight rows ----------------------------------
+# The activations are matmul_q8's chunk-major block_q8_K (quantize_q8.py): element 64 c + e of
+# super-block b of row r at byte 64 ((4 b + c) n_rows + r) + e of qx, d at dx[b n_rows + r]; the
+# sums of 16 (Q6_K) or 32 (Q4_K) of its q at bsum[(b n_rows + r) * n + i] (n = 16 or 8).
+
+def _pass_q4_k(R):
+    @_inline
+    def run(r, base, w, p, nb, qx, dx, bsum, out, o, n_out, n_rows):
+        r0 = base + r
+        f = tzeros(np.float32, 16, R)
+        for b in range(nb):
+            q = p + X16_ROWS * 144 * b
+            ib = b * n_rows + r0
+            acc = tzeros(np.int32, 16, R)
+            for c in range(4):
+                xc = ((4 * b + c) * n_rows + r0) * 64
+                t = tzeros(np.int32, 16, R)                         # sub-block 2c: low nibbles
+                for k in range(8):
+                    t = tdot4(t, vload_b64(w, q + 256 + 64 * (8 * c + k)) & 15, tbcast4(qx, xc + 4 * k, 64, R))
+                acc = tmac(acc, t, vload_u8x16(w, q + 64 + 16 * (2 * c)) & 63)
+                t = tzeros(np.int32, 16, R)                         # sub-block 2c + 1: high nibbles
+                for k in range(8):
+                    t = tdot4(t, vload_b64(w, q + 256 + 64 * (8 * c + k)) >> 4, tbcast4(qx, xc + 32 + 4 * k, 64, R))
+                acc = tmac(acc, t, vload_u8x16(w, q + 64 + 16 * (2 * c + 1)) & 63)
+            im = tzeros(np.int32, 16, R)
+            for j in range(8):
+                mn = (vload_u8x16(w, q + 64 + 16 * j) >> 6) | (
+                    ((vload_u8x16(w, q + 64 + 16 * (8 + j // 2)) >> (4 * (j % 2))) & 15) << 2)
+                im = tmac(im, tsplat_i32(bsum, 8 * ib + j, 8, R, -1), mn)
+            xd = tbroadcast(dx, ib, 1, R, 16)
+            f = tfma(tfloat(acc), tmul(xd, vhalf16(w, q)), f)
+            f = tfma(tfloat(im), tmul(xd, vhalf16(w, q + 32)), f)
+        tstore_f32(out, r0 * n_out + o, n_out, f)
+    return run
+
+
+def _q6_part(part, R):
+    # part p of a Q6_K half: its elements 32p .. 32p + 31 (two sub-blocks of 16), with the nibble
+    # and the shifts as constants of the compiled code
+    high, shift = part >= 2, 2 * part
+
+    @_inline
+    def run(acc, w, q, h, qx, xc, bsum, ib):
+        v0 = q + 288 + 64 * (24 * h + (part & 1))          # (h, k): ql word 16h + k, 16h + 8 + k, qh 8h + k
+        for kk in range(2):
+            i = 8 * h + 2 * part + kk
+            t = tsplat_i32(bsum, 16 * ib + i, 16, R, -32)
+            for k in range(4 * kk, 4 * kk + 4):
+                v = vload_b64(w, v0 + 192 * k)
+                nib = (v >> 4) if high else (v & 15)
+                u = nib | (((vload_b64(w, q + 288 + 64 * (24 * h + 3 * k + 2)) >> shift) & 3) << 4)
+                t = tdot4(t, u, tbcast4(qx, xc + 4 * k, 64, R))
+            acc = tmac(acc, t, vload_i8x16(w, q + 32 + 16 * i))
+        return acc
+    return run
+
+
+def _pass_q6_k(R):
+    # up to 4 rows: each (half, k) triple of vectors read once, its 4 sub-blocks summed in 4 tiles
+    # (one pass over the weights, which the stream from memory prefers); more rows: a quarter of
+    # the half at a time (_q6_part, 2 tiles: fewer registers). The same integers either way.
+    if R > 4:
+        return _pass_q6_k_parts(R)
+
+    @_inline
+    def run(r, base, w, p, nb, qx, dx, bsum, out, o, n_out, n_rows):
+        r0 = base + r
+        f = tzeros(np.float32, 16, R)
+        for b in range(nb):
+            q = p + X16_ROWS * 210 * b
+            ib = b * n_rows + r0
+            acc = tzeros(np.int32, 16, R)
+            for h in range(2):
+                x0 = ((4 * b + 2 * h) * n_rows + r0) * 64             # elements 128h .. + 63
+                x1 = x0 + 64 * n_rows                                # elements 128h + 64 .. + 127
+                for kk in range(2):
+                    i = 8 * h + kk                                   # the sub-blocks i, i + 2, i + 4, i + 6
+                    t0 = tsplat_i32(bsum, 16 * ib + i, 16, R, -32)
+                    t1 = tsplat_i32(bsum, 16 * ib + i + 2, 16, R, -32)
+                    t2 = tsplat_i32(bsum, 16 * ib + i + 4, 16, R, -32)
+                    t3 = tsplat_i32(bsum, 16 * ib + i + 6, 16, R, -32)
+                    for k in range(4 * kk, 4 * kk + 4):
+                        v = q + 288 + 64 * (24 * h + 3 * k)         # ql word 16h + k, 16h + 8 + k, qh 8h + k
+                        a = vload_b64(w, v)
+                        c = vload_b64(w, v + 64)
+                        hb = vload_b64(w, v + 128)
+                        t0 = tdot4(t0, (a & 15) | ((hb & 3) << 4), tbcast4(qx, x0 + 4 * k, 64, R))
+                        t1 = tdot4(t1, (c & 15) | ((hb & 12) << 2), tbcast4(qx, x0 + 32 + 4 * k, 64, R))
+                        t2 = tdot4(t2, (a >> 4) | (hb & 48), tbcast4(qx, x1 + 4 * k, 64, R))
+                        t3 = tdot4(t3, (c >> 4) | ((hb >> 2) & 48), tbcast4(qx, x1 + 32 + 4 * k, 64, R))
+                    acc = tmac(acc, t0, vload_i8x16(w, q + 32 + 16 * i))
+                    acc = tmac(acc, t1, vload_i8x16(w, q + 32 + 16 * (i + 2)))
+                    acc = tmac(acc, t2, vload_i8x16(w, q + 32 + 16 * (i + 4)))
+                    acc = tmac(acc, t3, vload_i8x16(w, q + 32 + 16 * (i + 6)))
+            f = tfma(tfloat(acc), tmul(tbroadcast(dx, ib, 1, R, 16), vhalf16(w, q)), f)
+        tstore_f32(out, r0 * n_out + o, n_out, f)
+    return run
+
+
+def _pass_q6_k_parts(R):
+    p0, p1, p2, p3 = (_q6_part(part, R) for part in range(4))
+
+    @_inline
+    def run(r, base, w, p, nb, qx, dx, bsum, out, o, n_out, n_rows):
+        r0 = base + r
+        f = tzeros(np.float32, 16, R)
+        for b in range(nb):
+            q = p + X16_ROWS * 210 * b
+            ib = b * n_rows + r0
+            acc = tzeros(np.int32, 16, R)
+            for h in range(2):
+                x0 = ((4 * b + 2 * h) * n_rows + r0) * 64             # elements 128h .. + 63
+                x1 = x0 + 64 * n_rows                                # elements 128h + 64 .. + 127
+                acc = p0(acc, w, q, h, qx, x0, bsum, ib)
+                acc = p1(acc, w, q, h, qx, x0 + 32, bsum, ib)
+                acc = p2(acc, w, q, h, qx, x1, bsum, ib)
+                acc = p3(acc, w, q, h, qx, x1 + 32, bsum, ib)
+            f = tfma(tfloat(acc), tmul(tbroadcast(dx, ib, 1, R, 16), vhalf16(w, q)), f)
+        tstore_f32(out, r0 * n_out + o, n_out, f)
+    return run
+
+
+def _rows(make_pass):
+    run = tile_rows(make_pass, R_MAX)
+
+    @njit(fastmath=False, _nrt=False)
+    def rows(qx, dx, bsum, w2, out2, g0, g1, nb):
+        # out2[:, 16 g0 : 16 g1] for the groups g0 .. g1 - 1
+        n_rows, n_out = out2.shape
+        w, out = w2.reshape(-1), out2.reshape(-1)
+        for g in range(g0, g1):
+            run(n_rows, 0, w, g * X16_ROWS * w2.shape[1], nb, qx, dx, bsum, out, X16_ROWS * g, n_out, n_rows)
+    return rows
+
+
+_rows_q4_k = _rows(_pass_q4_k)
+_rows_q6_k = _rows(_pass_q6_k)
+
+
+# ---- the tail: the last n_out % 16 rows, as the file has them, one element at a time -------------
+
+@njit(fastmath=False, _nrt=False)
+def _tail_q4_k(qx, dx, bsum, w2, out2, o0, nb):
+    n_rows, n_out = out2.shape
+    rb = w2.shape[1]
+    w = w2.reshape(-1)
+    for o in range(o0, n_out):
+        for r in range(n_rows):
+            acc = np.float32(0)
+            for b in range(nb):
+                p = o * rb + b * 144
+                ib = b * n_rows + r
+                isum = 0
+                imin = 0
+                for j in range(8):                  # ggml's get_scale_min_k4
+                    if j < 4:
+                        sc, mn = np.int64(w[p + 4 + j]) & 63, np.int64(w[p + 8 + j]) & 63
+                    else:
+                        sc = (np.int64(w[p + 8 + j]) & 15) | ((np.int64(w[p + j]) >> 6) << 4)
+                        mn = (np.int64(w[p + 8 + j]) >> 4) | ((np.int64(w[p + 4 + j]) >> 6) << 4)
+                    dot = 0
+                    for e in range(32):
+                        byte = np.int64(w[p + 16 + 32 * (j // 2) + e])
+                        u = (byte & 15) if j % 2 == 0 else (byte >> 4)
+                        dot += u * np.int64(qx[((4 * b + j // 2) * n_rows + r) * 64 + 32 * (j % 2) + e])
+                    isum += sc * dot
+                    imin -= mn * np.int64(bsum[8 * ib + j])
+                acc = sfma(np.float32(isum), dx[ib] * _scale16(w, p), acc)
+                acc = sfma(np.float32(imin), dx[ib] * _scale16(w, p + 2), acc)
+            out2[r, o] = acc
+
+
+@njit(fastmath=False, _nrt=False)
+def _tail_q6_k(qx, dx, bsum, w2, out2, o0, nb):
+    n_rows, n_out = out2.shape
+    rb = w2.shape[1]
+    w = w2.reshape(-1)
+    for o in range(o0, n_out):
+        for r in range(n_rows):
+            acc = np.float32(0)
+            for b in range(nb):
+                p = o * rb + b * 210
+                ib = b * n_rows + r
+                isum = 0
+                for i in range(16):
+                    dot = -32 * np.int64(bsum[16 * ib + i])
+                    for e in range(16 * i, 16 * i + 16):
+                        h, el = e // 128, e % 128
+                        byte = np.int64(w[p + 64 * h + el % 64])
+                        lo = (byte & 15) if el < 64 else (byte >> 4)
+                        hi = (np.int64(w[p + 128 + 32 * h + el % 32]) >> (2 * (el // 32))) & 3
+                        dot += (lo | (hi << 4)) * np.int64(qx[((4 * b + e // 64) * n_rows + r) * 64 + e % 64])
+                    sc = np.int64(w[p + 192 + i])
+                    isum += (sc - 256 if sc >= 128 else sc) * dot
+                acc = sfma(np.float32(isum), dx[ib] * _scale16(w, p + 208), acc)
+            out2[r, o] = acc
+
+
+# ---- the matrix product ----------------------------------------------------------------------
+
+@njit(fastmath=False)
+def _bsums(bs, per):
+    # block_q8_K's sums of 16 (int16 [nb, n_rows, 16]) -> int32 sums of `per` (16 or 32), flat
+    n = bs.size // (per // 16)
+    out = np.empty(n, np.int32)
+    flat = bs.reshape(-1)
+    for i in range(n):
+        v = np.int32(0)
+        for k in range(per // 16):
+            v += np.int32(flat[(per // 16) * i + k])
+        out[i] = v
+    return out
+
+
+@njit(fastmath=False)
+def _x16k_rows(qx, dx, bsum, w, qtype, out, g0, g1, nb, q4_k, q6_k):
+    # the dispatch, each branch compiled only for the layouts selected (qtypes.TypeSel)
+    if q4_k is not None and qtype == Q4_KX16:
+        _rows_q4_k(qx, dx, bsum, w, out, g0, g1, nb)
+    elif q6_k is not None and qtype == Q6_KX16:
+        _rows_q6_k(qx, dx, bsum, w, out, g0, g1, nb)
+    else:
+        raise ValueError("specnb.kernels.matmul_x16k: layout outside the compiled selection:", qtype)
+
+
+@njit(fastmath=False)
+def _x16k_tail(qx, dx, bsum, w, qtype, out, o0, nb, q4_k, q6_k):
+    if q4_k is not None and qtype == Q4_KX16:
+        _tail_q4_k(qx, dx, bsum, w, out, o0, nb)
+    elif q6_k is not None and qtype == Q6_KX16:
+        _tail_q6_k(qx, dx, bsum, w, out, o0, nb)
+    else:
+        raise ValueError("specnb.kernels.matmul_x16k: layout outside the compiled selection:", qtype)
+
+
+@njit(parallel=True, fastmath=False, cache=True)
+def matmul_x16k_by(x, w, qtype, out, q4_k, q6_k):
+    # out [n_rows, n_out] = x [n_rows, n_in] @ W^T for an interleaved K matrix w [n_out, row_bytes]
+    # (shapes checked by the caller, x and w C-contiguous); q4_k, q6_k: the TypeSel's fields. No
+    # prefetching by hand: each thread reads one run of group-blocks front to back, which the
+    # hardware follows (prefetching ahead measured slower on a Zen 4)
+    n_rows, n_in = x.shape
+    nb = n_in // 256
+    qx, dx, bs = _alloc_q8_k(n_rows, n_in)
+    _quantize_q8_k(x, qx, dx, bs)
+    bsum = _bsums(bs, 32 if qtype == Q4_KX16 else 16)
+    qxf, dxf = qx.reshape(-1), dx.reshape(-1)
+    n_groups = w.shape[0] // X16_ROWS
+    if X16_ROWS * n_groups < w.shape[0]:
+        _x16k_tail(qxf, dxf, bsum, w, qtype, out, X16_ROWS * n_groups, nb, q4_k, q6_k)
+    if w.shape[0] * n_in <= SERIAL_MAX_ELEMENTS or n_groups < 2:
+        # g0 as an int64 (0 * n_groups), not the literal 0: one compiled copy of the rows kernels
+        _x16k_rows(qxf, dxf, bsum, w, qtype, out, 0 * n_groups, n_groups, nb, q4_k, q6_k)
+        return
+    n_chunks = min(n_groups, _N_CHUNKS)
+    for c in prange(n_chunks):
+        _x16k_rows(qxf, dxf, bsum, w, qtype, out, c * n_groups // n_chunks, (c + 1) * n_groups // n_chunks, nb,
+                   q4_k, q6_k)
+
+
+__all__ = ["interleave_k", "matmul_x16k_by", "R_MAX", "K_BASE"]

@@ -1,0 +1,205 @@
+"""Q4_K and Q6_K interleaved 16 rows at a time (kernels/matmul_x16k.py).
+
+- every output is, bit for bit, the float chain the module promises, computed here from the GGUF
+  super-block layout with exact rational arithmetic (an oracle that shares no code with the
+  kernels but the activation rounding, which tests/test_matmul_q8.py checks against ggml's);
+- that decoding of the super-blocks agrees with gguf-py's dequantization;
+- a row's outputs are the same bits alone and in every batch size (both Q6_K traversals, past
+  the tile height), and an output's bits do not depend on where its row sits (a group or the tail);
+- the interleaved products agree with the per-row kernels within float rounding;
+- the CPU backend multiplies Q4_K and Q6_K in this layout with int8 activations by default;
+- bad input is refused by name.
+"""
+from fractions import Fraction
+
+import gguf
+import numpy as np
+import pytest
+
+from specnb.kernels import qtypes as T
+from specnb.kernels.matmul_q8 import matmul_q8, quantize_q8_k
+from specnb.kernels.matmul_x16 import can_interleave, interleave
+from specnb.kernels.matmul_x16k import R_MAX, interleave_k
+
+TYPES = {"Q4_K": T.Q4_K, "Q6_K": T.Q6_K}
+
+
+def super_block_ints(w, qt):
+    """uint8 [n_out, row_bytes] -> per super-block the unsigned quants u [n_out, nb, 256], the
+    integer scale of each element's sub-block sc [n_out, nb, 256], d [n_out, nb] and (Q4_K) the
+    min of each element's sub-block mn and dmin, read from the layouts in qtypes.py's table:
+    Q4_K weight = d sc u - dmin mn; Q6_K weight = d sc (u - 32)."""
+    if qt == T.Q4_K:
+        b = w.reshape(w.shape[0], -1, 144)
+        d = b[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+        dmin = b[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
+        s = b[..., 4:16].astype(np.int64)
+        sc = np.zeros(s.shape[:-1] + (8,), np.int64)
+        mn = np.zeros_like(sc)
+        for j in range(8):
+            if j < 4:
+                sc[..., j], mn[..., j] = s[..., j] & 63, s[..., j + 4] & 63
+            else:
+                sc[..., j] = (s[..., j + 4] & 15) | ((s[..., j - 4] >> 6) << 4)
+                mn[..., j] = (s[..., j + 4] >> 4) | ((s[..., j] >> 6) << 4)
+        qs = b[..., 16:144].astype(np.int64)
+        u = np.concatenate([np.concatenate([qs[..., 32 * c:32 * c + 32] & 15, qs[..., 32 * c:32 * c + 32] >> 4], -1)
+                            for c in range(4)], -1)
+        return u, sc.repeat(32, -1), d, mn.repeat(32, -1), dmin
+    b = w.reshape(w.shape[0], -1, 210)
+    ql, qh = b[..., 0:128].astype(np.int64), b[..., 128:192].astype(np.int64)
+    sc = b[..., 192:208].view(np.int8).astype(np.int64)
+    d = b[..., 208:210].copy().view(np.float16)[..., 0].astype(np.float32)
+    u = np.zeros(b.shape[:-1] + (256,), np.int64)
+    for e in range(256):
+        h, i = divmod(e, 128)
+        lo = ql[..., 64 * h + i % 64] & 15 if i < 64 else ql[..., 64 * h + i % 64] >> 4
+        u[..., e] = lo | (((qh[..., 32 * h + i % 32] >> (2 * (i // 32))) & 3) << 4)
+    return u, sc.repeat(16, -1), d, None, None
+
+
+def round_f32(fr: Fraction) -> np.float32:
+    """The float32 nearest to an exact rational (ties to even): one rounding, as an FMA does."""
+    f = np.float32(float(fr))
+    best = f
+    for g in (np.nextafter(f, np.float32(-np.inf)), np.nextafter(f, np.float32(np.inf))):
+        dg, db = abs(Fraction(float(g)) - fr), abs(Fraction(float(best)) - fr)
+        if dg < db or (dg == db and (int(g.view(np.uint32)) & 1) == 0):
+            best = g
+    return best
+
+
+def fma(a, b, c) -> np.float32:
+    return round_f32(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
+
+
+def oracle(x, w, qt):
+    """The module's numerics from scratch: x rounded to block_q8_K; per output and super-block the
+    exact integers (Q4_K: isum = sum sc u.q, imin = -sum mn bsum32; Q6_K: isum = sum sc (u.q - 32
+    bsum16)), then acc = fma(float(isum), d_x * d_w, acc) (Q4_K: and fma(float(imin), d_x * dmin_w,
+    acc)) super-block by super-block."""
+    u, sc, d, mn, dmin = super_block_ints(w, qt)
+    qx, dx, _ = quantize_q8_k(x)
+    n_rows, n_in = x.shape
+    nb = n_in // 256
+    out = np.zeros((n_rows, w.shape[0]), np.float32)
+    for r in range(n_rows):
+        q = qx[r].astype(np.int64).reshape(nb, 256)
+        for o in range(w.shape[0]):
+            acc = np.float32(0)
+            for b in range(nb):
+                if qt == T.Q4_K:
+                    isum = int((sc[o, b] * u[o, b] * q[b]).sum())
+                    imin = -int((mn[o, b] * q[b]).sum())
+                    acc = fma(np.float32(isum), np.float32(dx[r, b] * d[o, b]), acc)
+                    acc = fma(np.float32(imin), np.float32(dx[r, b] * dmin[o, b]), acc)
+                else:
+                    isum = int((sc[o, b] * (u[o, b] - 32) * q[b]).sum())
+                    acc = fma(np.float32(isum), np.float32(dx[r, b] * d[o, b]), acc)
+            out[r, o] = acc
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_super_block_ints_read_the_file_format_as_gguf_does(name):
+    qt = TYPES[name]
+    w = T.random_blocks(qt, 5, 512, np.random.default_rng(1))
+    u, sc, d, mn, dmin = super_block_ints(w, qt)
+    if qt == T.Q4_K:
+        mine = d[..., None].astype(np.float64) * sc * u - dmin[..., None].astype(np.float64) * mn
+    else:
+        mine = d[..., None].astype(np.float64) * sc * (u - 32)
+    ref = gguf.quants.dequantize(w, gguf.GGMLQuantizationType(qt)).reshape(5, 2, 256)
+    np.testing.assert_allclose(mine, ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_every_output_is_the_promised_chain_bit_for_bit(name):
+    qt = TYPES[name]
+    rng = np.random.default_rng(2)
+    n_out, n_in = 37, 512                        # two groups of 16 and a tail of 5; 2 super-blocks
+    w = T.random_blocks(qt, n_out, n_in, rng)
+    x = rng.standard_normal((3, n_in)).astype(np.float32)
+    x[1, :256] *= 100.0
+    x[2, 256:] = 0.0                             # a super-block of zeros: d = 0
+    out = np.empty((3, n_out), np.float32)
+    matmul_q8(x, interleave(w, qt), T.X16_OF[qt], out)
+    want = oracle(x, w, qt)
+    bad = np.argwhere(out.view(np.uint32) != want.view(np.uint32))
+    first = tuple(bad[0]) if bad.size else None
+    assert bad.size == 0, f"{name}: {len(bad)} outputs differ, first {first}: {out[first]!r} vs {want[first]!r}"
+    # and the per-row kernels' sums, which fold lanes in another order, within float rounding
+    ref = np.empty_like(out)
+    matmul_q8(x, w, qt, ref)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_rows_are_the_same_bits_alone_and_in_every_batch(name):
+    qt = TYPES[name]
+    rng = np.random.default_rng(3)
+    n_out, n_in = 35, 256
+    wx = interleave(T.random_blocks(qt, n_out, n_in, rng), qt)
+    k_max = 2 * R_MAX + 1
+    x = rng.standard_normal((k_max, n_in)).astype(np.float32)
+    one = np.empty((1, n_out), np.float32)
+    alone = np.empty((k_max, n_out), np.float32)
+    for r in range(k_max):
+        matmul_q8(x[r:r + 1].copy(), wx, T.X16_OF[qt], one)
+        alone[r] = one[0]
+    for k in sorted({1, 2, 3, 4, 5, R_MAX, R_MAX + 1, k_max}):      # Q6_K: 4-row and 2-tile traversals
+        out = np.empty((k, n_out), np.float32)
+        matmul_q8(x[:k], wx, T.X16_OF[qt], out)
+        assert np.array_equal(out.view(np.uint32), alone[:k].view(np.uint32)), f"{name}: k = {k}"
+
+
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_an_output_has_the_same_bits_in_a_group_and_in_the_tail(name):
+    # the restricted output head: the rows of some token ids, copied and interleaved again
+    qt = TYPES[name]
+    rng = np.random.default_rng(4)
+    w = T.random_blocks(qt, 48, 256, rng)
+    x = rng.standard_normal((2, 256)).astype(np.float32)
+    full = np.empty((2, 48), np.float32)
+    matmul_q8(x, interleave(w, qt), T.X16_OF[qt], full)
+    ids = np.array([47, 0, 17, 5, 40, 41, 42, 2, 9, 33, 12, 30, 31, 32, 34, 44, 3, 7, 1])   # 16 + a tail of 3
+    part = np.empty((2, len(ids)), np.float32)
+    matmul_q8(x, interleave(np.ascontiguousarray(w[ids]), qt), T.X16_OF[qt], part)
+    assert np.array_equal(part.view(np.uint32), full[:, ids].view(np.uint32))
+
+
+def test_interleaving_keeps_shape_and_bytes():
+    rng = np.random.default_rng(5)
+    for name, qt in TYPES.items():
+        w = T.random_blocks(qt, 21, 256, rng)
+        wx = interleave(w, qt)
+        assert wx.shape == w.shape and wx.dtype == np.uint8 and not wx.flags.writeable, name
+        if qt == T.Q6_K:                          # Q6_K is a pure regrouping (Q4_K re-packs its scales)
+            assert np.array_equal(np.sort(wx[:16].reshape(-1)), np.sort(w[:16].reshape(-1)))
+        assert np.array_equal(wx[16:], w[16:]), f"{name}: the tail is the file's own rows"
+        assert not np.array_equal(wx[:16], w[:16]), f"{name}: the group is regrouped"
+
+
+def test_bad_input_is_refused_by_name():
+    w = T.random_blocks(T.Q5_K, 16, 256, np.random.default_rng(6))
+    with pytest.raises(ValueError, match="Q5_K has no interleaved layout"):
+        interleave(w, T.Q5_K)
+    with pytest.raises(ValueError, match="Q8_0 has no interleaved K layout"):
+        interleave_k(np.zeros((16, 34), np.uint8), T.Q8_0)
+    with pytest.raises(ValueError, match=r"of Q6_K super-blocks \(210 bytes each\), got uint8 \(16, 200\)"):
+        interleave(np.zeros((16, 200), np.uint8), T.Q6_K)
+    assert can_interleave(T.Q4_K) and can_interleave(T.Q6_K) and not can_interleave(T.Q5_K)
+    assert T.qtype_name(T.Q4_KX16) == "Q4_Kx16" and T.qtype_name(T.Q6_KX16) == "Q6_Kx16"
+
+
+def test_the_backend_interleaves_the_k_types_by_default(tiny_path, monkeypatch):
+    from specnb.model import load_model
+    from specnb.run.backend_cpu import CpuBackend
+    m = load_model(tiny_path("Q4_K"))
+    mats = lambda b: {w.qtype for ws in b._layer_w for w in ws}          # noqa: E731
+    assert mats(CpuBackend(m, n_ctx=16, n_seq_max=1, activations="q8")) == {T.Q4_KX16}
+    assert mats(CpuBackend(m, n_ctx=16, n_seq_max=1, activations="f32")) == {T.Q4_K}
+    monkeypatch.setenv("SPECNB_REPACK", "q5")
+    assert mats(CpuBackend(m, n_ctx=16, n_seq_max=1, activations="q8")) == {T.Q4_K}
+    monkeypatch.setenv("SPECNB_REPACK", "k")
+    assert mats(CpuBackend(m, n_ctx=16, n_seq_max=1, activations="q8")) == {T.Q4_KX16}

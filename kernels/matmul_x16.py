@@ -32,12 +32,14 @@ bit-identical alone or in any batch, and every SIMD level gives the same bits; a
 same chain one element at a time, so an output's bits do not depend on where its row sits either
 (a restricted output head gives the same logits as those columns of the whole one).
 """
+from collections import namedtuple
+
 import numpy as np
 from numba import njit, prange
 
 from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS
 from .qtypes import (Q4_0, Q4_0X16, Q4_1, Q4_1X16, Q5_0, Q5_0X16, Q5_1, Q5_1X16, Q8_0, Q8_0X16, X16_BASE, X16_OF,
-                     X16_ROWS, qtype_name)
+                     X16_ROWS, _BLOCK_BYTES, qtype_name)
 from .blocks import _scale16
 from .matmul_x16k import K_BASE, interleave_k
 from .quantize_q8 import _quantize_rows
@@ -52,8 +54,12 @@ _inline = njit(fastmath=False, forceinline=True, _nrt=False)
 # 32 registers; on AVX2 each takes two of 16
 R_MAX = 8 if _AVX512 else 4
 
-# per type: (block bytes, header bytes before the quants in a block: d, m, qh; group-block layout)
-_BLOCK = {Q8_0: 34, Q4_0: 18, Q4_1: 20, Q5_0: 22, Q5_1: 24}
+# A 32-block type's GGUF block, as the layout and the kernels read it: its bytes (qtypes'
+# table), where its quants start (after d, m, qh), the offset of its unsigned quants (w = u - off),
+# whether it has a min m (Q4_1, Q5_1) and a fifth bit (Q5_*)
+Layout = namedtuple("Layout", "bytes qs0 off has_min five")
+_LAYOUT = {t: Layout(int(_BLOCK_BYTES[t]), qs0, off, t in (Q4_1, Q5_1), t in (Q5_0, Q5_1))
+           for t, qs0, off in ((Q8_0, 2, 0), (Q4_0, 2, 8), (Q4_1, 4, 0), (Q5_0, 6, 16), (Q5_1, 8, 0))}
 
 
 def can_interleave(qtype: int) -> bool:
@@ -75,7 +81,8 @@ def interleave(w: np.ndarray, qtype: int) -> np.ndarray:
         raise ValueError(f"interleave: {qtype_name(qtype)} has no interleaved layout "
                          f"(only {', '.join(qtype_name(t) for t in X16_OF)})")
     w = np.asarray(w)
-    bs = _BLOCK[qtype]
+    L = _LAYOUT[qtype]
+    bs = L.bytes
     if w.dtype != np.uint8 or w.ndim != 2 or w.shape[1] % bs != 0:
         raise ValueError(f"interleave: expected uint8 [n_out, row_bytes] of {qtype_name(qtype)} blocks "
                          f"({bs} bytes each), got {w.dtype} {w.shape}")
@@ -93,12 +100,11 @@ def interleave(w: np.ndarray, qtype: int) -> np.ndarray:
         return a.reshape(G, X16_ROWS, nb, n, 4).transpose(0, 2, 3, 1, 4).reshape(G, nb, -1)
 
     parts = [rows_first(W[..., 0:2])]                             # d
-    if qtype in (Q4_1, Q5_1):
+    if L.has_min:
         parts.append(rows_first(W[..., 2:4]))                     # m
-    qs0 = {Q8_0: 2, Q4_0: 2, Q4_1: 4, Q5_0: 6, Q5_1: 8}[qtype]
-    parts.append(words(W[..., qs0:]))
-    if qtype in (Q5_0, Q5_1):
-        qh = W[..., qs0 - 4:qs0]                                  # [G, 16, nb, 4]: bit e = element e
+    parts.append(words(W[..., L.qs0:]))
+    if L.five:
+        qh = W[..., L.qs0 - 4:L.qs0]                                  # [G, 16, nb, 4]: bit e = element e
         bits = np.unpackbits(qh, axis=-1, bitorder="little").reshape(G, X16_ROWS, nb, 8, 4)
         h = np.packbits(bits.transpose(0, 1, 2, 4, 3), axis=-1, bitorder="little")   # [..., j, 1]: bit k
         parts.append(rows_first(h.reshape(G, X16_ROWS, nb, 4)))
@@ -111,11 +117,9 @@ def interleave(w: np.ndarray, qtype: int) -> np.ndarray:
 # ---- the passes: R activation rows x one group of 16 weight rows ----------------------------------
 
 def _pass(qtype, R):
-    off = {Q4_0: 8, Q5_0: 16}.get(qtype, 0)           # w = u - off
-    has_min = qtype in (Q4_1, Q5_1)
-    five = qtype in (Q5_0, Q5_1)
+    _, _, off, has_min, five = _LAYOUT[qtype]
     hdr = 64 if has_min else 32                        # d (and m) of the 16 rows
-    gb = X16_ROWS * _BLOCK[qtype]
+    gb = X16_ROWS * _LAYOUT[qtype].bytes
 
     @_inline
     def block(acc, w, q, qx, xi, n):
@@ -171,11 +175,7 @@ def _rows(qtype):
 
 
 def _tail(qtype):
-    off = {Q4_0: 8, Q5_0: 16}.get(qtype, 0)
-    has_min = qtype in (Q4_1, Q5_1)
-    five = qtype in (Q5_0, Q5_1)
-    bs = _BLOCK[qtype]
-    qs0 = {Q8_0: 2, Q4_0: 2, Q4_1: 4, Q5_0: 6, Q5_1: 8}[qtype]
+    bs, qs0, off, has_min, five = _LAYOUT[qtype]
 
     @njit(fastmath=False, _nrt=False)
     def tail(qx, dx, sq, sx, w2, out2, o0, nb):

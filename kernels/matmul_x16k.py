@@ -44,7 +44,7 @@ from numba import njit, prange
 
 from .blocks import _scale16
 from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS
-from .qtypes import Q4_K, Q4_KX16, Q6_K, Q6_KX16, X16_ROWS, qtype_name
+from .qtypes import Q4_K, Q4_KX16, Q6_K, Q6_KX16, X16_ROWS, _BLOCK_BYTES, qtype_name
 from .quantize_q8 import _alloc_q8_k, _quantize_q8_k
 from .simd import _AVX512, sfma
 from .simd_wide import vhalf16, vload_b64, vload_i8x16, vload_u8x16
@@ -55,7 +55,7 @@ _inline = njit(fastmath=False, forceinline=True, _nrt=False)
 # AVX-512 register each, two AVX2 ones): 8 rows fill AVX-512's 32 registers, 4 AVX2's 16 (spilling)
 R_MAX = 8 if _AVX512 else 4
 K_BASE = {Q4_KX16: Q4_K, Q6_KX16: Q6_K}
-_BLOCK = {Q4_K: 144, Q6_K: 210}              # bytes of one row's super-block (GGUF)
+_BLOCK = {t: int(_BLOCK_BYTES[t]) for t in (Q4_K, Q6_K)}    # bytes of one row's super-block (GGUF)
 
 
 # ---- the layout ----------------------------------------------------------------------------------

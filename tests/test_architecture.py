@@ -41,9 +41,9 @@ KERNEL_LAYERS = [
     {"__init__", "qtypes", "simd", "rope", "stream", "cuda_common"},
     {"simd_wide"},
     {"tiles", "blocks"},
-    {"blocks_q8"},
+    {"blocks_q8", "quantize_q8"},
     {"matmul", "activations", "norm", "attention"},
-    {"matmul_q8", "matmul_x16", "matmul_cuda"},
+    {"matmul_q8", "matmul_x16", "matmul_x16k", "matmul_cuda"},
     {"forward", "tuning"},
 ]
 KERNEL_LAYER = {m: i for i, layer in enumerate(KERNEL_LAYERS) for m in layer}

@@ -39,7 +39,8 @@ from numba import njit, prange
 
 from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS
 from .qtypes import (Q4_0, Q4_0X16, Q4_1, Q4_1X16, Q5_0, Q5_0X16, Q5_1, Q5_1X16, Q8_0, Q8_0X16, X16_BASE, X16_OF,
-                     X16_ROWS, _BLOCK_BYTES, qtype_name)
+                     X16_ROWS, _BLOCK_BYTES, qtype_name, x16_groups, x16_join, x16_rows_first,
+                     x16_words)
 from .blocks import _scale16
 from .matmul_x16k import K_BASE, interleave_k
 from .quantize_q8 import _quantize_rows
@@ -80,38 +81,18 @@ def interleave(w: np.ndarray, qtype: int) -> np.ndarray:
     if qtype not in X16_OF:
         raise ValueError(f"interleave: {qtype_name(qtype)} has no interleaved layout "
                          f"(only {', '.join(qtype_name(t) for t in X16_OF)})")
-    w = np.asarray(w)
     L = _LAYOUT[qtype]
-    bs = L.bytes
-    if w.dtype != np.uint8 or w.ndim != 2 or w.shape[1] % bs != 0:
-        raise ValueError(f"interleave: expected uint8 [n_out, row_bytes] of {qtype_name(qtype)} blocks "
-                         f"({bs} bytes each), got {w.dtype} {w.shape}")
-    n_out, nb = w.shape[0], w.shape[1] // bs
-    G = n_out // X16_ROWS
-    W = w[:G * X16_ROWS].reshape(G, X16_ROWS, nb, bs)
-
-    def rows_first(a):
-        # [G, 16, nb, n] -> [G, nb, 16 * n]: each block's 16 rows side by side
-        return a.transpose(0, 2, 1, 3).reshape(G, nb, -1)
-
-    def words(a):
-        # [G, 16, nb, 4 n] quants -> [G, nb, n * 64]: vector c holds word c of each row
-        n = a.shape[-1] // 4
-        return a.reshape(G, X16_ROWS, nb, n, 4).transpose(0, 2, 3, 1, 4).reshape(G, nb, -1)
-
-    parts = [rows_first(W[..., 0:2])]                             # d
+    W = x16_groups(w, L.bytes, "interleave", f"{qtype_name(qtype)} blocks")
+    parts = [x16_rows_first(W[..., 0:2])]                         # d
     if L.has_min:
-        parts.append(rows_first(W[..., 2:4]))                     # m
-    parts.append(words(W[..., L.qs0:]))
+        parts.append(x16_rows_first(W[..., 2:4]))                 # m
+    parts.append(x16_words(W[..., L.qs0:]))
     if L.five:
-        qh = W[..., L.qs0 - 4:L.qs0]                                  # [G, 16, nb, 4]: bit e = element e
-        bits = np.unpackbits(qh, axis=-1, bitorder="little").reshape(G, X16_ROWS, nb, 8, 4)
+        qh = W[..., L.qs0 - 4:L.qs0]                              # [G, 16, nb, 4]: bit e = element e
+        bits = np.unpackbits(qh, axis=-1, bitorder="little").reshape(qh.shape[:3] + (8, 4))
         h = np.packbits(bits.transpose(0, 1, 2, 4, 3), axis=-1, bitorder="little")   # [..., j, 1]: bit k
-        parts.append(rows_first(h.reshape(G, X16_ROWS, nb, 4)))
-    groups = np.concatenate(parts, axis=-1).reshape(-1)
-    out = np.concatenate([groups, w[G * X16_ROWS:].reshape(-1)]).reshape(n_out, w.shape[1])
-    out.flags.writeable = False
-    return out
+        parts.append(x16_rows_first(h.reshape(qh.shape)))
+    return x16_join(parts, np.asarray(w))
 
 
 # ---- the passes: R activation rows x one group of 16 weight rows ----------------------------------

@@ -44,7 +44,8 @@ from numba import njit, prange
 
 from .blocks import _scale16
 from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS
-from .qtypes import Q4_K, Q4_KX16, Q6_K, Q6_KX16, X16_ROWS, _BLOCK_BYTES, qtype_name
+from .qtypes import (Q4_K, Q4_KX16, Q6_K, Q6_KX16, X16_ROWS, _BLOCK_BYTES, qtype_name, x16_groups, x16_join,
+                     x16_planes, x16_rows_first, x16_words)
 from .quantize_q8 import _alloc_q8_k, _quantize_q8_k
 from .simd import _AVX512, sfma
 from .simd_wide import vhalf16, vload_b64, vload_i8x16, vload_u8x16
@@ -74,41 +75,19 @@ def interleave_k(w: np.ndarray, qtype: int) -> np.ndarray:
     qtype = int(qtype)
     if qtype not in _BLOCK:
         raise ValueError(f"interleave_k: {qtype_name(qtype)} has no interleaved K layout (only Q4_K, Q6_K)")
-    w = np.asarray(w)
-    bs = _BLOCK[qtype]
-    if w.dtype != np.uint8 or w.ndim != 2 or w.shape[1] % bs != 0:
-        raise ValueError(f"interleave_k: expected uint8 [n_out, row_bytes] of {qtype_name(qtype)} super-blocks "
-                         f"({bs} bytes each), got {w.dtype} {w.shape}")
-    n_out, nb = w.shape[0], w.shape[1] // bs
-    G = n_out // X16_ROWS
-    W = w[:G * X16_ROWS].reshape(G, X16_ROWS, nb, bs)
-
-    def rows_first(a):
-        # [G, 16, nb, n] -> [G, nb, 16 * n]: each super-block's 16 rows side by side
-        return a.transpose(0, 2, 1, 3).reshape(G, nb, X16_ROWS * a.shape[-1])
-
-    def words(a):
-        # [G, 16, nb, 4 n] -> [G, nb, n * 64]: vector w holds word w of each row
-        n = a.shape[-1] // 4
-        return a.reshape(G, X16_ROWS, nb, n, 4).transpose(0, 2, 3, 1, 4).reshape(G, nb, 64 * n)
-
-    def planes(a):
-        # [G, 16, nb, n] one byte per row and field -> [G, nb, n * 16]: field f of row r at 16 f + r
-        return a.transpose(0, 2, 3, 1).reshape(G, nb, X16_ROWS * a.shape[-1])
-
+    W = x16_groups(w, _BLOCK[qtype], "interleave_k", f"{qtype_name(qtype)} super-blocks")
+    G, _, nb, _ = W.shape
     if qtype == Q4_K:
         sc, mn = _scale_min_k4(W[..., 4:16])
         p = np.concatenate([sc | ((mn & 3) << 6), (mn[..., 0::2] >> 2) | ((mn[..., 1::2] >> 2) << 4)], axis=-1)
-        parts = [rows_first(W[..., 0:2]), rows_first(W[..., 2:4]), planes(p.astype(np.uint8)), words(W[..., 16:144])]
+        parts = [x16_rows_first(W[..., 0:2]), x16_rows_first(W[..., 2:4]), x16_planes(p.astype(np.uint8)),
+                 x16_words(W[..., 16:144])]
     else:
-        ql = words(W[..., 0:128]).reshape(G, nb, 2, 2, 8, 64)          # [half, low / high 32 bytes, k]
-        qh = words(W[..., 128:192]).reshape(G, nb, 2, 1, 8, 64)         # [half, k]
+        ql = x16_words(W[..., 0:128]).reshape(G, nb, 2, 2, 8, 64)      # [half, low / high 32 bytes, k]
+        qh = x16_words(W[..., 128:192]).reshape(G, nb, 2, 1, 8, 64)     # [half, k]
         qs = np.concatenate([ql, qh], axis=3).transpose(0, 1, 2, 4, 3, 5).reshape(G, nb, 3072)
-        parts = [rows_first(W[..., 208:210]), planes(W[..., 192:208]), qs]
-    groups = np.concatenate(parts, axis=-1).reshape(-1)
-    out = np.concatenate([groups, w[G * X16_ROWS:].reshape(-1)]).reshape(n_out, w.shape[1])
-    out.flags.writeable = False
-    return out
+        parts = [x16_rows_first(W[..., 208:210]), x16_planes(W[..., 192:208]), qs]
+    return x16_join(parts, np.asarray(w))
 
 
 # ---- the passes: R activation rows x one group of 16 weight rows ----------------------------------

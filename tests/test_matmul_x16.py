@@ -150,6 +150,22 @@ def test_interleaving_keeps_shape_and_bytes():
         assert not np.array_equal(wx[:16], w[:16]), f"{name}: the group is regrouped"
 
 
+def test_fewer_rows_than_a_group_are_all_tail():
+    # a matrix (or a restricted head) of fewer than 16 rows has no group: the file's own rows, and
+    # the product runs the tail's chain, the same bits as those rows in a group
+    rng = np.random.default_rng(7)
+    for qt in T.X16_OF:
+        n_in = 256 if qt in (T.Q4_K, T.Q6_K) else 64
+        w = T.random_blocks(qt, 20, n_in, rng)
+        few = interleave(np.ascontiguousarray(w[:5]), qt)
+        assert few.shape == (5, w.shape[1]) and np.array_equal(few, w[:5]) and not few.flags.writeable
+        x = rng.standard_normal((2, n_in)).astype(np.float32)
+        part, full = np.empty((2, 5), np.float32), np.empty((2, 20), np.float32)
+        matmul_q8(x, few, T.X16_OF[qt], part)
+        matmul_q8(x, interleave(w, qt), T.X16_OF[qt], full)
+        assert np.array_equal(part.view(np.uint32), full[:, :5].view(np.uint32)), T.qtype_name(qt)
+
+
 def test_bad_input_is_refused_by_name():
     w = T.random_blocks(T.Q5_K, 16, 256, np.random.default_rng(6))
     with pytest.raises(ValueError, match="Q5_K has no interleaved layout"):

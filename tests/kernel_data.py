@@ -1,5 +1,7 @@
 """Weights, activations and comparisons shared by the kernel tests (test_matmul, test_matmul_q8,
-test_simd, test_kernels)."""
+test_simd, test_kernels, test_matmul_x16, test_matmul_x16k)."""
+from fractions import Fraction
+
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as GT
 from gguf.quants import dequantize as gguf_dequantize
@@ -58,3 +60,20 @@ def check_close(out, x, w, name, n_in, ref, tol=REL_TOL):
     scale = np.abs(x.astype(np.float64)) @ np.abs(gguf_rows(w, name, n_in).astype(np.float64)).T
     err = np.abs(out.astype(np.float64) - ref)
     assert np.all(err <= tol * scale + 1e-30), f"max rel err {np.max(err / (scale + 1e-30)):.2e}"
+
+
+# ---- exact arithmetic for the interleaved kernels' oracles (test_matmul_x16, test_matmul_x16k)
+
+def round_f32(fr: Fraction) -> np.float32:
+    """The float32 nearest to an exact rational (ties to even): one rounding, as an FMA does."""
+    f = np.float32(float(fr))
+    best = f
+    for g in (np.nextafter(f, np.float32(-np.inf)), np.nextafter(f, np.float32(np.inf))):
+        dg, db = abs(Fraction(float(g)) - fr), abs(Fraction(float(best)) - fr)
+        if dg < db or (dg == db and (int(g.view(np.uint32)) & 1) == 0):
+            best = g
+    return best
+
+
+def fma(a, b, c) -> np.float32:
+    return round_f32(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))

@@ -9,11 +9,10 @@
 - the CPU backend multiplies the 32-block types in this layout with int8 activations, and only then;
 - bad input is refused by name.
 """
-from fractions import Fraction
-
 import gguf
 import numpy as np
 import pytest
+from kernel_data import fma
 
 from specnb.kernels import qtypes as T
 from specnb.kernels.matmul_q8 import matmul_q8
@@ -39,21 +38,6 @@ def block_ints(w, qt):
         u = u | (((qh[..., None] >> np.arange(32)) & 1) << 4)
     off = {T.Q4_0: 8, T.Q5_0: 16}.get(qt, 0)
     return u - off, d, m
-
-
-def round_f32(fr: Fraction) -> np.float32:
-    """The float32 nearest to an exact rational (ties to even): one rounding, as an FMA does."""
-    f = np.float32(float(fr))
-    best = f
-    for g in (np.nextafter(f, np.float32(-np.inf)), np.nextafter(f, np.float32(np.inf))):
-        dg, db = abs(Fraction(float(g)) - fr), abs(Fraction(float(best)) - fr)
-        if dg < db or (dg == db and (int(g.view(np.uint32)) & 1) == 0):
-            best = g
-    return best
-
-
-def fma(a, b, c) -> np.float32:
-    return round_f32(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
 
 
 def oracle(x, w, qt):

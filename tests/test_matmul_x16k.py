@@ -10,11 +10,10 @@
 - the CPU backend multiplies Q4_K and Q6_K in this layout with int8 activations by default;
 - bad input is refused by name.
 """
-from fractions import Fraction
-
 import gguf
 import numpy as np
 import pytest
+from kernel_data import fma
 
 from specnb.kernels import qtypes as T
 from specnb.kernels.matmul_q8 import matmul_q8, quantize_q8_k
@@ -56,21 +55,6 @@ def super_block_ints(w, qt):
         lo = ql[..., 64 * h + i % 64] & 15 if i < 64 else ql[..., 64 * h + i % 64] >> 4
         u[..., e] = lo | (((qh[..., 32 * h + i % 32] >> (2 * (i // 32))) & 3) << 4)
     return u, sc.repeat(16, -1), d, None, None
-
-
-def round_f32(fr: Fraction) -> np.float32:
-    """The float32 nearest to an exact rational (ties to even): one rounding, as an FMA does."""
-    f = np.float32(float(fr))
-    best = f
-    for g in (np.nextafter(f, np.float32(-np.inf)), np.nextafter(f, np.float32(np.inf))):
-        dg, db = abs(Fraction(float(g)) - fr), abs(Fraction(float(best)) - fr)
-        if dg < db or (dg == db and (int(g.view(np.uint32)) & 1) == 0):
-            best = g
-    return best
-
-
-def fma(a, b, c) -> np.float32:
-    return round_f32(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
 
 
 def oracle(x, w, qt):

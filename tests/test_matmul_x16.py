@@ -180,3 +180,50 @@ def test_the_backend_interleaves_with_int8_activations_only(tiny_path, monkeypat
     monkeypatch.setenv("SPECNB_REPACK", "some")
     with pytest.raises(ParamError, match="SPECNB_REPACK='some'"):
         repacked_qtypes()
+
+
+def test_a_file_asks_for_its_own_interleaved_types(tiny_path, tmp_path, monkeypatch):
+    """forge.requantize(repack=True) writes specnb.repack; the backend interleaves those types for
+    that model only (the default pair's per-row Q4_0 stays), unless SPECNB_REPACK says otherwise."""
+    from specnb.errors import GGUFError
+    from specnb.gguf.file import REPACK_KEY
+    from specnb.gguf.forge import requantize, rewrite
+    from specnb.model import load_model
+    from specnb.run.backend_cpu import CpuBackend, repacked_qtypes
+    monkeypatch.delenv("SPECNB_REPACK", raising=False)
+    mats = lambda b: {w.qtype for ws in b._layer_w for w in ws} | {b._output.qtype}   # noqa: E731
+    plain = load_model(requantize(tiny_path("Q8_0", tied=False), tmp_path / "plain.gguf", "Q4_0"))
+    asks = load_model(requantize(tiny_path("Q8_0", tied=False), tmp_path / "asks.gguf", "Q4_0", repack=True))
+    assert plain.file.get(REPACK_KEY) is None and list(asks.file.get(REPACK_KEY)) == ["Q4_0"]
+    assert mats(CpuBackend(plain, n_ctx=16, n_seq_max=1, activations="q8")) == {T.Q4_0}
+    assert mats(CpuBackend(asks, n_ctx=16, n_seq_max=1, activations="q8")) == {T.Q4_0X16}
+    assert mats(CpuBackend(asks, n_ctx=16, n_seq_max=1, activations="f32")) == {T.Q4_0}
+    assert T.Q4_0 in repacked_qtypes(asks) and T.Q4_0 not in repacked_qtypes(plain)
+    monkeypatch.setenv("SPECNB_REPACK", "none")                 # the variable wins over the file
+    assert mats(CpuBackend(asks, n_ctx=16, n_seq_max=1, activations="q8")) == {T.Q4_0}
+    monkeypatch.delenv("SPECNB_REPACK")
+    bad = load_model(rewrite(asks.path, tmp_path / "bad.gguf", metadata={REPACK_KEY: ["Q4_0", "Q5_K"]}))
+    with pytest.raises(GGUFError, match=r"specnb.repack = \['Q4_0', 'Q5_K'\]: expected a list of the type names"):
+        CpuBackend(bad, n_ctx=16, n_seq_max=1, activations="q8")
+
+
+def test_a_requantized_draft_is_forged_once_into_the_cache(pair_paths, monkeypatch, tmp_path):
+    """registry.requantized_draft: any file's copy goes into the cache folder (never beside the
+    user's file), forged once, and a copy asked for again is itself; the real draft's copy is a
+    registry entry."""
+    import os
+    from specnb.gguf.file import REPACK_KEY, GGUFFile
+    from specnb.model import registry
+    monkeypatch.setenv("SPECNB_CACHE_DIR", str(tmp_path / "cache"))
+    src = pair_paths[1]
+    before = sorted(os.listdir(os.path.dirname(src)))
+    q = registry.requantized_draft(src, progress=False)
+    assert os.path.dirname(q) == str(tmp_path / "cache") and sorted(os.listdir(os.path.dirname(src))) == before
+    g = GGUFFile(q)
+    assert list(g.get(REPACK_KEY)) == ["Q4_0"] and g.tensors["blk.0.attn_q.weight"].type_name == "Q4_0"
+    g.close()
+    mtime = os.stat(q).st_mtime_ns
+    assert registry.requantized_draft(src, progress=False) == q and os.stat(q).st_mtime_ns == mtime
+    e = registry.REGISTRY[registry.REAL_DRAFT_Q4]
+    assert e.forged_from == registry.REAL_DRAFT and e.repack
+    assert registry.requantized_draft(f"/anywhere/{e.file_name}", progress=False) == registry.REAL_DRAFT_Q4

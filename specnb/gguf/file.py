@@ -33,6 +33,9 @@ MAX_NAME_LEN = 65536
 MAX_TENSORS = 1 << 16
 MAX_KV = 1 << 16
 MAX_STRINGS = 1 << 21   # a string array (a vocab's tokens or merges)
+# specnb's own key: the tensor types (names) a file asks the CPU backend to interleave 16 rows at
+# a time beyond its default ones (run/backend_cpu.repacked_qtypes); forge.requantize writes it
+REPACK_KEY = "specnb.repack"
 
 # gguf_type ids -> (struct format, size); 8 = string, 9 = array
 _SCALAR = {0: ("<B", 1), 1: ("<b", 1), 2: ("<H", 2), 3: ("<h", 2), 4: ("<I", 4),

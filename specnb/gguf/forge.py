@@ -19,7 +19,7 @@ from gguf.quants import dequantize as gguf_dequantize
 from gguf.quants import quantize as gguf_quantize
 
 from ..errors import ParamError
-from .file import GGUFFile
+from .file import REPACK_KEY, GGUFFile
 from .write import add_raw_tensor, copy_kv, write_gguf
 
 MUTATIONS = ("rename-token", "eos-id", "bos-flag", "extra-tokens", "vocab-type")
@@ -47,8 +47,11 @@ def rewrite(src, dst, *, metadata: dict | None = None, skip_keys=(), tensor_fn=N
 
 
 # ---- the variants ------------------------------------------------------------------------------
-def requantize(src, dst, qtype: str = "Q4_0") -> str:
-    """Requantize every quantized 2-D weight (not the Q8_0 embedding) to `qtype`."""
+def requantize(src, dst, qtype: str = "Q4_0", repack: bool = False) -> str:
+    """Requantize every quantized 2-D weight (not the token embedding) to `qtype`. repack=True
+    also asks specnb's CPU backend to interleave that type (REPACK_KEY; the requantized real draft,
+    whose products should be the fast ones; the teaching pair's stand-in keeps the per-row kernels
+    with which its rounds are llama.cpp's)."""
     try:
         target = QT[qtype]
     except KeyError:
@@ -59,7 +62,10 @@ def requantize(src, dst, qtype: str = "Q4_0") -> str:
             return raw, t.qtype
         x = np.asarray(gguf_dequantize(raw, QT(t.qtype)), dtype=np.float32).reshape(t.shape[1], t.shape[0])
         return gguf_quantize(x, target), int(target)
-    return rewrite(src, dst, metadata={"general.file_type": 2 if qtype == "Q4_0" else 0}, tensor_fn=fn)
+    meta = {"general.file_type": 2 if qtype == "Q4_0" else 0}
+    if repack:
+        meta[REPACK_KEY] = [qtype]
+    return rewrite(src, dst, metadata=meta, tensor_fn=fn)
 
 
 def truncate_layers(src, dst, n_layer: int) -> str:

@@ -28,9 +28,10 @@ from ..kernels.norm import rmsnorm
 from ..kernels.matmul import dequant_row, matmul
 from ..kernels.matmul_q8 import matmul_q8
 from ..kernels.matmul_x16 import interleave
-from ..kernels.qtypes import Q4_K, Q5_0, Q5_1, Q6_K, SUPPORTED_QTYPES, X16_OF
+from ..kernels.qtypes import Q4_K, Q5_0, Q5_1, Q6_K, SUPPORTED_QTYPES, X16_OF, qtype_name
 from ..kernels.tuning import prefetch_ahead
-from ..errors import ParamError
+from ..errors import GGUFError, ParamError
+from ..gguf.file import REPACK_KEY
 from ..kernels.rope import rope, rope_angles
 from numba.typed import List                  # (after the kernels: it makes Numba's target)
 
@@ -66,31 +67,47 @@ _REPACKED = {"default": (Q5_0, Q5_1, Q4_K, Q6_K), "q5": (Q5_0, Q5_1), "k": (Q4_K
              "none": ()}
 
 
-def repacked_qtypes() -> tuple:
-    """$SPECNB_REPACK: which types the CPU backend interleaves 16 rows at a time with int8
-    activations (kernels/matmul_x16.py, matmul_x16k.py; llama.cpp: the CPU backend's weight
-    repacking, which its --no-repack turns off). "default": Q5_0 and Q5_1, whose fifth bits cost
-    the per-row kernels most (the 0.5B draft's layers), and Q4_K and Q6_K (the 1.5B target's every
-    matrix, whose verification rows it makes cheap); "q5" or "k": one of those pairs; "all": Q8_0,
-    Q4_0 and Q4_1 too; "none": no type. The interleaved products sum each block in another order,
-    so logits move in the last bits; the per-row kernels of Q4_0, Q4_1 and Q8_0 are kept by
+def repacked_qtypes(model=None) -> tuple:
+    """Which types the CPU backend interleaves 16 rows at a time with int8 activations
+    (kernels/matmul_x16.py, matmul_x16k.py; llama.cpp: the CPU backend's weight repacking, which
+    its --no-repack turns off): $SPECNB_REPACK when it is set, else "default" plus the types the
+    model's file lists under REPACK_KEY. "default": Q5_0 and Q5_1, whose fifth bits cost the
+    per-row kernels most (the 0.5B draft's layers), and Q4_K and Q6_K (the 1.5B target's every
+    matrix, whose verification rows it makes cheap); "q5" or "k": one of those pairs; "all":
+    Q8_0, Q4_0 and Q4_1 too; "none": no type. The interleaved products sum each block in another
+    order, so logits move in the last bits; the per-row kernels of Q4_0, Q4_1 and Q8_0 are kept by
     default because with them the default pair's rounds are those llama.cpp c392e50 printed
     (tests/data), which the course's exercise replays."""
-    v = os.environ.get(REPACK_ENV, "default") or "default"
-    if v not in _REPACKED:
-        raise ParamError(f"{REPACK_ENV}={v!r}: expected one of {', '.join(repr(k) for k in _REPACKED)}")
-    return _REPACKED[v]
+    v = os.environ.get(REPACK_ENV, "")
+    if v:
+        if v not in _REPACKED:
+            raise ParamError(f"{REPACK_ENV}={v!r}: expected one of {', '.join(repr(k) for k in _REPACKED)}")
+        return _REPACKED[v]
+    return _REPACKED["default"] + file_repacked(model)
 
 
-def kernel_qtype(qtype: int, q8: bool) -> int:
-    """The layout the pass multiplies a matrix in: with int8 activations the types of
-    repacked_qtypes() interleaved 16 rows at a time (X16_OF), everything else as the file has it."""
-    return X16_OF[int(qtype)] if q8 and int(qtype) in repacked_qtypes() else int(qtype)
+def file_repacked(model) -> tuple:
+    """The types model's file asks to be interleaved (REPACK_KEY), checked: () when it has none."""
+    names = None if model is None or model.file is None else model.file.get(REPACK_KEY)
+    if names is None:
+        return ()
+    by_name = {qtype_name(t): t for t in X16_OF}
+    if not isinstance(names, list) or not all(isinstance(n, str) and n in by_name for n in names):
+        raise GGUFError(f"{model.path}: {REPACK_KEY} = {names!r}: expected a list of the type names "
+                        f"{', '.join(by_name)}")
+    return tuple(by_name[n] for n in names)
 
 
-def kernel_weight(w: QWeight, q8: bool) -> QWeight:
+def kernel_qtype(qtype: int, q8: bool, model=None) -> int:
+    """The layout the pass multiplies a matrix of `model` in: with int8 activations the types of
+    repacked_qtypes(model) interleaved 16 rows at a time (X16_OF), everything else as the file
+    has it."""
+    return X16_OF[int(qtype)] if q8 and int(qtype) in repacked_qtypes(model) else int(qtype)
+
+
+def kernel_weight(w: QWeight, q8: bool, model=None) -> QWeight:
     """w in its kernel_qtype layout (the same QWeight when that is the file's own)."""
-    qt = kernel_qtype(w.qtype, q8)
+    qt = kernel_qtype(w.qtype, q8, model)
     if qt == int(w.qtype):
         return w
     return QWeight(w.name, interleave(w.data, w.qtype), qt, w.n_in, w.n_out)
@@ -99,7 +116,7 @@ def kernel_weight(w: QWeight, q8: bool) -> QWeight:
 def kernel_qtypes(model, q8: bool) -> tuple[int, set]:
     """model_qtypes, with each matrix in the layout the pass multiplies it in (kernel_qtype)."""
     emb, mats = model_qtypes(model)
-    return emb, {kernel_qtype(t, q8) for t in mats}
+    return emb, {kernel_qtype(t, q8, model) for t in mats}
 
 
 def compiled_entry(dispatcher, args):
@@ -127,9 +144,9 @@ class CpuBackend:
         self._q8 = activations == "q8"
         # the matrices as the kernels read them (kernel_weight: with int8 activations the 32-block
         # types interleaved, a copy made once here), for both passes
-        self._layer_w = [[kernel_weight(w, self._q8) for w in (L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down)]
-                         for L in model.layers]
-        self._output = kernel_weight(model.output, self._q8)     # the head (set_output_rows restricts it)
+        self._layer_w = [[kernel_weight(w, self._q8, model)
+                          for w in (L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down)] for L in model.layers]
+        self._output = kernel_weight(model.output, self._q8, model)     # the head (set_output_rows restricts it)
         self._fused_weights = self._pack_weights(model, self._layer_w, self._output)
         # the kernels this model and mode need, and only those, are compiled (kernels/qtypes.py);
         # models run side by side (a target and its draft) share one compiled pass
@@ -140,7 +157,7 @@ class CpuBackend:
             mats |= ms
         if kernel_types() == "all":
             emb = set(SUPPORTED_QTYPES)
-            mats = emb | ({X16_OF[t] for t in repacked_qtypes()} if self._q8 else set())
+            mats = emb | ({X16_OF[t] for t in repacked_qtypes(model)} if self._q8 else set())
         self._fused_types = fused.fused_types(emb, mats, self._q8)
         # how far ahead the int8 kernels prefetch the weights: measured once per machine
         # (kernels/tuning.py); the float32 path does not prefetch
@@ -186,7 +203,7 @@ class CpuBackend:
             a = np.ascontiguousarray(out.data[np.asarray(ids, np.int64)]).view()
             a.flags.writeable = False
             out = QWeight(out.name, a, out.qtype, out.n_in, len(a))
-        self._output = kernel_weight(out, self._q8)
+        self._output = kernel_weight(out, self._q8, self.model)
         self._fused_weights = self._fused_weights._replace(output=self._output.data)
 
     def kernel_weights(self):

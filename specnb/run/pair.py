@@ -56,6 +56,18 @@ def open_pair(target=None, draft=None, *, n_ctx: int = 2048, n_seq: int = 1,
     return Pair(tgt, dft, ctx_tgt, ctx_dft)
 
 
+def with_draft(pair: Pair, draft) -> Pair:
+    """The same target and target context with another draft model (a name, a path or a Model)
+    and its own context, made as open_pair makes the draft's (its compiled pass serves the
+    target's and this draft's tensor types, as a pair opened with it would)."""
+    dft = resolve_model(draft, None)
+    c = pair.ctx_dft if pair.ctx_dft is not None else pair.ctx_tgt
+    ctx = Context(dft, n_ctx=c.n_ctx, n_seq_max=c.n_seq_max, backend=c.backend_name, n_threads=c.n_threads,
+                  partial_seq_rm=c.partial_seq_rm, activations=c.activations,
+                  share_kernels_with=(pair.target, dft))
+    return Pair(pair.target, dft, pair.ctx_tgt, ctx)
+
+
 def warm_up(*contexts: Context, progress: bool = True) -> float:
     """Decode two tokens in each context and clear it again, so that Numba has compiled (or
     loaded from its cache) every kernel these models use before anything is timed. The first

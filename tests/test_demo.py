@@ -33,13 +33,16 @@ def test_the_stage_list_gives_the_documented_flags():
         [],
         ["--no-reeval"],
         ["--no-reeval", "--spec-draft-vocab", "32768"],
+        ["--no-reeval", "--spec-draft-vocab", "32768"],                 # (-md changes)
         ["--spec-draft-n-max", "auto", "--no-reeval", "--spec-draft-vocab", "32768"],
         ["--spec-draft-n-max", "auto", "--spec-type", "ngram-simple,draft-simple", "--no-reeval",
          "--spec-draft-vocab", "32768"]]
     assert [s["step"] for s in st] == [[], ["--no-reeval"], ["--spec-draft-vocab", "32768"],
+                                       ["-md", "<the draft requantized to Q4_0>"],
                                        ["--spec-draft-n-max", "auto"],
                                        ["--spec-type", "ngram-simple,draft-simple"]]
-    assert [s["beyond"] for s in st] == [False, True, True, True, True]
+    assert [s["beyond"] for s in st] == [False, True, True, True, True, True]
+    assert [s["draft"] for s in st] == [None, None, None] + [demo_mod.DRAFT_Q4_0] * 3
     # llama.cpp's own line is master's defaults: n_max 3, p_min 0, re-evaluation
     p = st[0]["params"]
     assert (p.types, p.n_max, p.p_min, p.reeval, p.draft_vocab) == (None, 3, 0.0, True, 0)
@@ -54,7 +57,8 @@ def _same(p, q) -> bool:
     return a == b
 
 
-@pytest.mark.parametrize("fields", [s["fields"] for s in demo_mod.waterfall_stages()] + [
+@pytest.mark.parametrize("fields", [{k: v for k, v in s["fields"].items() if k != "draft"}
+                                    for s in demo_mod.waterfall_stages()] + [
     dict(n_max=5, p_min=0.75, n_min=2), dict(n_max="heuristic:12", verify="rejection"),
     dict(types="ngram-map-k4v", ngram_map_k4v_size_n=6, ngram_map_k4v_min_hits=3),
     dict(n_max=2, synth_rates=[0.5, 0.25]), dict(types=("none",)), dict(n_max="auto:8")])
@@ -114,9 +118,17 @@ def test_the_waterfall_on_the_tiny_pair_is_lossless(tiny_pair):
     assert one["c"] > 0 and one["rows_per_round"] > 1 and one["verify_row"] is not None
     assert w["headline"] is demo_mod.pick_headline(st)
     table = "\n".join(demo_mod.format_waterfall(w))
-    assert table.count("[specnb, beyond llama.cpp]") == 4
+    assert table.count("[specnb, beyond llama.cpp]") == 5
     assert "| 1. llama.cpp's draft-simple at master's defaults\n" in table
     assert "| 3. + a restricted draft vocabulary: --spec-draft-vocab 32768 [specnb, beyond llama.cpp]" in table
+    # from line 4 on, the draft requantized to Q4_0: forged once into the cache, its Q4_0 interleaved
+    q4 = st[4]["draft"]
+    assert [s["draft"] for s in st] == [None] + [tiny_pair.draft.path] * 3 + [q4] * 3
+    assert q4.endswith(".Q4_0-requant.gguf") and q4 == registry.requantized_draft(tiny_pair.draft)
+    assert f"| 4. + the draft requantized to Q4_0: -md {q4} [specnb, beyond llama.cpp]" in table
+    assert all("-md" not in ln for ln in table.splitlines() if re.search(r"\| [0-35-9]\. ", ln))
+    h = demo_mod.headline_json(dict(w, headline=st[5]), "t.gguf", "d.gguf", None)
+    assert h["draft"] == q4 and h["command"].startswith(f"python -m specnb speculative-simple -m t.gguf -md {q4} ")
 
 
 def test_demo_json_has_the_waterfall_and_the_headline_flags(capsys, pair_paths):

@@ -28,11 +28,15 @@ from ..model.registry import DEFAULT_DRAFT, DEFAULT_TARGET, REAL_DRAFT, REAL_TAR
 from ..speculation.draft_vocab import DEFAULT_DRAFT_VOCAB
 
 # Part 1, one line per configuration, each adding its SpecParams fields to the line before's; plain
-# decoding (the target alone) comes first. (label, fields, beyond llama.cpp)
+# decoding (the target alone) comes first. (label, fields, beyond llama.cpp). The field "draft" is
+# not a SpecParams field: DRAFT_Q4_0 runs that line and the ones after it with the pair's draft
+# requantized to Q4_0 (registry.requantized_draft; -md changes, the flags do not).
+DRAFT_Q4_0 = "q4_0"
 WATERFALL = (
     ("llama.cpp's draft-simple at master's defaults", {}, False),
     ("+ the draft keeps its KV rows", {"reeval": False}, True),
     ("+ a restricted draft vocabulary", {"draft_vocab": DEFAULT_DRAFT_VOCAB}, True),
+    ("+ the draft requantized to Q4_0", {"draft": DRAFT_Q4_0}, True),
     ("+ each round's draft length chosen from measured costs", {"n_max": "auto"}, True),
     ("+ llama.cpp's ngram-simple drafting first, for free", {"types": ("ngram-simple", "draft-simple")},
      True),
@@ -184,9 +188,35 @@ def waterfall_stages(stages=WATERFALL) -> list:
     out, fields = [], {}
     for label, add, beyond in stages:
         fields = {**fields, **add}
-        params = SpecParams(**fields).validate()
+        params = stage_params(fields)
+        step = {k: v for k, v in add.items() if k != "draft"}
         out.append({"label": label, "beyond": beyond, "fields": fields, "params": params,
-                    "flags": spec_flags(params), "step": spec_flags(SpecParams(**add).validate())})
+                    "draft": fields.get("draft"), "flags": spec_flags(params),
+                    "step": (["-md", "<the draft requantized to Q4_0>"] if "draft" in add else [])
+                    + spec_flags(SpecParams(**step).validate())})
+    return out
+
+
+def stage_params(fields: dict):
+    """A stage's SpecParams (its fields but "draft")."""
+    from ..speculation.params import SpecParams
+    return SpecParams(**{k: v for k, v in fields.items() if k != "draft"}).validate()
+
+
+def stage_pairs(pair, stages=WATERFALL) -> dict:
+    """The pair each stage runs on, by its "draft" field: None -> `pair`; DRAFT_Q4_0 -> the same
+    target context with the draft requantized to Q4_0 (registry.requantized_draft, forged once)
+    in a context of its own, compiled and warmed up here."""
+    from ..model.registry import requantized_draft
+    from ..run.pair import warm_up, with_draft
+    out = {None: pair}
+    for st in waterfall_stages(stages):
+        d = st["draft"]
+        if d is not None and d not in out:
+            if d != DRAFT_Q4_0:
+                raise ValueError(f"waterfall: unknown draft {d!r} (expected {DRAFT_Q4_0!r})")
+            out[d] = with_draft(pair, requantized_draft(pair.draft))
+            warm_up(out[d].ctx_dft)
     return out
 
 
@@ -204,8 +234,7 @@ def recommended(w: dict) -> dict:
 
 def with_auto(stage: dict):
     """A stage's SpecParams with --spec-draft-n-max auto (as they are when they have it)."""
-    from ..speculation.params import SpecParams
-    p = SpecParams(**stage["fields"]).validate()
+    p = stage_params(stage["fields"])
     return p if p.schedule == "auto" else p.replace(n_max="auto", schedule="auto")
 
 
@@ -214,12 +243,12 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
-def _stage_row(i: int, st: dict | None, runs: list) -> dict:
+def _stage_row(i: int, st: dict | None, runs: list, draft: str | None) -> dict:
     drafted = sum(r.get("n_drafted", 0) for r in runs)
     busy = [r["busy"] for r in runs if r.get("busy") is not None]
     return {"stage": i, "label": st["label"] if st else PLAIN, "beyond": bool(st and st["beyond"]),
             "fields": st["fields"] if st else None, "flags": st["flags"] if st else [],
-            "step": st["step"] if st else [],
+            "draft": draft, "step": st["step"] if st else [],
             "speedup": _median(r["speedup"] for r in runs), "tok_s": _median(r["tok_s"] for r in runs),
             "c": _median(r.get("c") for r in runs),
             "verify_row": _median(r.get("verify_row") for r in runs),
@@ -229,7 +258,7 @@ def _stage_row(i: int, st: dict | None, runs: list) -> dict:
 
 
 def waterfall(pair, prompts, samplings, n_predict: int, timing: dict, stages=WATERFALL,
-              say=None) -> dict:
+              say=None, pairs: dict | None = None) -> dict:
     """Plain decoding and every stage of `stages` (WATERFALL) on each prompt (label, text, chat)
     x sampling (name, SamplerParams) of the open `pair`. Per prompt and sampling they take turns
     (take_turns with `timing`: repeats, quiet, max_tries, wait_s): each pass runs plain decoding
@@ -238,20 +267,27 @@ def waterfall(pair, prompts, samplings, n_predict: int, timing: dict, stages=WAT
     reused by every stage). Per stage: the median speed-up and tok/s, the medians of the loop's
     draft cost c and verification price per extra row (see _row), the acceptance over every run,
     and whether every output was plain decoding's. `say` gets one line per prompt and sampling.
+    A stage with a "draft" runs on pairs[draft] (stage_pairs, made here unless given); its row
+    names that draft (the -md of its command).
     -> {"stages": [...], "headline": pick_headline(stages), "identical", "n_predict", ...}"""
     say = say or (lambda *a: None)
     st = waterfall_stages(stages)
+    pairs = pairs if pairs is not None else stage_pairs(pair, stages)
+    for s in st:                    # the line that changes the draft names it
+        if s["step"][:1] == ["-md"]:
+            s["step"] = ["-md", cli_name(pairs[s["draft"]].draft)] + s["step"][2:]
     if prompts and samplings:       # every stage once, untimed: its first-use costs (the draft
                                     # vocabulary's ranking, imports) stay out of the timed runs
         ids = prompt_ids(pair.target.vocab, *prompts[0][1:])
         for s in st:
-            _spec_run(pair, ids, samplings[0][1], 4, s["params"])()
+            _spec_run(pairs[s["draft"]], ids, samplings[0][1], 4, s["params"])()
     runs: list = [[] for _ in range(len(st) + 1)]              # [0]: plain decoding
     for label, text, chat in prompts:
         ids = prompt_ids(pair.target.vocab, text, chat)
         for sname, sp in samplings:
             fns = {0: _plain_run(pair, ids, sp, n_predict)}
-            fns.update({i + 1: _spec_run(pair, ids, sp, n_predict, s["params"]) for i, s in enumerate(st)})
+            fns.update({i + 1: _spec_run(pairs[s["draft"]], ids, sp, n_predict, s["params"])
+                        for i, s in enumerate(st)})
             kept = take_turns(fns, **timing)
             (p,), share = kept[0]
             runs[0].append({"prompt": label, "sampling": sname, "tok_s": p.tok_per_s, "speedup": 1.0,
@@ -266,7 +302,8 @@ def waterfall(pair, prompts, samplings, n_predict: int, timing: dict, stages=WAT
                    "; OUTPUT DIFFERS FROM PLAIN DECODING")
                 + _busy_note(max((runs[i][-1] for i in range(len(st) + 1)),
                                  key=lambda r: r["busy"] or 0.0)))
-    rows = [_stage_row(i, st[i - 1] if i else None, r) for i, r in enumerate(runs)]
+    rows = [_stage_row(i, st[i - 1] if i else None, r,
+                       cli_name(pairs[st[i - 1]["draft"]].draft) if i else None) for i, r in enumerate(runs)]
     return {"stages": rows, "headline": pick_headline(rows), "n_predict": n_predict,
             "prompts": [p[0] for p in prompts], "samplings": [s[0] for s in samplings],
             "identical": all(r["identical"] for r in rows)}
@@ -340,7 +377,7 @@ def headline_lines(w: dict, target: str, draft: str, lc: dict | None = None) -> 
                   f"({lc['tg_tok_s']:.1f} tok/s)" if lc else "") + f": speculation {verdict(h['speedup'])}")
     L.append("  run it on your own prompt (add --chat to wrap it as a chat message, as the first "
              "two prompts are):")
-    L.append("    " + command(target, draft if h["stage"] else None, h["flags"]))
+    L.append("    " + command(target, (h.get("draft") or draft) if h["stage"] else None, h["flags"]))
     return L
 
 
@@ -350,7 +387,8 @@ def headline_json(w: dict, target: str, draft: str, lc: dict | None) -> dict | N
     if h is None:
         return None
     out = {k: h[k] for k in ("stage", "label", "flags", "speedup", "tok_s", "c", "accept_rate")}
-    out["command"] = command(target, draft if h["stage"] else None, h["flags"])
+    out["draft"] = (h.get("draft") or draft) if h["stage"] else None
+    out["command"] = command(target, out["draft"], h["flags"])
     if lc:
         out["vs_llama_cpp"] = h["tok_s"] / lc["tg_tok_s"]
     return out
@@ -441,7 +479,7 @@ def demo(n_predict: int = 64, n_threads=None, backend: str = "cpu", json_out: bo
          f"fast as they do, then the headline with --spec-draft-n-max auto {BEYOND} (llama.cpp's "
          "draft length is a fixed integer), which measures whether drafting pays")
     echo(f"  3. the SmolLM2 teaching pair, briefly (llama.cpp's defaults, then specnb's auto {BEYOND})")
-    echo("Six configurations take turns with plain decoding on six prompt runs: 19 minutes on a busy "
+    echo(f"{len(stages)} configurations take turns with plain decoding on six prompt runs: 19 minutes on a busy "
          "2-core AMD EPYC Zen 3 (docs/benchmarks.md), less on a quiet one (a run during which other "
          "processes took the CPU is run again); the first run also assembles the real pair (1.6 GB, "
          "under a minute) and compiles the kernels (a few minutes).")
@@ -449,7 +487,8 @@ def demo(n_predict: int = 64, n_threads=None, backend: str = "cpu", json_out: bo
     runs, rec = [], None
     if all(n not in REGISTRY or check_parts(REGISTRY[n]).ok for n in real_pair):
         pair = _open(*real_pair, 1024, **kw)
-        w = _winning(echo, pair, code_prompts, n_predict, timing, stages)
+        pairs = stage_pairs(pair, stages)
+        w = _winning(echo, pair, code_prompts, n_predict, timing, stages, pairs)
         lc = _beside_llama_cpp(echo, exe, pair, w, n_predict) if exe else None
         names = (cli_name(pair.target), cli_name(pair.draft))
         for ln in format_waterfall(w) + headline_lines(w, *names, lc):
@@ -459,8 +498,8 @@ def demo(n_predict: int = 64, n_threads=None, backend: str = "cpu", json_out: bo
         if lc is not None:
             out["llama_cpp"] = lc
         rec = recommended(w)
-        runs += _low_acceptance(echo, pair, low_prompt, n_predict, timing, rec)
-        del pair
+        runs += _low_acceptance(echo, pairs, low_prompt, n_predict, timing, rec)
+        del pair, pairs
     else:
         echo(f"\nthe real pair is not installed: run  specnb models install {' '.join(real_pair)}"
              f"  (./run installs it); showing the teaching pair only")
@@ -474,10 +513,10 @@ def demo(n_predict: int = 64, n_threads=None, backend: str = "cpu", json_out: bo
     return 0 if same else 1
 
 
-def _winning(echo, pair, code_prompts, n_predict, timing, stages) -> dict:
+def _winning(echo, pair, code_prompts, n_predict, timing, stages, pairs) -> dict:
     from ..model.registry import describe
     echo(f"\n== 1. {describe(pair.draft)} drafting for {describe(pair.target)}: the waterfall ==")
-    w = waterfall(pair, code_prompts, samplings(), n_predict, timing, stages, say=echo)
+    w = waterfall(pair, code_prompts, samplings(), n_predict, timing, stages, say=echo, pairs=pairs)
     first = w["stages"][0]["runs"][0]
     echo(f"  what the target wrote for {first['prompt']} [{first['sampling']}], as every line did:")
     _show_text(echo, first["text"], 4)
@@ -501,9 +540,11 @@ def _beside_llama_cpp(echo, exe, pair, w, n_predict) -> dict:
     return out
 
 
-def _low_acceptance(echo, pair, low_prompt, n_predict, timing, rec) -> list:
+def _low_acceptance(echo, pairs, low_prompt, n_predict, timing, rec) -> list:
+    """llama.cpp's defaults on the pair's own draft, then `rec` with auto on its line's draft."""
     from ..speculation.params import SpecParams
     from .flags import spec_flags
+    pair = pairs[None]
     label, text, chat = low_prompt
     ids = prompt_ids(pair.target.vocab, text, chat)
     sp = samplings()[1][1]
@@ -514,7 +555,7 @@ def _low_acceptance(echo, pair, low_prompt, n_predict, timing, rec) -> list:
     echo("  " + why_line(row))
     params = with_auto(rec)
     flags = spec_flags(params)
-    auto = compare(pair, ids, sp, n_predict, params, **timing)
+    auto = compare(pairs[rec["fields"].get("draft")], ids, sp, n_predict, params, **timing)
     name = f"line {rec['stage']}" + ("" if rec["fields"].get("n_max") == "auto" else " with auto")
     echo(f"  {name} ({' '.join(flags)}): each round's length chosen from this run's measured costs "
          f"and acceptance {BEYOND}:")
@@ -565,10 +606,11 @@ def pair_waterfall(target=None, draft=None, n_predict: int = 64, n_threads=None,
     pair = open_pair(target, draft, n_ctx=1024, backend=backend, n_threads=n_threads,
                      activations=activations)
     warm_up(pair.ctx_tgt, pair.ctx_dft)
+    pairs = stage_pairs(pair, stages or WATERFALL)
     timing = dict(repeats=repeats, quiet=QUIET if quiet == "demo's" else quiet,
                   max_tries=repeats + 1, wait_s=5.0)
     w = waterfall(pair, prompts or CODE_PROMPTS, samplings(), n_predict, timing,
-                       stages or WATERFALL, say=say)
+                       stages or WATERFALL, say=say, pairs=pairs)
     names = (cli_name(pair.target), cli_name(pair.draft))
     lc = llama_cpp if llama_cpp and llama_cpp.get("tg_tok_s") else None
     out = {"target": names[0], "draft": names[1], "activations": pair.ctx_tgt.activations, **w,
@@ -578,8 +620,8 @@ def pair_waterfall(target=None, draft=None, n_predict: int = 64, n_threads=None,
         rec = recommended(w)
         label, text, chat = low_prompt or LOW_ACCEPTANCE_PROMPT
         params = with_auto(rec)
-        row = compare(pair, prompt_ids(pair.target.vocab, text, chat), samplings()[1][1],
-                           n_predict, params, **timing)
+        row = compare(pairs[rec["fields"].get("draft")], prompt_ids(pair.target.vocab, text, chat),
+                      samplings()[1][1], n_predict, params, **timing)
         out["poem"] = {"prompt": label, "sampling": "sampled", "stage": rec["stage"],
                        "flags": spec_flags(params), **{k: v for k, v in row.items() if k != "text"}}
     out["goals"] = waterfall_goals(out)

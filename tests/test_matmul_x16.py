@@ -224,6 +224,13 @@ def test_a_requantized_draft_is_forged_once_into_the_cache(pair_paths, monkeypat
     g.close()
     mtime = os.stat(q).st_mtime_ns
     assert registry.requantized_draft(src, progress=False) == q and os.stat(q).st_mtime_ns == mtime
+    assert registry.requantized_draft(q, progress=False) == q                 # a copy is its own
+    mine = tmp_path / "mine.gguf"                      # a file that changes: one copy, the newest
+    mine.write_bytes(open(src, "rb").read())
+    a = registry.requantized_draft(str(mine), progress=False)
+    os.utime(mine, ns=(mtime + 10**9, mtime + 10**9))
+    b = registry.requantized_draft(str(mine), progress=False)
+    assert a != b and os.path.isfile(b) and not os.path.exists(a) and os.path.isfile(q)
     e = registry.REGISTRY[registry.REAL_DRAFT_Q4]
     assert e.forged_from == registry.REAL_DRAFT and e.repack
     assert registry.requantized_draft(f"/anywhere/{e.file_name}", progress=False) == registry.REAL_DRAFT_Q4

@@ -622,7 +622,7 @@ def pair_waterfall(target=None, draft=None, n_predict: int = 64, n_threads=None,
         params = with_auto(rec)
         row = compare(pairs[rec["fields"].get("draft")], prompt_ids(pair.target.vocab, text, chat),
                       samplings()[1][1], n_predict, params, **timing)
-        out["poem"] = {"prompt": label, "sampling": "sampled", "stage": rec["stage"],
+        out["poem"] = {"prompt": label, "sampling": "sampled", "stage": rec["stage"], "draft": rec["draft"],
                        "flags": spec_flags(params), **{k: v for k, v in row.items() if k != "text"}}
     out["goals"] = waterfall_goals(out)
     return out

@@ -21,6 +21,7 @@ and `gemma` extras) or by `specnb models install NAME`.
 """
 from __future__ import annotations
 
+import glob
 import hashlib
 import importlib
 import importlib.metadata
@@ -375,9 +376,12 @@ def requantized_draft(model, progress: bool = True) -> str:
     """A draft model requantized to Q4_0, its Q4_0 matrices interleaved (forge.requantize with
     repack=True), ready to open: the registry's own copy of a registry model (qwen2.5-coder-0.5b
     -> qwen2.5-coder-0.5b-q4_0), its name, forged on first use; the model itself when it is
-    such a copy; any other file's copy in the cache folder (named by the file's name, path, size
-    and modification time, forged once), its path. `model`: a loaded Model, a name or a path."""
+    such a copy (a file holding REPACK_KEY's Q4_0); any other file's copy in the cache folder
+    (named by the file's name and a hash of its path, then of its size and modification time;
+    forged once, and a copy of an older version of that file removed), its path. `model`: a
+    loaded Model, a name or a path."""
     from ..gguf import forge
+    from ..gguf.file import REPACK_KEY, GGUFFile
     path = os.fspath(getattr(model, "path", model))
     if path in REGISTRY:
         path = model_path(path, progress)
@@ -390,12 +394,22 @@ def requantized_draft(model, progress: bool = True) -> str:
     if copy is not None:
         model_path(copy.name, progress)
         return copy.name
+    g = GGUFFile(path)
+    is_copy = "Q4_0" in list(g.get(REPACK_KEY) or [])
+    g.close()
+    if is_copy:
+        return path
     st = os.stat(path)
-    key = hashlib.sha256(f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:12]
+
+    def digest(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()[:10]
     stem = base[:-5] if base.endswith(".gguf") else base
-    dst = cache_dir() / f"{stem}.{key}.Q4_0-requant.gguf"
+    prefix, suffix = f"{stem}.{digest(os.path.abspath(path))}.", ".Q4_0-requant.gguf"
+    dst = cache_dir() / f"{prefix}{digest(f'{st.st_size}|{st.st_mtime_ns}')}{suffix}"
     if not dst.is_file():
         remove_stale_temps(dst)
+        for old in dst.parent.glob(f"{glob.escape(prefix)}*{suffix}"):    # an older version's copy
+            old.unlink(missing_ok=True)
         with Ticker(f"forging {base} requantized to Q4_0, once", hint="seconds", enabled=progress):
             forge.requantize(path, dst, "Q4_0", repack=True)
     return str(dst)

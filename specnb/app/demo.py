@@ -480,9 +480,10 @@ def demo(n_predict: int = 64, n_threads=None, backend: str = "cpu", json_out: bo
          "draft length is a fixed integer), which measures whether drafting pays")
     echo(f"  3. the SmolLM2 teaching pair, briefly (llama.cpp's defaults, then specnb's auto {BEYOND})")
     echo(f"{len(stages)} configurations take turns with plain decoding on six prompt runs: 19 minutes on a busy "
-         "2-core AMD EPYC Zen 3 (docs/benchmarks.md), less on a quiet one (a run during which other "
-         "processes took the CPU is run again); the first run also assembles the real pair (1.6 GB, "
-         "under a minute) and compiles the kernels (a few minutes).")
+         "2-core AMD EPYC Zen 3 with one line fewer, 3.5 minutes on a 2-core Zen 4 (docs/benchmarks.md), "
+         "less on a quiet machine (a run during which other processes took the CPU is run again); the "
+         "first run also assembles the real pair (1.6 GB, under a minute), forges its requantized draft "
+         "(seconds) and compiles the kernels (a few minutes).")
     out = {"n_predict": n_predict}
     runs, rec = [], None
     if all(n not in REGISTRY or check_parts(REGISTRY[n]).ok for n in real_pair):

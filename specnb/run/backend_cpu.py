@@ -98,16 +98,21 @@ def file_repacked(model) -> tuple:
     return tuple(by_name[n] for n in names)
 
 
-def kernel_qtype(qtype: int, q8: bool, model=None) -> int:
-    """The layout the pass multiplies a matrix of `model` in: with int8 activations the types of
-    repacked_qtypes(model) interleaved 16 rows at a time (X16_OF), everything else as the file
-    has it."""
-    return X16_OF[int(qtype)] if q8 and int(qtype) in repacked_qtypes(model) else int(qtype)
+def interleaved_types(model, q8: bool) -> tuple:
+    """The types a model's matrices are interleaved in: with int8 activations
+    repacked_qtypes(model), with float32 ones none."""
+    return repacked_qtypes(model) if q8 else ()
 
 
-def kernel_weight(w: QWeight, q8: bool, model=None) -> QWeight:
+def kernel_qtype(qtype: int, interleaved: tuple) -> int:
+    """The layout the pass multiplies a matrix in: the types of `interleaved`
+    (interleaved_types) 16 rows at a time (X16_OF), everything else as the file has it."""
+    return X16_OF[int(qtype)] if int(qtype) in interleaved else int(qtype)
+
+
+def kernel_weight(w: QWeight, interleaved: tuple) -> QWeight:
     """w in its kernel_qtype layout (the same QWeight when that is the file's own)."""
-    qt = kernel_qtype(w.qtype, q8, model)
+    qt = kernel_qtype(w.qtype, interleaved)
     if qt == int(w.qtype):
         return w
     return QWeight(w.name, interleave(w.data, w.qtype), qt, w.n_in, w.n_out)
@@ -116,7 +121,8 @@ def kernel_weight(w: QWeight, q8: bool, model=None) -> QWeight:
 def kernel_qtypes(model, q8: bool) -> tuple[int, set]:
     """model_qtypes, with each matrix in the layout the pass multiplies it in (kernel_qtype)."""
     emb, mats = model_qtypes(model)
-    return emb, {kernel_qtype(t, q8, model) for t in mats}
+    interleaved = interleaved_types(model, q8)
+    return emb, {kernel_qtype(t, interleaved) for t in mats}
 
 
 def compiled_entry(dispatcher, args):
@@ -144,9 +150,10 @@ class CpuBackend:
         self._q8 = activations == "q8"
         # the matrices as the kernels read them (kernel_weight: with int8 activations the 32-block
         # types interleaved, a copy made once here), for both passes
-        self._layer_w = [[kernel_weight(w, self._q8, model)
+        self._interleaved = interleaved_types(model, self._q8)     # read (and checked) once
+        self._layer_w = [[kernel_weight(w, self._interleaved)
                           for w in (L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down)] for L in model.layers]
-        self._output = kernel_weight(model.output, self._q8, model)     # the head (set_output_rows restricts it)
+        self._output = kernel_weight(model.output, self._interleaved)     # the head (set_output_rows restricts it)
         self._fused_weights = self._pack_weights(model, self._layer_w, self._output)
         # the kernels this model and mode need, and only those, are compiled (kernels/qtypes.py);
         # models run side by side (a target and its draft) share one compiled pass
@@ -157,7 +164,7 @@ class CpuBackend:
             mats |= ms
         if kernel_types() == "all":
             emb = set(SUPPORTED_QTYPES)
-            mats = emb | ({X16_OF[t] for t in repacked_qtypes(model)} if self._q8 else set())
+            mats = emb | {X16_OF[t] for t in self._interleaved}
         self._fused_types = fused.fused_types(emb, mats, self._q8)
         # how far ahead the int8 kernels prefetch the weights: measured once per machine
         # (kernels/tuning.py); the float32 path does not prefetch
@@ -203,7 +210,7 @@ class CpuBackend:
             a = np.ascontiguousarray(out.data[np.asarray(ids, np.int64)]).view()
             a.flags.writeable = False
             out = QWeight(out.name, a, out.qtype, out.n_in, len(a))
-        self._output = kernel_weight(out, self._q8, self.model)
+        self._output = kernel_weight(out, self._interleaved)
         self._fused_weights = self._fused_weights._replace(output=self._output.data)
 
     def kernel_weights(self):

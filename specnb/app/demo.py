@@ -180,9 +180,11 @@ def compare(pair, ids, sp, n_predict: int, spec, repeats: int = 1,
 
 
 # ---- part 1: the waterfall -----------------------------------------------------------------------
-def waterfall_stages(stages=WATERFALL) -> list:
-    """Each stage as a dict: label, beyond, fields (its SpecParams fields, added up to it), params,
-    flags (speculative-simple's flags for them, app/flags.spec_flags) and step (those it adds)."""
+def waterfall_stages(stages=WATERFALL, drafts: dict | None = None) -> list:
+    """Each stage as a dict: label, beyond, fields (its SpecParams fields and "draft", added up to
+    it), params, draft (the "draft" field: None or DRAFT_Q4_0), flags (speculative-simple's flags
+    for its params, app/flags.spec_flags) and step (what it adds: a new draft as `-md NAME`, NAME
+    from `drafts`, draft field -> the draft's command-line name, when given, then flags)."""
     from .flags import spec_flags
     from ..speculation.params import SpecParams
     out, fields = [], {}
@@ -190,10 +192,10 @@ def waterfall_stages(stages=WATERFALL) -> list:
         fields = {**fields, **add}
         params = stage_params(fields)
         step = {k: v for k, v in add.items() if k != "draft"}
+        md = ["-md", (drafts or {}).get(add["draft"], "<the draft requantized to Q4_0>")] if "draft" in add else []
         out.append({"label": label, "beyond": beyond, "fields": fields, "params": params,
                     "draft": fields.get("draft"), "flags": spec_flags(params),
-                    "step": (["-md", "<the draft requantized to Q4_0>"] if "draft" in add else [])
-                    + spec_flags(SpecParams(**step).validate())})
+                    "step": md + spec_flags(SpecParams(**step).validate())})
     return out
 
 
@@ -218,6 +220,11 @@ def stage_pairs(pair, stages=WATERFALL) -> dict:
             out[d] = with_draft(pair, requantized_draft(pair.draft))
             warm_up(out[d].ctx_dft)
     return out
+
+
+def pair_of(pairs: dict, stage: dict):
+    """The pair (of stage_pairs) a stage or a waterfall row ran on: by its fields' "draft"."""
+    return pairs[(stage.get("fields") or {}).get("draft")]
 
 
 def pick_headline(stages: list) -> dict | None:
@@ -271,22 +278,20 @@ def waterfall(pair, prompts, samplings, n_predict: int, timing: dict, stages=WAT
     names that draft (the -md of its command).
     -> {"stages": [...], "headline": pick_headline(stages), "identical", "n_predict", ...}"""
     say = say or (lambda *a: None)
-    st = waterfall_stages(stages)
     pairs = pairs if pairs is not None else stage_pairs(pair, stages)
-    for s in st:                    # the line that changes the draft names it
-        if s["step"][:1] == ["-md"]:
-            s["step"] = ["-md", cli_name(pairs[s["draft"]].draft)] + s["step"][2:]
+    names = {k: cli_name(p.draft) for k, p in pairs.items()}
+    st = waterfall_stages(stages, names)
     if prompts and samplings:       # every stage once, untimed: its first-use costs (the draft
                                     # vocabulary's ranking, imports) stay out of the timed runs
         ids = prompt_ids(pair.target.vocab, *prompts[0][1:])
         for s in st:
-            _spec_run(pairs[s["draft"]], ids, samplings[0][1], 4, s["params"])()
+            _spec_run(pair_of(pairs, s), ids, samplings[0][1], 4, s["params"])()
     runs: list = [[] for _ in range(len(st) + 1)]              # [0]: plain decoding
     for label, text, chat in prompts:
         ids = prompt_ids(pair.target.vocab, text, chat)
         for sname, sp in samplings:
             fns = {0: _plain_run(pair, ids, sp, n_predict)}
-            fns.update({i + 1: _spec_run(pairs[s["draft"]], ids, sp, n_predict, s["params"])
+            fns.update({i + 1: _spec_run(pair_of(pairs, s), ids, sp, n_predict, s["params"])
                         for i, s in enumerate(st)})
             kept = take_turns(fns, **timing)
             (p,), share = kept[0]
@@ -302,8 +307,8 @@ def waterfall(pair, prompts, samplings, n_predict: int, timing: dict, stages=WAT
                    "; OUTPUT DIFFERS FROM PLAIN DECODING")
                 + _busy_note(max((runs[i][-1] for i in range(len(st) + 1)),
                                  key=lambda r: r["busy"] or 0.0)))
-    rows = [_stage_row(i, st[i - 1] if i else None, r,
-                       cli_name(pairs[st[i - 1]["draft"]].draft) if i else None) for i, r in enumerate(runs)]
+    rows = [_stage_row(i, st[i - 1] if i else None, r, names[st[i - 1]["draft"]] if i else None)
+            for i, r in enumerate(runs)]
     return {"stages": rows, "headline": pick_headline(rows), "n_predict": n_predict,
             "prompts": [p[0] for p in prompts], "samplings": [s[0] for s in samplings],
             "identical": all(r["identical"] for r in rows)}
@@ -556,7 +561,7 @@ def _low_acceptance(echo, pairs, low_prompt, n_predict, timing, rec) -> list:
     echo("  " + why_line(row))
     params = with_auto(rec)
     flags = spec_flags(params)
-    auto = compare(pairs[rec["fields"].get("draft")], ids, sp, n_predict, params, **timing)
+    auto = compare(pair_of(pairs, rec), ids, sp, n_predict, params, **timing)
     name = f"line {rec['stage']}" + ("" if rec["fields"].get("n_max") == "auto" else " with auto")
     echo(f"  {name} ({' '.join(flags)}): each round's length chosen from this run's measured costs "
          f"and acceptance {BEYOND}:")
@@ -621,7 +626,7 @@ def pair_waterfall(target=None, draft=None, n_predict: int = 64, n_threads=None,
         rec = recommended(w)
         label, text, chat = low_prompt or LOW_ACCEPTANCE_PROMPT
         params = with_auto(rec)
-        row = compare(pairs[rec["fields"].get("draft")], prompt_ids(pair.target.vocab, text, chat),
+        row = compare(pair_of(pairs, rec), prompt_ids(pair.target.vocab, text, chat),
                       samplings()[1][1], n_predict, params, **timing)
         out["poem"] = {"prompt": label, "sampling": "sampled", "stage": rec["stage"], "draft": rec["draft"],
                        "flags": spec_flags(params), **{k: v for k, v in row.items() if k != "text"}}

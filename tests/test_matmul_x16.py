@@ -209,10 +209,10 @@ def test_a_file_asks_for_its_own_interleaved_types(tiny_path, tmp_path, monkeypa
 
 def test_a_requantized_draft_is_forged_once_into_the_cache(pair_paths, monkeypatch, tmp_path):
     """registry.requantized_draft: any file's copy goes into the cache folder (never beside the
-    user's file), forged once, and a copy asked for again is itself; the real draft's copy is a
-    registry entry."""
+    user's file), forged once, and a copy asked for again is itself; a copy whose file is gone is
+    removed; the real draft's copy is a registry entry."""
     import os
-    from specnb.gguf.file import REPACK_KEY, GGUFFile
+    from specnb.gguf.file import REPACK_KEY, SOURCE_KEY, GGUFFile
     from specnb.model import registry
     monkeypatch.setenv("SPECNB_CACHE_DIR", str(tmp_path / "cache"))
     src = pair_paths[1]
@@ -231,6 +231,14 @@ def test_a_requantized_draft_is_forged_once_into_the_cache(pair_paths, monkeypat
     os.utime(mine, ns=(mtime + 10**9, mtime + 10**9))
     b = registry.requantized_draft(str(mine), progress=False)
     assert a != b and os.path.isfile(b) and not os.path.exists(a) and os.path.isfile(q)
+    g = GGUFFile(b)
+    assert g.get(SOURCE_KEY) == str(mine)
+    g.close()
+    mine.unlink()                                     # its file gone: the next forging removes its copy
+    other = tmp_path / "other.gguf"
+    other.write_bytes(open(src, "rb").read())
+    c = registry.requantized_draft(str(other), progress=False)
+    assert os.path.isfile(c) and not os.path.exists(b) and os.path.isfile(q)
     e = registry.REGISTRY[registry.REAL_DRAFT_Q4]
     assert e.forged_from == registry.REAL_DRAFT and e.repack
     assert registry.requantized_draft(f"/anywhere/{e.file_name}", progress=False) == registry.REAL_DRAFT_Q4

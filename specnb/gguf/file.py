@@ -36,6 +36,9 @@ MAX_STRINGS = 1 << 21   # a string array (a vocab's tokens or merges)
 # specnb's own key: the tensor types (names) a file asks the CPU backend to interleave 16 rows at
 # a time beyond its default ones (run/backend_cpu.repacked_qtypes); forge.requantize writes it
 REPACK_KEY = "specnb.repack"
+# specnb's own key: the absolute path of the file a cache copy was forged from
+# (registry.requantized_draft), so a copy whose source is gone can be recognised and removed
+SOURCE_KEY = "specnb.forged_from"
 
 # gguf_type ids -> (struct format, size); 8 = string, 9 = array
 _SCALAR = {0: ("<B", 1), 1: ("<b", 1), 2: ("<H", 2), 3: ("<h", 2), 4: ("<I", 4),

@@ -47,11 +47,11 @@ def rewrite(src, dst, *, metadata: dict | None = None, skip_keys=(), tensor_fn=N
 
 
 # ---- the variants ------------------------------------------------------------------------------
-def requantize(src, dst, qtype: str = "Q4_0", repack: bool = False) -> str:
+def requantize(src, dst, qtype: str = "Q4_0", repack: bool = False, metadata: dict | None = None) -> str:
     """Requantize every quantized 2-D weight (not the token embedding) to `qtype`. repack=True
     also asks specnb's CPU backend to interleave that type (REPACK_KEY; the requantized real draft,
     whose products should be the fast ones; the teaching pair's stand-in keeps the per-row kernels
-    with which its rounds are llama.cpp's)."""
+    with which its rounds are llama.cpp's). `metadata`: more keys to write."""
     try:
         target = QT[qtype]
     except KeyError:
@@ -65,6 +65,7 @@ def requantize(src, dst, qtype: str = "Q4_0", repack: bool = False) -> str:
     meta = {"general.file_type": 2 if qtype == "Q4_0" else 0}
     if repack:
         meta[REPACK_KEY] = [qtype]
+    meta.update(metadata or {})
     return rewrite(src, dst, metadata=meta, tensor_fn=fn)
 
 

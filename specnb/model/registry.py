@@ -378,10 +378,10 @@ def requantized_draft(model, progress: bool = True) -> str:
     -> qwen2.5-coder-0.5b-q4_0), its name, forged on first use; the model itself when it is
     such a copy (a file holding REPACK_KEY's Q4_0); any other file's copy in the cache folder
     (named by the file's name and a hash of its path, then of its size and modification time;
-    forged once, and a copy of an older version of that file removed), its path. `model`: a
-    loaded Model, a name or a path."""
+    forged once; a copy of an older version of that file, and any copy whose file is gone,
+    removed), its path. `model`: a loaded Model, a name or a path."""
     from ..gguf import forge
-    from ..gguf.file import REPACK_KEY, GGUFFile
+    from ..gguf.file import REPACK_KEY, SOURCE_KEY, GGUFFile
     path = os.fspath(getattr(model, "path", model))
     if path in REGISTRY:
         path = model_path(path, progress)
@@ -410,9 +410,27 @@ def requantized_draft(model, progress: bool = True) -> str:
         remove_stale_temps(dst)
         for old in dst.parent.glob(f"{glob.escape(prefix)}*{suffix}"):    # an older version's copy
             old.unlink(missing_ok=True)
+        _remove_orphaned_copies(dst.parent, suffix)
         with Ticker(f"forging {base} requantized to Q4_0, once", hint="seconds", enabled=progress):
-            forge.requantize(path, dst, "Q4_0", repack=True)
+            forge.requantize(path, dst, "Q4_0", repack=True,
+                             metadata={SOURCE_KEY: os.path.abspath(path)})
     return str(dst)
+
+
+def _remove_orphaned_copies(folder: Path, suffix: str) -> None:
+    """Remove the cache copies (SOURCE_KEY set) whose source file no longer exists: a draft
+    moved or deleted would otherwise leave its copy, as large as itself, in the cache forever."""
+    from ..errors import GGUFError
+    from ..gguf.file import SOURCE_KEY, GGUFFile
+    for p in folder.glob(f"*{suffix}"):
+        try:
+            g = GGUFFile(p)
+            source = g.get(SOURCE_KEY)
+            g.close()
+        except (OSError, GGUFError):
+            continue                # unreadable: not ours to judge
+        if isinstance(source, str) and not os.path.exists(source):
+            p.unlink(missing_ok=True)
 
 
 def install(name: str, run_pip: bool = True, progress: bool = True) -> str:

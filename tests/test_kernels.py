@@ -82,7 +82,7 @@ def test_exp64_against_numpy():
     assert A.exp64(-1e6) == A.exp64(A.EXP_MIN) and A.exp64(1e6) == A.exp64(A.EXP_MAX)  # clamped
 
 
-@pytest.mark.parametrize("f", [8960, 100, 3])                 # vector body, body + tail, tail
+@pytest.mark.parametrize("f", [8960, 1100, 100, 3])   # vector body; items, the last with a tail; body + tail; tail
 def test_swiglu_against_reference_and_batch_invariant(f):
     rng = np.random.default_rng(2)
     g = (rng.standard_normal((9, f)) * 4).astype(np.float32)

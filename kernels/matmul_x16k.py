@@ -49,7 +49,8 @@ from .qtypes import (Q4_K, Q4_KX16, Q6_K, Q6_KX16, X16_ROWS, _BLOCK_BYTES, qtype
 from .quantize_q8 import _alloc_q8_k, _quantize_q8_k
 from .simd import _AVX512, sfma
 from .simd_wide import vhalf16, vload_b64, vload_i8x16, vload_u8x16
-from .tiles import tbcast4, tbroadcast, tdot4, tfloat, tfma, tile_rows, tmac, tmul, tsplat_i32, tstore_f32, tzeros
+from .tiles import (tbcast4, tbroadcast, tdot4, tdotw, tfloat, tfma, tile_rows, tmac, tmul, tsplat_i32, tstore_f32,
+                    tzeros)
 
 _inline = njit(fastmath=False, forceinline=True, _nrt=False)
 # rows per pass: a row holds an integer sum, a sub-block's dot and a float accumulator (one
@@ -93,7 +94,8 @@ def interleave_k(w: np.ndarray, qtype: int) -> np.ndarray:
 # ---- the passes: R activation rows x one group of 16 weight rows ----------------------------------
 # The activations are matmul_q8's chunk-major block_q8_K (quantize_q8.py): element 64 c + e of
 # super-block b of row r at byte 64 ((4 b + c) n_rows + r) + e of qx, d at dx[b n_rows + r]; the
-# sums of 16 (Q6_K) or 32 (Q4_K) of its q at bsum[(b n_rows + r) * n + i] (n = 16 or 8).
+# sums of 16 (Q6_K) of its q at bsum[(b n_rows + r) * 16 + i]; Q4_K's sums of 32, negated, two to an
+# int32 (_neg_pairs) at bsum[(b n_rows + r) * 4 + i // 2].
 
 def _pass_q4_k(R):
     @_inline
@@ -115,10 +117,11 @@ def _pass_q4_k(R):
                     t = tdot4(t, vload_b64(w, q + 256 + 64 * (8 * c + k)) >> 4, tbcast4(qx, xc + 32 + 4 * k, 64, R))
                 acc = tmac(acc, t, vload_u8x16(w, q + 64 + 16 * (2 * c + 1)) & 63)
             im = tzeros(np.int32, 16, R)
-            for j in range(8):
-                mn = (vload_u8x16(w, q + 64 + 16 * j) >> 6) | (
-                    ((vload_u8x16(w, q + 64 + 16 * (8 + j // 2)) >> (4 * (j % 2))) & 15) << 2)
-                im = tmac(im, tsplat_i32(bsum, 8 * ib + j, 8, R, -1), mn)
+            for j in range(0, 8, 2):                               # the mins of sub-blocks j, j + 1
+                hi = vload_u8x16(w, q + 64 + 16 * (8 + j // 2))
+                mn = ((vload_u8x16(w, q + 64 + 16 * j) >> 6) | ((hi & 15) << 2)) | (
+                    ((vload_u8x16(w, q + 64 + 16 * (j + 1)) >> 6) | ((hi >> 4) << 2)) << 16)
+                im = tdotw(im, mn, tsplat_i32(bsum, 4 * ib + j // 2, 4, R, 1))
             xd = tbroadcast(dx, ib, 1, R, 16)
             f = tfma(tfloat(acc), tmul(xd, vhalf16(w, q)), f)
             f = tfma(tfloat(im), tmul(xd, vhalf16(w, q + 32)), f)
@@ -305,6 +308,17 @@ def _bsums(bs, per):
 
 
 @njit(fastmath=False)
+def _neg_pairs(bsum):
+    # Q4_K's sums of 32 (int32, 8 per super-block and row) -> their negations two to an int32
+    # (sub-block 2p in the low half, 2p + 1 in the high one: |sum| <= 4096 fits an int16), for the
+    # mins' pair products (tdotw): -sum_j mn_j bsum_j as four two-product steps
+    out = np.empty(bsum.size // 2, np.int32)
+    for i in range(out.size):
+        out[i] = ((-bsum[2 * i]) & 0xFFFF) | ((-bsum[2 * i + 1]) << 16)
+    return out
+
+
+@njit(fastmath=False)
 def _x16k_rows(qx, dx, bsum, w, qtype, out, g0, g1, nb, q4_k, q6_k):
     # the dispatch, each branch compiled only for the layouts selected (qtypes.TypeSel)
     if q4_k is not None and qtype == Q4_KX16:
@@ -340,13 +354,14 @@ def matmul_x16k_by(x, w, qtype, out, q4_k, q6_k):
     n_groups = w.shape[0] // X16_ROWS
     if X16_ROWS * n_groups < w.shape[0]:
         _x16k_tail(qxf, dxf, bsum, w, qtype, out, X16_ROWS * n_groups, nb, q4_k, q6_k)
+    bsr = _neg_pairs(bsum) if qtype == Q4_KX16 else bsum      # the rows' form of the sums
     if w.shape[0] * n_in <= SERIAL_MAX_ELEMENTS or n_groups < 2:
         # g0 as an int64 (0 * n_groups), not the literal 0: one compiled copy of the rows kernels
-        _x16k_rows(qxf, dxf, bsum, w, qtype, out, 0 * n_groups, n_groups, nb, q4_k, q6_k)
+        _x16k_rows(qxf, dxf, bsr, w, qtype, out, 0 * n_groups, n_groups, nb, q4_k, q6_k)
         return
     n_chunks = min(n_groups, _N_CHUNKS)
     for c in prange(n_chunks):
-        _x16k_rows(qxf, dxf, bsum, w, qtype, out, c * n_groups // n_chunks, (c + 1) * n_groups // n_chunks, nb,
+        _x16k_rows(qxf, dxf, bsr, w, qtype, out, c * n_groups // n_chunks, (c + 1) * n_groups // n_chunks, nb,
                    q4_k, q6_k)
 
 

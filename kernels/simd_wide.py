@@ -22,6 +22,7 @@ The conventions are simd.py's (no bounds checks, IEEE float ops, byte offsets fo
     vsplat2(a, b) / vsparse2(a, b)     f32x16: [a] * 8 + [b] * 8 / [a, 0 * 7, b, 0 * 7]
     dot4_codegen(...)                  the dot products, for tiles.py's tdot4 / tdot4s
     dot4_folded_codegen / fold_codegen the same folded to 8 lanes (l + l + 8), for tdot4s8 / tfold
+    dotw_codegen(...)                  int16 pair products added to int32 lanes (vpdpwssd), for tdotw
 """
 from llvmlite import ir
 from numba import types
@@ -101,6 +102,25 @@ def dot4_codegen(builder, acc, u, x, s=None):
         sixteen = ir.Constant(_V16I, [16] * 16)
         d = builder.mul(d, builder.ashr(s, sixteen))
     return builder.add(acc, d)
+
+
+def dotw_codegen(builder, acc, c, t):
+    """acc + the int16 pair products: lane l + c16[2l] t16[2l] + c16[2l+1] t16[2l+1], c and t
+    <16 x i32> whose lanes hold two int16 each (low half first); exact while each sum fits an
+    int32. AVX-512 VNNI: one vpdpwssd; AVX2: two pmaddwd; elsewhere the products and a shuffle."""
+    if _AVX512:
+        return _call(builder, "llvm.x86.avx512.vpdpwssd.512", _V16I,
+                     [acc, _VNNI_W(builder, builder.bitcast(c, _V32S)), _VNNI_W(builder, builder.bitcast(t, _V32S))])
+    if _AVX2:
+        halves = [_call(builder, "llvm.x86.avx2.pmadd.wd", _V8I,
+                        [builder.bitcast(_slice(builder, c, 8 * h, 8), _V16S),
+                         builder.bitcast(_slice(builder, t, 8 * h, 8), _V16S)]) for h in range(2)]
+        return builder.add(acc, _concat(builder, halves[0], halves[1]))
+    v32 = ir.VectorType(_i32, 32)
+    p = builder.mul(builder.sext(builder.bitcast(c, _V32S), v32), builder.sext(builder.bitcast(t, _V32S), v32))
+    ev = builder.shuffle_vector(p, p, ir.Constant(_V16I, list(range(0, 32, 2))))
+    od = builder.shuffle_vector(p, p, ir.Constant(_V16I, list(range(1, 32, 2))))
+    return builder.add(acc, builder.add(ev, od))
 
 
 def _avx2_halves(builder, u, x, s):

@@ -27,6 +27,8 @@ array a, for r < R (R a literal constant). No bounds checks: the callers check t
                                          and 0 where w == 0, as vpsignb does; for dots with |w|)
     tmadd(c, t)                          i32 lanes: c[2l] t[r][2l] + c[2l+1] t[r][2l+1] (int16)
     tmac(acc, t, s)                      i32 lanes: acc[r] + t[r] * s (wrapping, as vpmulld / vpaddd)
+    tdotw(acc, c, t)                     i32 lanes: acc[r] + c16[2l] t16[2l] + c16[2l+1] t16[2l+1], c and
+                                         t i32x16 holding int16 pairs (vpdpwssd: two products a lane)
     tfloat(t) tfma(a, b, c) tmul tadd    lane-wise; a plain vector argument serves every row
     tstore_hsum(out, i, stride, t)       out[i + r stride] = hsum(t[r]), a fixed halving tree
     tstore_f32(a, i, stride, t)          a[i + r stride : + lanes] = t[r] (float32 tiles)
@@ -36,7 +38,7 @@ from numba import njit, types
 from numba.extending import intrinsic, models, register_model
 
 from .simd import _AVX2_ONLY, _V32B, Vec, _call, _i32, _ptr, _splat
-from .simd_wide import _concat, _slice, dot4_codegen, dot4_folded_codegen, fold_codegen
+from .simd_wide import _concat, _slice, dot4_codegen, dot4_folded_codegen, dotw_codegen, fold_codegen
 
 
 class Tile(types.Type):
@@ -261,6 +263,8 @@ tmadd = _tile_op("tmadd", lambda c, t: _same_vec(c, t) and _vec(c).dtype == type
                  lambda c, t: Tile(Vec(types.int32, _vec(c).lanes // 2), _first_tile(c, t).rows), _madd)
 tmac = _tile_op("tmac", lambda acc, t, s: _same_vec(acc, t, s) and _vec(acc).dtype == types.int32,
                 lambda acc, t, s: _first_tile(acc, t, s), lambda b, acc, t, s: b.add(acc, b.mul(t, s)))
+tdotw = _tile_op("tdotw", lambda acc, c, t: _same_vec(acc, c, t) and _vec(acc) == _I32x16,
+                 lambda acc, c, t: _first_tile(acc, c, t), dotw_codegen)
 tfloat = _tile_op("tfloat", lambda t: _vec(t).dtype == types.int32,
                   lambda t: Tile(Vec(types.float32, t.vec.lanes), t.rows),
                   lambda b, v: b.sitofp(v, ir.VectorType(ir.FloatType(), v.type.count)))
@@ -359,5 +363,5 @@ def tile_rows(make_pass, r_max: int):
 
 __all__ = ["Tile", "tzeros", "tload_bytes", "tload_i16", "tload_f32", "tbroadcast", "tsplat", "tsplat_i32", "tbcast4",
            "tdot4", "tdot4s",
-           "tnegate_where", "tmadd", "tmac", "tfloat", "tfma", "tmul", "tadd", "tstore_hsum", "tstore_f32",
+           "tnegate_where", "tmadd", "tmac", "tdotw", "tfloat", "tfma", "tmul", "tadd", "tstore_hsum", "tstore_f32",
            "tile_rows"]

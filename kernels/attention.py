@@ -10,7 +10,8 @@ ggml_soft_max_ext and the KQV product.)
 import numpy as np
 from numba import njit, prange
 
-from .simd import vfma, vhsum, vload, vsplat, vstore, vzero
+from .activations import exp64, vexp64
+from .simd import vfma, vhsum, vload, vload_f64, vsplat, vstore, vstore_f64, vzero
 
 
 def attention_ref(q, k_cache, v_cache, valid, seq, pos, n_head_kv):
@@ -63,8 +64,9 @@ def _axpy(w, b, off, out, hd):
 
 
 @njit(fastmath=False, inline="always")
-def _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc):
-    # one (row, head) pair, item = t * n_head + h; sc: float32 scratch of at least pos[t] + 1
+def _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc, e64):
+    # one (row, head) pair, item = t * n_head + h; sc, e64: float32 and float64 scratch of at
+    # least pos[t] + 1
     n, n_head, hd = q.shape
     group = n_head // n_head_kv
     scale = np.float32(1.0 / np.sqrt(hd))
@@ -81,31 +83,59 @@ def _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc):
             sc[j] = acc
             if acc > mx:
                 mx = acc
+    # e_j = exp(score_j - max) in float64 (SwiGLU's vexp64, 8 cells at a time; its one-lane form
+    # for the last cells: a cell's value never depends on where it falls), summed cell by cell
+    n_cells = p + 1
+    n8 = n_cells - n_cells % 8
+    mxv = vsplat(mx)
+    for j in range(0, n8, 8):
+        vstore(sc, j, vload(sc, j) - mxv)                 # score_j - max in float32 (any cell:
+        vstore_f64(e64, j, vexp64(vload_f64(sc, j)))     # the masked ones are never read back)
+    for j in range(n8, n_cells):
+        e64[j] = exp64(np.float64(sc[j] - mx))
     tot = 0.0
-    for j in range(p + 1):
+    for j in range(n_cells):
         if valid[s, j]:
-            e = np.exp(np.float64(sc[j] - mx))
-            sc[j] = np.float32(e)
-            tot += e
+            sc[j] = np.float32(e64[j])
+            tot += e64[j]
     inv = np.float32(1.0 / tot)
     orow = out[t, h]
-    orow[:] = 0.0
-    for j in range(p + 1):
-        if valid[s, j]:
-            _axpy(sc[j] * inv, v_cache[s, j], off, orow, hd)
+    if hd % 32 == 0:
+        # out[d] = fma(w_j, v_jd, out[d]) over the cells in order, as _axpy does, with 32
+        # elements of the row held in registers across the cells
+        for d in range(0, hd, 32):
+            a0 = a1 = a2 = a3 = vzero()
+            for j in range(n_cells):
+                if valid[s, j]:
+                    ws = vsplat(sc[j] * inv)
+                    vr = v_cache[s, j]
+                    a0 = vfma(ws, vload(vr, off + d), a0)
+                    a1 = vfma(ws, vload(vr, off + d + 8), a1)
+                    a2 = vfma(ws, vload(vr, off + d + 16), a2)
+                    a3 = vfma(ws, vload(vr, off + d + 24), a3)
+            vstore(orow, d, a0)
+            vstore(orow, d + 8, a1)
+            vstore(orow, d + 16, a2)
+            vstore(orow, d + 24, a3)
+    else:
+        orow[:] = 0.0
+        for j in range(n_cells):
+            if valid[s, j]:
+                _axpy(sc[j] * inv, v_cache[s, j], off, orow, hd)
 
 
 @njit(parallel=True, cache=True, fastmath=False)
 def _attention_parallel(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out):
     n, n_head, hd = q.shape
     sc = np.empty((n * n_head, pos.max() + 1), dtype=np.float32)
+    e64 = np.empty((n * n_head, pos.max() + 1), dtype=np.float64)
     for item in prange(n * n_head):
-        _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc[item])
+        _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc[item], e64[item])
 
 
 # below this many multiply-adds (all rows and heads, over the cells they attend to) a call runs on
 # the calling thread: starting the thread pool costs more than it saves
-SERIAL_MAX_WORK = 1 << 18
+SERIAL_MAX_WORK = 1 << 16
 
 
 @njit(cache=True, fastmath=False)
@@ -120,8 +150,9 @@ def attention(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out):
         _attention_parallel(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out)
     else:
         sc = np.empty(pos.max() + 1, dtype=np.float32)
+        e64 = np.empty(pos.max() + 1, dtype=np.float64)
         for item in range(n * n_head):
-            _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc)
+            _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc, e64)
     return out
 
 

@@ -157,6 +157,29 @@ def test_wide_dot_products_fields_and_tiles():
 
 
 @njit
+def _dotw(c, t, out):
+    acc = TL.tzeros(np.int32, 16, 2)
+    for k in range(2):                           # accumulates: two steps
+        acc = TL.tdotw(acc, W.vload_i32x16(c, 64 * k), TL.tsplat_i32(t, 2 * k, 1, 2, 1))   # c: bytes
+    TL.tstore_f32(out, 0, 16, TL.tfloat(acc))
+
+
+def test_tdotw_adds_int16_pair_products():
+    # lane l of row r: acc + c16[2l] t16[2l] + c16[2l+1] t16[2l+1], the int16 halves signed (the
+    # interleaved Q4_K pass: mins 0..63 against negated sums of 32, |sum| <= 4096)
+    rng = np.random.default_rng(4)
+    c16 = rng.integers(-300, 301, (2, 16, 2)).astype(np.int16)
+    c16[0, 0] = [63, -1]
+    t16 = rng.integers(-4096, 4097, (2, 2, 2)).astype(np.int16)     # [step, row, half]
+    t16[0, 0] = [-4096, 4096]
+    out = np.empty(32, np.float32)
+    _dotw(c16.reshape(-1).view(np.uint8).copy(), t16.view(np.int32).reshape(-1).copy(), out)
+    c, t = c16.astype(np.int64), t16.astype(np.int64)
+    want = np.einsum("kls,krs->rl", c, t)                             # [row, lane]
+    assert out.reshape(2, 16).tolist() == want.tolist()
+
+
+@njit
 def _bits32(w, out):
     v = S.vbits32(w)
     S.vstore(out, 0, S.vfloat(S.vdot_u8i8(v, S.vload_b32(np.ones(32, np.int8), 0))))

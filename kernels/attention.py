@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit, prange
 
 from .activations import exp64, vexp64
-from .simd import vfma, vhsum, vload, vload_f64, vsplat, vstore, vstore_f64, vzero
+from .simd import vfma, vhsum, vload, vload_f64, vsplat, vstore, vzero
 
 
 def attention_ref(q, k_cache, v_cache, valid, seq, pos, n_head_kv):
@@ -90,7 +90,7 @@ def _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc, e64)
     mxv = vsplat(mx)
     for j in range(0, n8, 8):
         vstore(sc, j, vload(sc, j) - mxv)                 # score_j - max in float32 (any cell:
-        vstore_f64(e64, j, vexp64(vload_f64(sc, j)))     # the masked ones are never read back)
+        vstore(e64, j, vexp64(vload_f64(sc, j)))         # the masked ones are never read back)
     for j in range(n8, n_cells):
         e64[j] = exp64(np.float64(sc[j] - mx))
     tot = 0.0

@@ -28,7 +28,7 @@ from numba.extending import intrinsic, models, overload, register_model
 # fast-math flags and no contraction, except vfma (one rounding where the CPU has FMA).
 # Operators + - * & | >> << work lane-wise on a vector and a vector or a scalar (>> is logical).
 #
-#   vload(a, i) vstore(a, i, v)      f32x8 <-> float32 a[i:i+8]
+#   vload(a, i) vstore(a, i, v)      f32x8 <-> float32 a[i:i+8] (vstore: f64x8 -> float64 a[i:i+8] too)
 #   vload_u8 / vload_i8 (a, i)       i32x8 <- 8 bytes zero / sign extended
 #   vload_u16 / vload_u32 (a, i)     i32x8 <- 8 little-endian uint16 / uint32 (the bits)
 #   vload_b32(a, i)                  i8x32 <- 32 bytes;  vstore_i8(a, i, v): 8 lanes as int8
@@ -39,8 +39,8 @@ from numba.extending import intrinsic, models, overload, register_model
 #   sfma(a, b, c)                    float32 scalar a * b + c, fused where the CPU has FMA
 #   vdot_u8i8(a, b) vdot_i8i8(a, b)  i32x8 of sums of 4 adjacent byte products
 #   ld_u8 ld_i8 ld_u16 ld_u32(a, i)  int64 <- one little-endian integer at byte i
-#   f64x8: vload_f64(a, i) (float32 a[i:i+8] widened) vstore_f64(a, i, v) (float64 a[i:i+8])
-#          vsplat64 vfirst vto_f32 vfloor vto_i64 vbits_f64 vclamp
+#   f64x8: vload_f64(a, i) (float32 a[i:i+8] widened) vsplat64 vfirst vto_f32 vfloor vto_i64
+#          vbits_f64 vclamp
 
 class Vec(types.Type):
     def __init__(self, dtype, lanes):
@@ -218,9 +218,11 @@ def vload(typingctx, a, i):
 
 @intrinsic
 def vstore(typingctx, a, i, v):
-    if _is_1d_c(a, types.float32) and isinstance(i, types.Integer) and v == f32x8:
+    # float32 a[i:i+8] <- f32x8, or float64 a[i:i+8] <- f64x8
+    vty = {f32x8: _V8F, f64x8: _V8D}.get(v)
+    if vty is not None and _is_1d_c(a, v.dtype) and isinstance(i, types.Integer):
         def codegen(context, builder, sig, args):
-            builder.store(args[2], _ptr(context, builder, sig.args[0], args[0], args[1], _V8F), align=4)
+            builder.store(args[2], _ptr(context, builder, sig.args[0], args[0], args[1], vty), align=4)
             return context.get_dummy_value()
         return types.none(a, i, v), codegen
 
@@ -419,16 +421,6 @@ def vload_f64(typingctx, a, i):
             v = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V8F), align=4)
             return builder.fpext(v, _V8D)
         return f64x8(a, i), codegen
-
-
-@intrinsic
-def vstore_f64(typingctx, a, i, v):
-    # float64 a[i:i+8] <- f64x8
-    if _is_1d_c(a, types.float64) and isinstance(i, types.Integer) and v == f64x8:
-        def codegen(context, builder, sig, args):
-            builder.store(args[2], _ptr(context, builder, sig.args[0], args[0], args[1], _V8D), align=8)
-            return context.get_dummy_value()
-        return types.none(a, i, v), codegen
 
 
 vto_f32 = _vec_unary(f64x8, f32x8, lambda b, v: b.fptrunc(v, _V8F))      # rounded to float32

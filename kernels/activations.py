@@ -77,28 +77,30 @@ _CHUNK = 1024
 
 
 @njit(fastmath=False, cache=True, parallel=True)
-def _swiglu_parallel(gate, up, out):
+def _swiglu_parallel(gate, up, out, u0):
     # the rows cut into items of _CHUNK elements, the items shared among the threads: every
     # element gets the value _swiglu_row gives it (the vector code and its one-lane tail agree)
-    n, f = gate.shape
+    n, f = out.shape
     per_row = (f + _CHUNK - 1) // _CHUNK
     for item in prange(n * per_row):
         t, c = item // per_row, item % per_row
         lo = c * _CHUNK
         hi = min(lo + _CHUNK, f)
-        _swiglu_row(gate[t, lo:hi], up[t, lo:hi], out[t, lo:hi], hi - lo)
+        _swiglu_row(gate[t, lo:hi], up[t, u0 + lo:u0 + hi], out[t, lo:hi], hi - lo)
 
 
 @njit(fastmath=False, cache=True)
-def swiglu_into(gate, up, out):
-    # out [n, n_ff] = silu(gate) * up for gate, up [n, n_ff]; returns out. out may be gate
-    # itself (the forward passes' swiglu_into(g, u, g): g overwritten in place)
-    n, f = gate.shape
+def swiglu_into(gate, up, out, u0=0):
+    # out [n, n_ff] = silu(gate[:, :n_ff]) * up[:, u0:u0 + n_ff]; returns out. out may be gate
+    # itself (the forward passes' swiglu_into(g, u, g): g overwritten in place); gate and up may
+    # be one array [n, 2 n_ff], gate's columns then up's, with u0 = n_ff (one product of the two
+    # matrices stacked: kernels/forward.py)
+    n, f = out.shape
     if n * f > SERIAL_MAX_ELEMENTS:
-        _swiglu_parallel(gate, up, out)
+        _swiglu_parallel(gate, up, out, u0)
     else:
         for t in range(n):
-            _swiglu_row(gate[t], up[t], out[t], f)
+            _swiglu_row(gate[t, :f], up[t, u0:u0 + f], out[t], f)
     return out
 
 

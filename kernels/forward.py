@@ -11,6 +11,13 @@ The weights come in as one `FusedWeights` (a named tuple, so Numba caches the co
 any other function): one typed list of the layers' matrices (7 per layer: q, k, v, o, gate, up,
 down) and their quantization types, norms and biases as stacked float32 arrays; the layer shape
 as one `FusedShape`.
+
+Where a layer's q, k (and v) or its gate and up share a layout, the CPU backend stacks their rows
+into one matrix (fuse, below) and the pass makes one product of them instead of two or three: the
+activations are rounded to int8 once, the threads meet once, and the small k and v rows (a 0.5B's
+128 x 896) no longer run alone. Each output of these kernels is computed from its own weight row
+and the activations only, the same instructions wherever the row sits in the matrix, so the bits
+are those of the separate products (tests/test_speed_paths.py compares them with forward_steps).
 """
 from collections import namedtuple
 
@@ -32,7 +39,9 @@ N_MATS = 7
 # typed list of 7 * n_layer matrices [n_out, row_bytes], qtypes [n_layer, 7]; bias_q / _k / _v
 # [n_layer, dim] (zeros [n_layer, 1] when has_bias is False); output_norm [n_embd]; output
 # [n_vocab, row_bytes] (type output_qtype)
-FusedWeights = namedtuple("FusedWeights", "tok_embd tok_qtype attn_norm ffn_norm mats qtypes bias_q "
+# fuse [n_layer, 2]: how many of (q, k, v) and of (gate, up), from the first, one product makes
+# (1: each its own); the first one's slot in mats then holds the stacked rows of all of them
+FusedWeights = namedtuple("FusedWeights", "tok_embd tok_qtype attn_norm ffn_norm mats qtypes fuse bias_q "
                           "bias_k bias_v has_bias output_norm output output_qtype")
 # FusedShape: the layers' shape, and ahead: how many bytes ahead of the int8 kernels the weights
 # are prefetched (tuning.prefetch_ahead(), measured once per machine; -1: not at all). A hint to
@@ -116,13 +125,21 @@ def _copy_row(dst, src):
         dst[j] = src[j]
 
 
+@njit(inline="always")
+def _take_cols(dst, y, c0):
+    # dst [n, m] = y[:, c0:c0 + m] (one matrix's outputs out of a stacked product's)
+    for i in range(dst.shape[0]):
+        for j in range(dst.shape[1]):
+            dst[i, j] = y[i, c0 + j]
+
+
 @njit(cache=True)
 def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, hp, ts):
     # tokens/pos/seq [n]; valid [n_seq, n_ctx]; out_rows [n_out]; k/v_cache [n_layer, n_seq,
     # n_ctx, n_head_kv * head_dim]; cos/sin [n, n_rot / 2]; wt: FusedWeights; hp: FusedShape;
     # ts: FusedTypes (one compiled pass per selection of types and activation mode)
     # -> logits [n_out, n_vocab]
-    attn_norm, ffn_norm, mats, qtypes = wt.attn_norm, wt.ffn_norm, wt.mats, wt.qtypes
+    attn_norm, ffn_norm, mats, qtypes, fuse = wt.attn_norm, wt.ffn_norm, wt.mats, wt.qtypes, wt.fuse
     n_head, n_head_kv, head_dim, n_ff = hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff
     norm_eps, rope_mode, ahead = hp.norm_eps, hp.rope_mode, hp.ahead
     n = tokens.shape[0]
@@ -140,13 +157,25 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, h
     t_out = np.empty((n, n_embd), dtype=np.float32)
     g = np.empty((n, n_ff), dtype=np.float32)
     u = np.empty((n, n_ff), dtype=np.float32)
+    nq = n_head * head_dim
+    stacked = np.empty(n * max(nq + 2 * kv_dim, 2 * n_ff), dtype=np.float32)   # a fused product's outputs
     for il in range(n_layer):
         m0 = N_MATS * il
         qt = qtypes[il]
         rmsnorm(x, attn_norm[il], norm_eps, a)
-        _mm(a, mats[m0 + WQ], qt[WQ], ts, ahead, q)
-        _mm(a, mats[m0 + WK], qt[WK], ts, ahead, k)
-        _mm(a, mats[m0 + WV], qt[WV], ts, ahead, v)
+        n_qkv = fuse[il, 0]                                  # q, k (and v) in one product
+        if n_qkv > 1:
+            y = stacked[:n * (nq + (n_qkv - 1) * kv_dim)].reshape(n, nq + (n_qkv - 1) * kv_dim)
+            _mm(a, mats[m0 + WQ], qt[WQ], ts, ahead, y)
+            _take_cols(q, y, 0)
+            _take_cols(k, y, nq)
+            if n_qkv == 3:
+                _take_cols(v, y, nq + kv_dim)
+        else:
+            _mm(a, mats[m0 + WQ], qt[WQ], ts, ahead, q)
+            _mm(a, mats[m0 + WK], qt[WK], ts, ahead, k)
+        if n_qkv < 3:
+            _mm(a, mats[m0 + WV], qt[WV], ts, ahead, v)
         if wt.has_bias:
             _add_row(q, wt.bias_q[il])
             _add_row(k, wt.bias_k[il])
@@ -161,9 +190,14 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, h
         _attention(q3, k_cache[il], v_cache[il], valid, seq, pos, n_head_kv, attn)
         _add_to(x, _mm(attn.reshape(n, n_head * head_dim), mats[m0 + WO], qt[WO], ts, ahead, t_out))
         rmsnorm(x, ffn_norm[il], norm_eps, a)
-        _mm(a, mats[m0 + W_GATE], qt[W_GATE], ts, ahead, g)
-        _mm(a, mats[m0 + W_UP], qt[W_UP], ts, ahead, u)
-        _swiglu_into(g, u, g)                               # g = silu(g) * u, in place
+        if fuse[il, 1] > 1:                                  # gate and up in one product
+            y = stacked[:n * 2 * n_ff].reshape(n, 2 * n_ff)
+            _mm(a, mats[m0 + W_GATE], qt[W_GATE], ts, ahead, y)
+            _swiglu_into(y, y, g, n_ff)                      # g = silu(gate) * up
+        else:
+            _mm(a, mats[m0 + W_GATE], qt[W_GATE], ts, ahead, g)
+            _mm(a, mats[m0 + W_UP], qt[W_UP], ts, ahead, u)
+            _swiglu_into(g, u, g, 0)                        # g = silu(g) * u, in place
         _add_to(x, _mm(g, mats[m0 + W_DOWN], qt[W_DOWN], ts, ahead, t_out))
     xo = np.empty((out_rows.shape[0], n_embd), dtype=np.float32)
     for i in range(out_rows.shape[0]):

@@ -102,8 +102,14 @@ def test_swiglu_against_reference_and_batch_invariant(f):
     inplace = g.copy()                                        # out = gate: the forward passes' form
     assert A.swiglu_into(inplace, u, inplace) is inplace and np.array_equal(_bits(inplace), _bits(out))
     par = np.empty_like(g)
-    A._swiglu_parallel(g, u, par)                             # the threaded path, same bits
+    A._swiglu_parallel(g, u, par, 0)                          # the threaded path, same bits
     assert np.array_equal(_bits(par), _bits(out))
+    # gate and up side by side in one array (the stacked gate/up product of kernels/forward.py)
+    gu = np.concatenate([g, u], axis=1)
+    stacked = A.swiglu_into(gu, gu, np.empty_like(g), f)
+    assert np.array_equal(_bits(stacked), _bits(out))
+    assert np.array_equal(_bits(A.swiglu_into(gu[4:5].copy(), gu[4:5].copy(), np.empty_like(g[:1]), f)[0]),
+                          _bits(out[4]))
 
 
 def test_argmax_and_topk_against_numpy():

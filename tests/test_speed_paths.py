@@ -193,3 +193,23 @@ def test_the_cpu_default_is_int8_activations(tiny_model):
     from specnb.app.cli import build_parser
     a = build_parser().parse_args(["generate", "-p", "x"])
     assert a.activations is None                    # None: the backend's default
+
+
+def test_stacked_products_give_each_matrix_its_own_products_bits(tiny_path):
+    """With int8 activations the pass multiplies q, k, v (and gate, up) as one stacked matrix
+    where they share an interleaved layout (backend_cpu.stack_layer): q, k and v in layer 0, q
+    and k only in layer 1 (its v in another type here), and every logit is the bit of the
+    separate products (the readable pass), in a mixed batch of three sequences."""
+    from specnb.kernels.qtypes import Q6_K, random_blocks
+    from specnb.model import QWeight
+    m = load_model(tiny_path("Q4_K", arch="qwen2", tied=False))
+    L = m.layers[1]
+    L.wv = QWeight(L.wv.name, random_blocks(Q6_K, L.wv.n_out, L.wv.n_in, np.random.default_rng(5), 0.05),
+                   Q6_K, L.wv.n_in, L.wv.n_out)
+    ctx = Context(m, n_ctx=64, n_seq_max=3, activations="q8")
+    assert ctx.backend._fused_weights.fuse.tolist() == [[3, 2], [2, 2]]
+    q0, k0, v0 = ctx.backend.kernel_weights()[0][0][:3]
+    assert q0.data.base is not None and q0.data.base is v0.data.base and q0.data.shape[0] == m.layers[0].wq.n_out
+    fused, steps = _both_forwards(m, "q8", _mixed_batch(m), 3)
+    assert np.array_equal(fused.view(np.uint32), steps.view(np.uint32))
+    assert Context(m, n_ctx=64, activations="f32").backend._fused_weights.fuse.tolist() == [[1, 1], [1, 1]]

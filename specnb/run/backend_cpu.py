@@ -8,7 +8,9 @@ with activations="q8" by `kernels.matmul_q8.matmul_q8` (activations rounded to i
 first, as llama.cpp's CPU backend does).
 
 `forward` runs the whole pass as one compiled call (`kernels/forward.py`); `forward_steps` is
-the same pass written out in Python, one line per operation, and gives bit-identical logits.
+the same pass written out in Python, one line per operation, and gives bit-identical logits
+(where `forward` multiplies q, k, v or gate, up stacked into one matrix, `stack_layer`, each
+output is still computed from its own weight row alone, as `forward_steps`'s separate products do).
 
 Every kernel computes a row from that row's inputs only, with a fixed reduction order, so a
 row's logits are bit-identical whether it is decoded alone or inside any batch.
@@ -28,7 +30,7 @@ from ..kernels.norm import rmsnorm
 from ..kernels.matmul import dequant_row, matmul
 from ..kernels.matmul_q8 import matmul_q8
 from ..kernels.matmul_x16 import interleave
-from ..kernels.qtypes import Q4_K, Q5_0, Q5_1, Q6_K, SUPPORTED_QTYPES, X16_OF, qtype_name
+from ..kernels.qtypes import Q4_K, Q5_0, Q5_1, Q6_K, SUPPORTED_QTYPES, X16_OF, X16_QTYPES, X16_ROWS, qtype_name
 from ..kernels.tuning import prefetch_ahead
 from ..errors import GGUFError, ParamError
 from ..gguf.file import REPACK_KEY
@@ -125,6 +127,41 @@ def kernel_qtypes(model, q8: bool) -> tuple[int, set]:
     return emb, {kernel_qtype(t, interleaved) for t in mats}
 
 
+# the matrices of a layer the pass may multiply as one (kernels/forward.py's fuse): q, k, v and
+# gate, up, each group by its slots in a layer's 7 (q, k, v, o, gate, up, down)
+STACKS = ((fused.WQ, fused.WK, fused.WV), (fused.W_GATE, fused.W_UP))
+
+
+def stack_layer(ws: list) -> tuple[list, list, list]:
+    """One layer's 7 matrices in their kernel layout -> (fuse, ws, mats): for each of STACKS, how
+    many matrices from its first one are stacked into one (1: none), the QWeights with those
+    matrices as row slices of the stacked array, and the arrays the pass multiplies (the stacked
+    one in its group's first slot). Stacked: a leading run of a group in one interleaved layout
+    (already a copy of the file's bytes, so stacking costs no memory) whose every matrix has whole
+    groups of 16 rows. An output's bits do not depend on where its weight row sits, so the stacked
+    product gives each matrix's outputs as its own product does."""
+    ws, mats, fuse = list(ws), [w.data for w in ws], []
+    for group in STACKS:
+        w0 = ws[group[0]]
+        m = 1
+        while m < len(group) and ws[group[m]].qtype == w0.qtype and ws[group[m]].n_in == w0.n_in:
+            m += 1
+        parts = [ws[j] for j in group[:m]]
+        if m == 1 or w0.qtype not in X16_QTYPES or any(w.n_out % X16_ROWS for w in parts):
+            fuse.append(1)
+            continue
+        data = np.concatenate([w.data for w in parts])
+        data.flags.writeable = False
+        r = 0
+        for j, w in zip(group, parts):
+            ws[j] = QWeight(w.name, data[r:r + w.n_out], w.qtype, w.n_in, w.n_out)
+            mats[j] = ws[j].data
+            r += w.n_out
+        mats[group[0]] = data
+        fuse.append(m)
+    return fuse, ws, mats
+
+
 def compiled_entry(dispatcher, args):
     """The compiled function a Numba dispatcher runs for `args` (the machine code's own Python
     wrapper, which skips the dispatcher's typing of the arguments), or the dispatcher itself
@@ -151,10 +188,14 @@ class CpuBackend:
         # the matrices as the kernels read them (kernel_weight: with int8 activations the 32-block
         # types interleaved, a copy made once here), for both passes
         self._interleaved = interleaved_types(model, self._q8)     # read (and checked) once
-        self._layer_w = [[kernel_weight(w, self._interleaved)
-                          for w in (L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down)] for L in model.layers]
+        # (the pass multiplies q, k, v and gate, up as one matrix each where they share a layout:
+        # stack_layer; _layer_w then holds each matrix as a view of its stacked array)
+        stacked = [stack_layer([kernel_weight(w, self._interleaved)
+                                for w in (L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down)])
+                   for L in model.layers]
+        self._layer_w = [ws for _, ws, _ in stacked]
         self._output = kernel_weight(model.output, self._interleaved)     # the head (set_output_rows restricts it)
-        self._fused_weights = self._pack_weights(model, self._layer_w, self._output)
+        self._fused_weights = self._pack_weights(model, stacked, self._output)
         # the kernels this model and mode need, and only those, are compiled (kernels/qtypes.py);
         # models run side by side (a target and its draft) share one compiled pass
         emb, mats = set(), set()
@@ -174,18 +215,19 @@ class CpuBackend:
         self._entries: dict = {}          # per-call argument types -> the compiled pass
 
     @staticmethod
-    def _pack_weights(model, layer_w, output):
+    def _pack_weights(model, stacked, output):
         # the weights as kernels/forward.py takes them: one typed list of matrices (all typed
-        # as read-only uint8[:, :]), stacked norms and biases
+        # as read-only uint8[:, :]), stacked norms and biases; stacked: stack_layer's per layer
         def ro(a):
             a = np.ascontiguousarray(a).view()
             a.flags.writeable = False
             return a
         mats = List()
         qtypes = np.zeros((len(model.layers), fused.N_MATS), dtype=np.int64)
-        for il, ws in enumerate(layer_w):
-            for j, w in enumerate(ws):
-                mats.append(ro(w.data))
+        fuse = np.array([f for f, _, _ in stacked], dtype=np.int64).reshape(len(model.layers), len(STACKS))
+        for il, (_, ws, ms) in enumerate(stacked):
+            for j, (w, a) in enumerate(zip(ws, ms)):
+                mats.append(ro(a))
                 qtypes[il, j] = w.qtype
         has_bias = model.layers[0].bq is not None
 
@@ -197,7 +239,7 @@ class CpuBackend:
             tok_embd=ro(model.tok_embd.data), tok_qtype=int(model.tok_embd.qtype),
             attn_norm=np.stack([L.attn_norm for L in model.layers]).astype(np.float32),
             ffn_norm=np.stack([L.ffn_norm for L in model.layers]).astype(np.float32),
-            mats=mats, qtypes=qtypes, bias_q=stack("bq"), bias_k=stack("bk"), bias_v=stack("bv"),
+            mats=mats, qtypes=qtypes, fuse=fuse, bias_q=stack("bq"), bias_k=stack("bk"), bias_v=stack("bv"),
             has_bias=has_bias, output_norm=np.ascontiguousarray(model.output_norm, np.float32),
             output=ro(output.data), output_qtype=int(output.qtype))
 

@@ -74,12 +74,17 @@ def _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc, e64)
     h = item % n_head
     s = seq[t]
     p = pos[t]
-    off = (h // group) * hd
     qr = q[t, h]
+    # the caches as flat arrays, cell j's part for this head at row + j * kv_dim: a view per cell
+    # (k_cache[s, j]) would count a reference on the cache's memory, an atomic add that the
+    # threads contend for, cell after cell
+    kf, vf = k_cache.reshape(-1), v_cache.reshape(-1)
+    kv_dim = k_cache.shape[2]
+    row = s * k_cache.shape[1] * kv_dim + (h // group) * hd
     mx = np.float32(-np.inf)
     for j in range(p + 1):
         if valid[s, j]:
-            acc = _dot(qr, k_cache[s, j], off, hd) * scale
+            acc = _dot(qr, kf, row + j * kv_dim, hd) * scale
             sc[j] = acc
             if acc > mx:
                 mx = acc
@@ -108,11 +113,11 @@ def _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc, e64)
             for j in range(n_cells):
                 if valid[s, j]:
                     ws = vsplat(sc[j] * inv)
-                    vr = v_cache[s, j]
-                    a0 = vfma(ws, vload(vr, off + d), a0)
-                    a1 = vfma(ws, vload(vr, off + d + 8), a1)
-                    a2 = vfma(ws, vload(vr, off + d + 16), a2)
-                    a3 = vfma(ws, vload(vr, off + d + 24), a3)
+                    vj = row + j * kv_dim + d
+                    a0 = vfma(ws, vload(vf, vj), a0)
+                    a1 = vfma(ws, vload(vf, vj + 8), a1)
+                    a2 = vfma(ws, vload(vf, vj + 16), a2)
+                    a3 = vfma(ws, vload(vf, vj + 24), a3)
             vstore(orow, d, a0)
             vstore(orow, d + 8, a1)
             vstore(orow, d + 16, a2)
@@ -121,14 +126,17 @@ def _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc, e64)
         orow[:] = 0.0
         for j in range(n_cells):
             if valid[s, j]:
-                _axpy(sc[j] * inv, v_cache[s, j], off, orow, hd)
+                _axpy(sc[j] * inv, vf, row + j * kv_dim, orow, hd)
 
 
 @njit(parallel=True, cache=True, fastmath=False)
 def _attention_parallel(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out):
     n, n_head, hd = q.shape
-    sc = np.empty((n * n_head, pos.max() + 1), dtype=np.float32)
-    e64 = np.empty((n * n_head, pos.max() + 1), dtype=np.float64)
+    # each item's scratch rows a whole number of cache lines apart: rows sharing a line would
+    # bounce it between the threads writing them
+    m = (pos.max() + 16) // 16 * 16
+    sc = np.empty((n * n_head, m), dtype=np.float32)
+    e64 = np.empty((n * n_head, m), dtype=np.float64)
     for item in prange(n * n_head):
         _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc[item], e64[item])
 

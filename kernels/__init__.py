@@ -23,6 +23,7 @@ and a small benchmark); data flows top to bottom:
   forward.py      specnb.model.reference     the whole pass fused   specnb.run.backend_cuda  tests/test_speed_paths
   cuda_common.py  (the CUDA kernels' shared helpers and block reductions)
   stream.py       np.bitwise_xor       stream_xor (a read at memory speed: the bandwidth probe)    self_check()
+  clock.py        (a cycle counter read inside compiled code: the fused pass's phases timed, bench --profile)
 
 `python -m specnb.kernels.matmul` and `python -m specnb.kernels.matmul_q8` run the check and the
 benchmark of every type; `python -m specnb.kernels.stream` the bandwidth probe's. The CUDA twins

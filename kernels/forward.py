@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from .activations import swiglu_into
+from .clock import start, tick
 from .attention import attention
 from .norm import rmsnorm
 from .matmul import dequant_row_by, matmul_sel
@@ -50,6 +51,13 @@ FusedShape = namedtuple("FusedShape", "n_head n_head_kv head_dim n_ff norm_eps r
 
 
 FusedTypes = namedtuple("FusedTypes", "emb f i")
+
+# the phases of a step that forward(..., clock) times (clock: int64 [len(PHASES)], counter ticks
+# added per phase over every layer; kernels/clock.py): each line below the one before in the pass
+PHASES = ("embedding", "attn_norm", "q, k, v", "rope, KV store", "attention", "o", "ffn_norm", "gate, up",
+          "swiglu", "down", "output")
+(PH_EMBED, PH_ATTN_NORM, PH_QKV, PH_ROPE_KV, PH_ATTENTION, PH_O, PH_FFN_NORM, PH_GATE_UP, PH_SWIGLU, PH_DOWN,
+ PH_OUTPUT) = range(len(PHASES))
 
 
 def fused_types(emb_qtypes, mat_qtypes, q8: bool) -> FusedTypes:
@@ -134,11 +142,14 @@ def _take_cols(dst, y, c0):
 
 
 @njit(cache=True)
-def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, hp, ts):
+def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, hp, ts, clock):
     # tokens/pos/seq [n]; valid [n_seq, n_ctx]; out_rows [n_out]; k/v_cache [n_layer, n_seq,
     # n_ctx, n_head_kv * head_dim]; cos/sin [n, n_rot / 2]; wt: FusedWeights; hp: FusedShape;
-    # ts: FusedTypes (one compiled pass per selection of types and activation mode)
+    # ts: FusedTypes (one compiled pass per selection of types and activation mode); clock: None,
+    # or int64 [len(PHASES)] that each phase's counter ticks are added to (a second compiled pass,
+    # for bench --profile: the same operations, bits and order)
     # -> logits [n_out, n_vocab]
+    t_ = start(clock)
     attn_norm, ffn_norm, mats, qtypes, fuse = wt.attn_norm, wt.ffn_norm, wt.mats, wt.qtypes, wt.fuse
     n_head, n_head_kv, head_dim, n_ff = hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff
     norm_eps, rope_mode, ahead = hp.norm_eps, hp.rope_mode, hp.ahead
@@ -159,10 +170,12 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, h
     u = np.empty((n, n_ff), dtype=np.float32)
     nq = n_head * head_dim
     stacked = np.empty(n * max(nq + 2 * kv_dim, 2 * n_ff), dtype=np.float32)   # a fused product's outputs
+    t_ = tick(clock, PH_EMBED, t_)
     for il in range(n_layer):
         m0 = N_MATS * il
         qt = qtypes[il]
         rmsnorm(x, attn_norm[il], norm_eps, a)
+        t_ = tick(clock, PH_ATTN_NORM, t_)
         n_qkv = fuse[il, 0]                                  # q, k (and v) in one product
         if n_qkv > 1:
             y = stacked[:n * (nq + (n_qkv - 1) * kv_dim)].reshape(n, nq + (n_qkv - 1) * kv_dim)
@@ -180,6 +193,7 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, h
             _add_row(q, wt.bias_q[il])
             _add_row(k, wt.bias_k[il])
             _add_row(v, wt.bias_v[il])
+        t_ = tick(clock, PH_QKV, t_)
         q3 = q.reshape(n, n_head, head_dim)
         k3 = k.reshape(n, n_head_kv, head_dim)
         rope(q3, cos, sin, rope_mode)
@@ -187,21 +201,31 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, h
         for t in range(n):                                   # store this batch's K/V rows
             _copy_row(k_cache[il, seq[t], pos[t]], k[t])
             _copy_row(v_cache[il, seq[t], pos[t]], v[t])
+        t_ = tick(clock, PH_ROPE_KV, t_)
         _attention(q3, k_cache[il], v_cache[il], valid, seq, pos, n_head_kv, attn)
+        t_ = tick(clock, PH_ATTENTION, t_)
         _add_to(x, _mm(attn.reshape(n, n_head * head_dim), mats[m0 + WO], qt[WO], ts, ahead, t_out))
+        t_ = tick(clock, PH_O, t_)
         rmsnorm(x, ffn_norm[il], norm_eps, a)
+        t_ = tick(clock, PH_FFN_NORM, t_)
         if fuse[il, 1] > 1:                                  # gate and up in one product
             y = stacked[:n * 2 * n_ff].reshape(n, 2 * n_ff)
             _mm(a, mats[m0 + W_GATE], qt[W_GATE], ts, ahead, y)
+            t_ = tick(clock, PH_GATE_UP, t_)
             _swiglu_into(y, y, g, n_ff)                      # g = silu(gate) * up
         else:
             _mm(a, mats[m0 + W_GATE], qt[W_GATE], ts, ahead, g)
             _mm(a, mats[m0 + W_UP], qt[W_UP], ts, ahead, u)
+            t_ = tick(clock, PH_GATE_UP, t_)
             _swiglu_into(g, u, g, 0)                        # g = silu(g) * u, in place
+        t_ = tick(clock, PH_SWIGLU, t_)
         _add_to(x, _mm(g, mats[m0 + W_DOWN], qt[W_DOWN], ts, ahead, t_out))
+        t_ = tick(clock, PH_DOWN, t_)
     xo = np.empty((out_rows.shape[0], n_embd), dtype=np.float32)
     for i in range(out_rows.shape[0]):
         _copy_row(xo[i], x[out_rows[i]])
     rmsnorm(xo, wt.output_norm, norm_eps, xo)
     logits = np.empty((out_rows.shape[0], wt.output.shape[0]), dtype=np.float32)
-    return _mm(xo, wt.output, wt.output_qtype, ts, ahead, logits)
+    _mm(xo, wt.output, wt.output_qtype, ts, ahead, logits)
+    tick(clock, PH_OUTPUT, t_)
+    return logits

@@ -213,3 +213,39 @@ def test_stacked_products_give_each_matrix_its_own_products_bits(tiny_path):
     fused, steps = _both_forwards(m, "q8", _mixed_batch(m), 3)
     assert np.array_equal(fused.view(np.uint32), steps.view(np.uint32))
     assert Context(m, n_ctx=64, activations="f32").backend._fused_weights.fuse.tolist() == [[1, 1], [1, 1]]
+
+
+def test_the_timed_pass_gives_the_same_logits_and_times_every_phase(tiny_path):
+    """forward(..., clock) (bench --profile's pass, kernels/clock.py) computes the same logits bit
+    for bit as the normal pass and adds counter ticks to every phase it has: all of them with a
+    stacked q, k, v (Q4_K, int8 activations), the embedding and output phases included."""
+    from specnb.kernels.clock import HAS_CLOCK
+    from specnb.kernels.forward import PHASES
+    if not HAS_CLOCK:
+        pytest.skip("no cycle counter on this CPU")
+    m = load_model(tiny_path("Q4_K", arch="qwen2"))
+    ctx = Context(m, n_ctx=64, n_seq_max=3)
+    plain = ctx.decode(_mixed_batch(m))
+    ctx.clear()
+    be = ctx.backend
+    ctx.backend = type("Timed", (), {"forward": lambda self, *a: be.forward(*a, clock)})()
+    clock = np.zeros(len(PHASES), np.int64)
+    timed = ctx.decode(_mixed_batch(m))
+    assert np.array_equal(plain.view(np.uint32), timed.view(np.uint32))
+    assert np.all(clock > 0), dict(zip(PHASES, clock.tolist()))
+
+
+def test_bench_profile_reports_the_phases_inside_the_pass(tiny_path):
+    """decode_profile's phases: one row per phase of the pass, shares summing to 1, and the
+    products' bytes those of the matrices the pass multiplies (q, k, v: three per layer)."""
+    from specnb.kernels.clock import HAS_CLOCK
+    from specnb.measure.profile import decode_profile, format_profile
+    if not HAS_CLOCK:
+        pytest.skip("no cycle counter on this CPU")
+    m = load_model(tiny_path("Q4_K", arch="qwen2"))
+    p = decode_profile(m, "q8", n_rows=2, n_past=8, reps=3)
+    ph = {r["phase"]: r for r in p["phases"]}
+    assert abs(sum(r["share"] for r in p["phases"]) - 1) < 1e-9
+    qkv = sum(w.data.nbytes for L in m.layers for w in (L.wq, L.wk, L.wv))
+    assert ph["q, k, v"]["gb_s"] == pytest.approx(qkv / (ph["q, k, v"]["ms"] / 1e3) / 1e9)
+    assert "inside the fused step" in format_profile(p)

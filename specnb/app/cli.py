@@ -213,7 +213,8 @@ def cmd_bench(a):
 
 
 def _bench_profile(a, modes):
-    # `bench --profile`: each kernel of a 1-row step and of a 5-row verification batch, per mode
+    # `bench --profile`: each kernel of a 1-row step and of a 5-row verification batch, alone and
+    # inside the fused step, per mode
     from ..run.context import set_threads
     from ..model import load_model
     from ..measure.profile import decode_profile, format_profile
@@ -504,7 +505,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "Numba cache (the empty one compiles everything: minutes)")
     p.add_argument("--profile", action="store_true",
                    help="instead: where a decode step's time goes, each kernel timed alone on the "
-                        "model's weights (1 row and a 5-row batch, per activation mode)")
+                        "model's weights and each phase timed inside the fused step (1 row and a "
+                        "5-row batch, per activation mode)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--n-gen", type=int, default=32)
     p.add_argument("--check", action="store_true", help="also check the backend against the CPU")

@@ -13,6 +13,8 @@ the fused step: a call from Python pays a few microseconds of dispatch the fused
 (measured by `call_us`, an empty compiled call, and subtracted), and a kernel alone finds its
 inputs in cache where the step may not. What the step costs beyond the compiled pass
 (`decode_ms` - `fused_ms`) is Context.decode's Python: validation, RoPE angles, bookkeeping.
+Beside them, `phases`: the fused step itself with each phase timed inside it (the CPU's counter,
+kernels/clock.py), the weights streaming from memory as they do in a real step.
 """
 from __future__ import annotations
 
@@ -141,6 +143,7 @@ def decode_profile(model, activations: str | None = None, n_rows: int = 1, n_pas
     valid_c[0, n_past:n_past + n] = True
     out_rows = np.arange(n, dtype=np.int64)
     fused_s = _median_s(lambda: b.forward(tk, ps, sq, valid_c, out_rows), reps)
+    phases = _phases(b, (tk, ps, sq, valid_c, out_rows), layer_w, output_w, reps)
     ctx.seq_rm(0, n_past, -1)
 
     out = sorted(rows.values(), key=lambda r: -r["s"])
@@ -151,7 +154,39 @@ def decode_profile(model, activations: str | None = None, n_rows: int = 1, n_pas
         r["gb_s"] = r["bytes"] / (r["ms"] / 1e3) / 1e9 if r["bytes"] and r["ms"] else None
     return {"activations": ctx.activations, "n_rows": n, "n_past": n_past, "threads": ctx.n_threads,
             "call_us": 1e6 * call_s, "rows": out, "sum_ms": 1e3 * total, "fused_ms": 1e3 * fused_s,
-            "decode_ms": 1e3 * decode_s, "weight_bytes": int(model.weight_bytes())}
+            "decode_ms": 1e3 * decode_s, "weight_bytes": int(model.weight_bytes()), "phases": phases}
+
+
+def _phases(backend, args, layer_w, output_w, reps: int) -> list | None:
+    """The fused step with its phases timed where they run (kernels/clock.py: the CPU's counter
+    read between them inside the compiled pass): per phase, its share of the counter's ticks times
+    the call's wall time, the median over `reps` calls, and the weights it reads. None where there
+    is no such pass (the CUDA backend) or no counter (kernels.clock.HAS_CLOCK)."""
+    from ..kernels.clock import HAS_CLOCK
+    from ..kernels.forward import PHASES
+    if getattr(backend, "name", "") != "cpu" or not HAS_CLOCK:
+        return None
+    clock = np.zeros(len(PHASES), np.int64)
+    backend.forward(*args, clock)                        # compiles (or loads) the timed pass
+    ms = []
+    for _ in range(reps):
+        clock[:] = 0
+        t0 = time.perf_counter()
+        backend.forward(*args, clock)
+        dt = time.perf_counter() - t0
+        ms.append(1e3 * dt * clock / max(int(clock.sum()), 1))
+    med = np.median(np.array(ms), axis=0)
+    nbytes = dict.fromkeys(PHASES, 0)
+    for ws in layer_w:
+        q, k, v, o, gate, up, down = (w.data.nbytes for w in ws)
+        nbytes["q, k, v"] += q + k + v
+        nbytes["o"] += o
+        nbytes["gate, up"] += gate + up
+        nbytes["down"] += down
+    nbytes["output"] = output_w.data.nbytes
+    return [{"phase": ph, "ms": float(m), "share": float(m / med.sum()),
+             "gb_s": nbytes[ph] / (m / 1e3) / 1e9 if nbytes[ph] and m > 0 else None}
+            for ph, m in zip(PHASES, med)]
 
 
 def format_profile(p: dict, top: int = 14) -> str:
@@ -169,4 +204,11 @@ def format_profile(p: dict, top: int = 14) -> str:
     L.append(f"  sum of the kernels {p['sum_ms']:.2f} ms; the fused step {p['fused_ms']:.2f} ms; "
              f"Context.decode {p['decode_ms']:.2f} ms ({p['decode_ms'] - p['fused_ms']:.2f} ms of "
              f"Python around the compiled pass)")
+    if p.get("phases"):
+        L.append("inside the fused step (each phase timed where it runs, by the CPU's counter, the weights "
+                 "streaming as in a real step; every layer's):")
+        L.append(f"  {'phase':<16s} {'ms/step':>8s} {'share':>6s} {'GB/s':>6s}")
+        for r in p["phases"]:
+            gb = f"{r['gb_s']:6.1f}" if r["gb_s"] else "      "
+            L.append(f"  {r['phase']:<16s} {r['ms']:8.3f} {100 * r['share']:5.1f}% {gb}")
     return "\n".join(L)

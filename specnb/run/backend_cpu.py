@@ -261,14 +261,18 @@ class CpuBackend:
         return self._layer_w, self._output
 
     # ---- the forward pass -------------------------------------------------------------
-    def forward(self, tokens, pos, seq, valid, out_rows) -> np.ndarray:
+    def forward(self, tokens, pos, seq, valid, out_rows, clock=None) -> np.ndarray:
         # tokens/pos/seq [n], valid [n_seq, n_ctx] (already marking this batch's cells),
-        # out_rows [n_out] batch indices -> logits [n_out, n_vocab]
+        # out_rows [n_out] batch indices -> logits [n_out, n_vocab]. clock: None, or int64
+        # [len(kernels.forward.PHASES)] that the pass adds each phase's counter ticks to (a second
+        # compiled pass, for bench --profile; the same logits)
         h = self.h
         cos, sin = rope_angles(pos, h.n_rot, h.rope_freq_base, h.rope_freq_scale, self._ff)
         args = (np.ascontiguousarray(tokens, np.int64), np.ascontiguousarray(pos, np.int64),
                 np.ascontiguousarray(seq, np.int64), valid, np.ascontiguousarray(out_rows, np.int64),
-                self.k, self.v, cos, sin, self._fused_weights, self._fused_shape, self._fused_types)
+                self.k, self.v, cos, sin, self._fused_weights, self._fused_shape, self._fused_types, clock)
+        if clock is not None:
+            return fused.forward(*args)
         # the compiled pass called directly: Numba's dispatcher types every argument on every
         # call, and the weights' nested tuples cost it about 0.1 ms, 2-3% of a small model's
         # step. The types of the per-call arrays are the key; the rest never change.

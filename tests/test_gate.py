@@ -118,3 +118,18 @@ def test_gemma_pair_refused_on_vocab_type(default_model):
     gem = load_model(gemma_path(), vocab_only=True)
     rep = are_compatible(default_model, gem)
     assert not rep.ok and rep.first_failure.name == "vocab type"
+
+
+def test_verdicts_are_kept_per_pair(tiny_path, tmp_path):
+    """A pair's report is kept (token texts are compared once per pair), and the same target
+    with another draft gets that draft's own verdict."""
+    src = tiny_path("Q8_0")
+    tgt, same = load_model(src, vocab_only=True), load_model(src, vocab_only=True)
+    bad = load_model(forge.mutate_vocab(src, tmp_path / "rename.gguf", "rename-token"), vocab_only=True)
+    for _ in range(2):
+        assert are_compatible(tgt, same).ok
+        assert are_compatible(tgt, bad).first_failure.name == "token text"
+        assert are_compatible(bad, tgt).first_failure.name == "token text"
+    rep = are_compatible(tgt, same)
+    rep.checks.clear()                  # a caller's copy: the kept report is untouched
+    assert are_compatible(tgt, same).ok and are_compatible(tgt, same).checks

@@ -15,6 +15,7 @@ specnb's own verdict (`ok`, used by DraftSimple) follows master.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from ..errors import VocabError
@@ -107,9 +108,25 @@ def _special(name, add_t, id_t, add_d, id_d) -> GateCheck:
                      llama_cpp_master_ok=master)
 
 
+# the reports of the pairs already checked, by target vocab, then draft vocab (a vocab does not
+# change once loaded, and comparing 150k token texts costs milliseconds each speculator)
+_REPORTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def are_compatible(target, draft) -> CompatReport:
     """common_speculative_are_compatible: may `draft` draft for `target`? (Models or Vocabs.)"""
     vt, vd = _vocab(target), _vocab(draft)
+    try:
+        by_draft = _REPORTS.setdefault(vt, weakref.WeakKeyDictionary())
+        rep = by_draft.get(vd)
+        if rep is None:
+            rep = by_draft[vd] = _check(vt, vd)
+    except TypeError:                   # a vocab-like object without weak references or a hash
+        return _check(vt, vd)
+    return CompatReport(list(rep.checks))
+
+
+def _check(vt, vd) -> CompatReport:
     # c392e50 compares bool(type): every type but LLAMA_VOCAB_TYPE_NONE is true
     same_type = vt.type == vd.type
     checks = [GateCheck("vocab type", same_type, f"target {vt.type}, draft {vd.type}",
@@ -122,9 +139,10 @@ def are_compatible(target, draft) -> CompatReport:
     checks.append(GateCheck(
         "vocab size", size_ok, f"target {vt.n_vocab}, draft {vd.n_vocab}, difference {diff} "
                                f"(max {SPEC_VOCAB_MAX_SIZE_DIFFERENCE})", size_ok, size_ok))
-    n = min(vt.n_vocab, vd.n_vocab)
-    first = next((i for i in range(SPEC_VOCAB_CHECK_START_TOKEN_ID, n)
-                  if vt.tokens[i] != vd.tokens[i]), None)
+    n, s = min(vt.n_vocab, vd.n_vocab), SPEC_VOCAB_CHECK_START_TOKEN_ID
+    first = None
+    if vt.tokens[s:n] != vd.tokens[s:n]:    # one list comparison (in C), then where they differ
+        first = next(i for i in range(s, n) if vt.tokens[i] != vd.tokens[i])
     if first is None:
         detail = f"ids {SPEC_VOCAB_CHECK_START_TOKEN_ID}..{n - 1} identical"
     else:

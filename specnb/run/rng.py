@@ -56,7 +56,8 @@ class Mt19937:
 
     def seed(self, seed: int) -> None:
         """std::mt19937::seed(seed): init_genrand, the same as RandomState(seed)."""
-        self._bits = np.random.MT19937()
+        if not hasattr(self, "_bits"):          # (a new bit generator seeds itself from the OS: 90 us)
+            self._bits = np.random.MT19937()
         self._bits.state = {"bit_generator": "MT19937", "state": _seeded_state(int(seed) & 0xFFFFFFFF)}
 
     def u32(self) -> int:

@@ -180,6 +180,27 @@ def _k_weight_ints(w, name):
     return q - 32, np.where(sc >= 128, sc - 256, sc), zero, _half(b, 208), np.zeros((n_out, nb))
 
 
+def test_q8_k_blocks_take_the_first_element_of_largest_magnitude():
+    """The block's scale has the sign of the FIRST element of largest magnitude (ggml's scan):
+    ties of opposite sign in either order, the top at either end of a block, in the vector lanes'
+    every position, and a block of zeros."""
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((6, 4 * 256)).astype(np.float32)
+    x[0, [3, 200]] = [5.0, -5.0]                                # + first
+    x[1, [3, 200]] = [-5.0, 5.0]                                # - first
+    x[2, 255], x[2, 256] = -9.0, 9.0                            # ends of two blocks
+    x[3, 512:768] = 0.0
+    for r in (4, 5):
+        for b in range(4):
+            j = 256 * b + int(rng.integers(0, 256))
+            x[r, j] = np.float32(7.0 if r == 4 else -7.0)
+            x[r, 256 * b + (j + 17) % 256] = -x[r, j]               # a tie 17 further on
+    qx, dx, bsums = _q8_k_oracle(x)
+    got_q, got_d, got_bs = Q8.quantize_q8_k(x)
+    assert np.array_equal(got_q, qx.reshape(6, -1)) and np.array_equal(got_bs, bsums.reshape(6, -1))
+    assert np.array_equal(got_d.astype(np.float64), dx)
+
+
 @pytest.mark.parametrize("name", sorted(K_TYPES))
 def test_matmul_q8_k_equals_ggml_integer_formula(name):
     """matmul_q8 = sum over super-blocks of d_x * (d * sum_j sc_g(j) q_j q8_j - dmin * sum_g mn_g

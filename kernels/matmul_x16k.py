@@ -56,6 +56,11 @@ _inline = njit(fastmath=False, forceinline=True, _nrt=False)
 # rows per pass: a row holds an integer sum, a sub-block's dot and a float accumulator (one
 # AVX-512 register each, two AVX2 ones): 8 rows fill AVX-512's 32 registers, 4 AVX2's 16 (spilling)
 R_MAX = 8 if _AVX512 else 4
+# Q6_K's pass holds 4 sub-block tiles per row as well (6 registers a row): 4 rows at most, more in
+# tiles of 4. (A pass of up to 8 rows summing a quarter of a half at a time read the weights 4
+# times over; with the weights streaming from memory, 5 rows then cost 610-630 us a 1536 x 8960
+# down matrix against 470 in 4 + 1, and no batch size ran faster: Zen 4, same process, same bits.)
+Q6_R_MAX = 4
 K_BASE = {Q4_KX16: Q4_K, Q6_KX16: Q6_K}
 _BLOCK = {t: int(_BLOCK_BYTES[t]) for t in (Q4_K, Q6_K)}    # bytes of one row's super-block (GGUF)
 
@@ -129,34 +134,8 @@ def _pass_q4_k(R):
     return run
 
 
-def _q6_part(part, R):
-    # part p of a Q6_K half: its elements 32p .. 32p + 31 (two sub-blocks of 16), with the nibble
-    # and the shifts as constants of the compiled code
-    high, shift = part >= 2, 2 * part
-
-    @_inline
-    def run(acc, w, q, h, qx, xc, bsum, ib):
-        v0 = q + 288 + 64 * (24 * h + (part & 1))          # (h, k): ql word 16h + k, 16h + 8 + k, qh 8h + k
-        for kk in range(2):
-            i = 8 * h + 2 * part + kk
-            t = tsplat_i32(bsum, 16 * ib + i, 16, R, -32)
-            for k in range(4 * kk, 4 * kk + 4):
-                v = vload_b64(w, v0 + 192 * k)
-                nib = (v >> 4) if high else (v & 15)
-                u = nib | (((vload_b64(w, q + 288 + 64 * (24 * h + 3 * k + 2)) >> shift) & 3) << 4)
-                t = tdot4(t, u, tbcast4(qx, xc + 4 * k, 64, R))
-            acc = tmac(acc, t, vload_i8x16(w, q + 32 + 16 * i))
-        return acc
-    return run
-
-
 def _pass_q6_k(R):
-    # up to 4 rows: each (half, k) triple of vectors read once, its 4 sub-blocks summed in 4 tiles
-    # (one pass over the weights, which the stream from memory prefers); more rows: a quarter of
-    # the half at a time (_q6_part, 2 tiles: fewer registers). The same integers either way.
-    if R > 4:
-        return _pass_q6_k_parts(R)
-
+    # R <= Q6_R_MAX rows: each (half, k) triple of vectors read once, its 4 sub-blocks summed in 4 tiles
     @_inline
     def run(r, base, w, p, nb, qx, dx, bsum, out, o, n_out, n_rows):
         r0 = base + r
@@ -192,31 +171,8 @@ def _pass_q6_k(R):
     return run
 
 
-def _pass_q6_k_parts(R):
-    p0, p1, p2, p3 = (_q6_part(part, R) for part in range(4))
-
-    @_inline
-    def run(r, base, w, p, nb, qx, dx, bsum, out, o, n_out, n_rows):
-        r0 = base + r
-        f = tzeros(np.float32, 16, R)
-        for b in range(nb):
-            q = p + X16_ROWS * 210 * b
-            ib = b * n_rows + r0
-            acc = tzeros(np.int32, 16, R)
-            for h in range(2):
-                x0 = ((4 * b + 2 * h) * n_rows + r0) * 64             # elements 128h .. + 63
-                x1 = x0 + 64 * n_rows                                # elements 128h + 64 .. + 127
-                acc = p0(acc, w, q, h, qx, x0, bsum, ib)
-                acc = p1(acc, w, q, h, qx, x0 + 32, bsum, ib)
-                acc = p2(acc, w, q, h, qx, x1, bsum, ib)
-                acc = p3(acc, w, q, h, qx, x1 + 32, bsum, ib)
-            f = tfma(tfloat(acc), tmul(tbroadcast(dx, ib, 1, R, 16), vhalf16(w, q)), f)
-        tstore_f32(out, r0 * n_out + o, n_out, f)
-    return run
-
-
-def _rows(make_pass):
-    run = tile_rows(make_pass, R_MAX)
+def _rows(make_pass, r_max):
+    run = tile_rows(make_pass, r_max)
 
     @njit(fastmath=False, _nrt=False)
     def rows(qx, dx, bsum, w2, out2, g0, g1, nb):
@@ -228,8 +184,8 @@ def _rows(make_pass):
     return rows
 
 
-_rows_q4_k = _rows(_pass_q4_k)
-_rows_q6_k = _rows(_pass_q6_k)
+_rows_q4_k = _rows(_pass_q4_k, R_MAX)
+_rows_q6_k = _rows(_pass_q6_k, Q6_R_MAX)
 
 
 # ---- the tail: the last n_out % 16 rows, as the file has them, one element at a time -------------

@@ -131,7 +131,7 @@ def test_rows_are_the_same_bits_alone_and_in_every_batch(name):
     for r in range(k_max):
         matmul_q8(x[r:r + 1].copy(), wx, T.X16_OF[qt], one)
         alone[r] = one[0]
-    for k in sorted({1, 2, 3, 4, 5, R_MAX, R_MAX + 1, k_max}):      # Q6_K: 4-row and 2-tile traversals
+    for k in sorted({1, 2, 3, 4, 5, R_MAX, R_MAX + 1, k_max}):      # Q6_K: tiles of 4, then the rest
         out = np.empty((k, n_out), np.float32)
         matmul_q8(x[:k], wx, T.X16_OF[qt], out)
         assert np.array_equal(out.view(np.uint32), alone[:k].view(np.uint32)), f"{name}: k = {k}"

@@ -32,7 +32,8 @@ row beyond the first costs beside what it would cost at this rate:
     int8_peak()          G multiply-adds per second on n_threads threads at this SIMD level, from
                          the cached verdict, or measured now (about a second, once per machine)
     measure_int8_peak()  the measurement: every thread at once (prange over the threads, so SMT
-                         siblings share a core as they do in a decode), each running tdot4 into
+                         siblings share a core as they do in a decode), each running tdot4 as the
+                         kernels do (a weight vector against 4 activation bytes broadcast) into
                          PEAK_ROWS independent accumulators (latency does not limit it) on data
                          resident in L1, about `seconds` a round; the median of `reps` rounds
 
@@ -53,7 +54,7 @@ from numba import njit, prange
 from .matmul_q8 import one_row_q4_k, pack_q8_k
 from .simd import _AVX512, SIMD_LEVEL
 from .simd_wide import vload_b64
-from .tiles import tdot4, tfloat, tload_bytes, tstore_hsum, tzeros
+from .tiles import tbcast4, tdot4, tfloat, tstore_hsum, tzeros
 
 CANDIDATES = (-1, 256, 512, 1024, 2048, 4096)     # bytes ahead; -1: the hardware's prefetchers alone
 CAL_N_IN = 1536                                   # a row of the 1.5B's q / gate / up (6 super-blocks)
@@ -244,16 +245,21 @@ PEAK_INSTRUCTIONS = {"avx512": "VNNI vpdpbusd", "avx2": "vpmaddubsw + vpmaddwd",
 
 @njit(cache=True, fastmath=False)
 def _dot4_rounds(w, x, out, t, n_iter):
-    # thread t's part: n_iter rounds of PEAK_ROWS 64-byte dot products (tiles.tdot4), one weight
-    # vector against PEAK_ROWS activation vectors into PEAK_ROWS independent accumulators; the
-    # offsets cycle through PEAK_VECS vectors, so every load comes from L1 and none is hoisted
+    # thread t's part: n_iter rounds of PEAK_ROWS 64-byte dot products in the kernels' own form
+    # (tiles.tdot4 of one weight vector and each row's 4 activation bytes broadcast: with VNNI a
+    # vpdpbusd with a {1to16} memory operand) into PEAK_ROWS independent accumulators. Round i takes
+    # weight vector i mod PEAK_VECS and word (i / PEAK_VECS) mod 16 of that vector's 64 bytes in each
+    # activation row, so 16 PEAK_VECS rounds visit every pair once; every load comes from L1 and none
+    # is hoisted. (Whole 64-byte activation loads instead bound a Zen 4 by its load ports: 190-196
+    # G/s a thread against 235 with the broadcasts the kernels use.)
     row = PEAK_VECS * 64
     wb = t * row
     xb = t * PEAK_ROWS * row
     acc = tzeros(np.int32, 16, PEAK_ROWS)
     for it in range(n_iter):
-        off = (it & (PEAK_VECS - 1)) * 64
-        acc = tdot4(acc, vload_b64(w, wb + off), tload_bytes(x, xb + off, row, PEAK_ROWS, 64))
+        off = (it % PEAK_VECS) * 64
+        word = (it // PEAK_VECS) % 16
+        acc = tdot4(acc, vload_b64(w, wb + off), tbcast4(x, xb + off + 4 * word, row, PEAK_ROWS))
     tstore_hsum(out, t * PEAK_ROWS, 1, tfloat(acc))        # (so that the sums are not dead code)
 
 

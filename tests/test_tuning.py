@@ -178,18 +178,22 @@ def test_a_bad_int8_peak_value_is_named(fresh_peak, monkeypatch, env):
 
 
 def test_the_peak_kernel_does_the_dot_products_it_counts():
-    # PEAK_VECS rounds visit every 64-byte vector once: accumulator r holds w . x_r over the
-    # thread's whole row (small integers: exact in float32), so the rate counts real work
+    # 16 PEAK_VECS rounds pair every 64-byte weight vector once with each of the 16 activation words
+    # of the same 64 bytes, broadcast: accumulator r holds, over the thread's vectors v, the sum over
+    # byte positions b < 4 of (the sum of w[v, 4l + b] over lanes l) (the sum of x_r[v, 4j + b] over
+    # words j) (small integers: exact in float32), so the rate counts real work
     import numpy as np
     rng = np.random.default_rng(1)
-    row, R = tuning.PEAK_VECS * 64, tuning.PEAK_ROWS
-    w = rng.integers(0, 128, 2 * row, dtype=np.uint8)
-    x = rng.integers(-127, 128, 2 * R * row, dtype=np.int8)
+    row, R, V = tuning.PEAK_VECS * 64, tuning.PEAK_ROWS, tuning.PEAK_VECS
+    w = rng.integers(0, 64, 2 * row, dtype=np.uint8)
+    x = rng.integers(-63, 64, 2 * R * row, dtype=np.int8)
     out = np.zeros(2 * R, np.float32)
-    tuning._dot4_rounds(w, x, out, 1, tuning.PEAK_VECS)           # thread 1's part only
-    want = [int(w[row:].astype(np.int64) @ x[(R + r) * row:(R + r + 1) * row].astype(np.int64)) for r in range(R)]
+    tuning._dot4_rounds(w, x, out, 1, 16 * V)                     # thread 1's part only
+    wv = w[row:].astype(np.int64).reshape(V, 16, 4).sum(1)        # [v, b]
+    want = [int((wv * x[(R + r) * row:(R + r + 1) * row].astype(np.int64).reshape(V, 16, 4).sum(1)).sum())
+            for r in range(R)]
     assert out[:R].tolist() == [0.0] * R and out[R:].astype(np.int64).tolist() == want
-    tuning._dot4_rounds(w, x, out, 1, 3 * tuning.PEAK_VECS)
+    tuning._dot4_rounds(w, x, out, 1, 3 * 16 * V)
     assert out[R:].astype(np.int64).tolist() == [3 * v for v in want]
 
 

@@ -161,6 +161,49 @@ def test_bad_batches(tiny_model):
         Context(tiny_model, backend="tpu")
 
 
+def test_the_quick_batch_check_accepts_exactly_what_the_full_one_does(tiny_model):
+    # decode checks small batches in plain Python and falls back to the NumPy checks (which name
+    # the problem) only when that fails: both must agree on every batch, valid or not
+    ctx = Context(tiny_model, n_ctx=12, n_seq_max=3)
+    ctx.decode(Batch.from_tokens([5, 6, 7], 0, 1, "none"))     # sequence 1 holds 0..2
+    rng = np.random.default_rng(4)
+    n_vocab, verdicts = tiny_model.n_vocab, set()
+    for _ in range(400):
+        b = Batch()
+        nxt = {0: 0, 1: 3, 2: 0}
+        for _ in range(int(rng.integers(0, 5))):
+            s = int(rng.integers(-1, 4)) if rng.random() < 0.1 else int(rng.integers(0, 3))
+            p = nxt.get(s, 0) + (int(rng.integers(-2, 3)) if rng.random() < 0.15 else 0)
+            p += 10 if rng.random() < 0.05 else 0                  # past n_ctx
+            t = int(rng.choice([-1, n_vocab])) if rng.random() < 0.05 else int(rng.integers(0, n_vocab))
+            b.add(t, p, s, bool(rng.random() < 0.5))
+            nxt[s] = p + 1
+        try:
+            ctx._validate_arrays(b)
+            ok = True
+        except (BatchError, ContextFullError):
+            ok = False
+        assert ctx._valid_quick(b) == ok, b
+        verdicts.add(ok)
+    assert verdicts == {True, False}
+    # a batch that fails in its second ubatch leaves every cell and last position as they were
+    ctx = Context(tiny_model, n_ctx=12, n_seq_max=2, n_batch=2)
+    ctx.decode(Batch.from_tokens([5, 6], 0, 1, "none"))
+    before = (ctx.valid.copy(), ctx.seq_pos_max(0), ctx.seq_pos_max(1))
+    forward, calls = ctx.backend.forward, []
+
+    def failing(*a):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return forward(*a)
+    ctx.backend.forward = failing
+    with pytest.raises(KeyboardInterrupt):
+        ctx.decode(Batch().add(7, 2, 1).add(8, 0, 0).add(9, 3, 1).add(10, 1, 0, True))
+    assert len(calls) == 2
+    assert np.array_equal(ctx.valid, before[0]) and (ctx.seq_pos_max(0), ctx.seq_pos_max(1)) == before[1:]
+
+
 @pytest.mark.slow
 def test_default_model_against_reference(default_model):
     """The engine agrees with the NumPy reference on the real model over 300 positions."""

@@ -185,6 +185,32 @@ class Context:
 
     # ---- decode ------------------------------------------------------------------------
     def _validate(self, batch: Batch):
+        """The batch's tokens, positions and sequences as int64 arrays, or BatchError /
+        ContextFullError naming the first problem (llama_batch_allocr::init's checks)."""
+        if self._valid_quick(batch):
+            return (np.array(batch.tokens, dtype=np.int64), np.array(batch.pos, dtype=np.int64),
+                    np.array(batch.seq_id, dtype=np.int64))
+        return self._validate_arrays(batch)
+
+    def _valid_quick(self, batch: Batch) -> bool:
+        # whether the batch passes every check of _validate_arrays, in plain Python: a step of the
+        # loop decodes 1-17 rows, and each NumPy call right after a pass that streamed the weights
+        # runs with cold caches (the checks and bookkeeping around a draft step took 0.27 ms)
+        tokens, pos, seq = batch.tokens, batch.pos, batch.seq_id
+        n = len(tokens)
+        if not n or not len(pos) == len(seq) == len(batch.logits) == n:
+            return False
+        if min(tokens) < 0 or max(tokens) >= self.model.n_vocab or min(seq) < 0 or max(seq) >= self.n_seq_max:
+            return False
+        nxt = {}                                             # per sequence: the next position
+        for p, s in zip(pos, seq):
+            e = nxt.get(s)
+            if p != (int(self._pos_max[s]) + 1 if e is None else e):
+                return False
+            nxt[s] = p + 1
+        return max(nxt.values()) <= self.n_ctx
+
+    def _validate_arrays(self, batch: Batch):
         n = len(batch)
         if n == 0:
             raise BatchError("decode: empty batch (llama_decode rejects n_tokens == 0)")
@@ -219,33 +245,37 @@ class Context:
     def decode(self, batch: Batch) -> np.ndarray:
         """llama_decode: evaluate every row; returns the logits of the flagged rows [n_out, n_vocab]."""
         tokens, pos, seq = self._validate(batch)
-        flags = np.asarray(batch.logits, dtype=np.bool_)
+        flags = batch.logits
         t0 = time.perf_counter()
         import numba
         if numba.get_num_threads() != self.n_threads:
             numba.set_num_threads(self.n_threads)
         outs = []
-        saved = (self.valid.copy(), self._pos_max.copy())
+        saved = self._pos_max.copy()
         try:
             for c0 in range(0, len(tokens), self.n_batch):    # ubatches of at most n_batch rows
                 sl = slice(c0, c0 + self.n_batch)
                 t, p, s = tokens[sl], pos[sl], seq[sl]
                 self.valid[s, p] = True
                 self.cell_tokens[s, p] = t
-                out_rows = np.nonzero(flags[sl])[0]
+                out_rows = np.array([i for i, f in enumerate(flags[sl]) if f], dtype=np.int64)
                 with _DECODE_LOCK:
                     logits = self.backend.forward(t, p, s, self.valid, out_rows)
-                for si in np.unique(s):
-                    self._pos_max[si] = max(self._pos_max[si], p[s == si].max())
+                pm = self._pos_max
+                for pi, si in zip(batch.pos[sl], batch.seq_id[sl]):
+                    if pi > pm[si]:
+                        pm[si] = pi
                 if len(out_rows):
                     outs.append(logits)
         except BaseException:
-            # interrupted or failed: the memory is left as it was before this batch
-            self.valid[:], self._pos_max[:] = saved
+            # interrupted or failed: the memory is left as it was before this batch (whose cells
+            # all lie past each sequence's last position, so none of them was valid before)
+            self.valid[seq, pos] = False
+            self._pos_max[:] = saved
             raise
         self._logits = (np.concatenate(outs) if len(outs) > 1 else outs[0]) if outs else \
             np.zeros((0, self.n_logits), dtype=np.float32)
-        self._out_ids = {int(i): j for j, i in enumerate(np.nonzero(flags)[0])}
+        self._out_ids = {i: j for j, i in enumerate(i for i, f in enumerate(flags) if f)}
         dt = time.perf_counter() - t0
         self.t_decode += dt
         if self.decode_log is not None:

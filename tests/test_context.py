@@ -161,9 +161,35 @@ def test_bad_batches(tiny_model):
         Context(tiny_model, backend="tpu")
 
 
-def test_the_quick_batch_check_accepts_exactly_what_the_full_one_does(tiny_model):
-    # decode checks small batches in plain Python and falls back to the NumPy checks (which name
-    # the problem) only when that fails: both must agree on every batch, valid or not
+def _batch_verdict_numpy(ctx, b):
+    # llama_batch_allocr::init's checks as whole-array NumPy statements: the oracle for decode's
+    # plain-Python checks (None: valid; else the exception type and its message)
+    tokens, pos, seq = (np.asarray(v, dtype=np.int64) for v in (b.tokens, b.pos, b.seq_id))
+    if len(tokens) == 0:
+        return BatchError, "decode: empty batch (llama_decode rejects n_tokens == 0)"
+    bad = np.nonzero((tokens < 0) | (tokens >= ctx.model.n_vocab))[0]
+    if len(bad):
+        return BatchError, (f"decode: token id {tokens[bad[0]]} at row {bad[0]} is outside "
+                            f"the vocab [0, {ctx.model.n_vocab})")
+    bad = np.nonzero((seq < 0) | (seq >= ctx.n_seq_max))[0]
+    if len(bad):
+        return BatchError, f"decode: seq_id {seq[bad[0]]} at row {bad[0]} is outside [0, n_seq_max={ctx.n_seq_max})"
+    for s in np.unique(seq):
+        p = pos[seq == s]
+        expect = ctx.seq_pos_max(int(s)) + 1
+        if p[0] != expect or np.any(np.diff(p) != 1):
+            return BatchError, (f"decode: positions {p.tolist()[:8]}{'...' if len(p) > 8 else ''} of sequence "
+                                f"{s} are not contiguous from {expect} (the last position in its KV cache is "
+                                f"{expect - 1}; llama.cpp requires Y = X + 1)")
+        if p[-1] >= ctx.n_ctx:
+            return ContextFullError, (f"decode: sequence {s} would reach position {p[-1]}, beyond "
+                                      f"n_ctx={ctx.n_ctx} (context full)")
+    return None
+
+
+def test_batch_checks_agree_with_whole_array_numpy_checks(tiny_model):
+    # decode checks a batch in plain Python over its lists: on every batch, valid or not, it must
+    # accept what the NumPy statements accept and name the same first problem
     ctx = Context(tiny_model, n_ctx=12, n_seq_max=3)
     ctx.decode(Batch.from_tokens([5, 6, 7], 0, 1, "none"))     # sequence 1 holds 0..2
     rng = np.random.default_rng(4)
@@ -178,12 +204,14 @@ def test_the_quick_batch_check_accepts_exactly_what_the_full_one_does(tiny_model
             t = int(rng.choice([-1, n_vocab])) if rng.random() < 0.05 else int(rng.integers(0, n_vocab))
             b.add(t, p, s, bool(rng.random() < 0.5))
             nxt[s] = p + 1
+        want = _batch_verdict_numpy(ctx, b)
         try:
-            ctx._validate_arrays(b)
+            ctx._validate(b)
             ok = True
-        except (BatchError, ContextFullError):
+            assert want is None, (b, want)
+        except (BatchError, ContextFullError) as e:
             ok = False
-        assert ctx._valid_quick(b) == ok, b
+            assert want is not None and type(e) is want[0] and str(e) == want[1], (b, e, want)
         verdicts.add(ok)
     assert verdicts == {True, False}
     # a batch that fails in its second ubatch leaves every cell and last position as they were

@@ -186,61 +186,41 @@ class Context:
     # ---- decode ------------------------------------------------------------------------
     def _validate(self, batch: Batch):
         """The batch's tokens, positions and sequences as int64 arrays, or BatchError /
-        ContextFullError naming the first problem (llama_batch_allocr::init's checks)."""
-        if self._valid_quick(batch):
-            return (np.array(batch.tokens, dtype=np.int64), np.array(batch.pos, dtype=np.int64),
-                    np.array(batch.seq_id, dtype=np.int64))
-        return self._validate_arrays(batch)
-
-    def _valid_quick(self, batch: Batch) -> bool:
-        # whether the batch passes every check of _validate_arrays, in plain Python: a step of the
-        # loop decodes 1-17 rows, and each NumPy call right after a pass that streamed the weights
-        # runs with cold caches (the checks and bookkeeping around a draft step took 0.27 ms)
+        ContextFullError naming the first problem (llama_batch_allocr::init's checks). Plain
+        Python over the batch's lists: a step of the loop decodes 1-17 rows, and each NumPy call
+        right after a pass that streamed the weights runs with cold caches (these checks took
+        0.1 ms of a draft step as NumPy calls)."""
         tokens, pos, seq = batch.tokens, batch.pos, batch.seq_id
         n = len(tokens)
-        if not n or not len(pos) == len(seq) == len(batch.logits) == n:
-            return False
-        if min(tokens) < 0 or max(tokens) >= self.model.n_vocab or min(seq) < 0 or max(seq) >= self.n_seq_max:
-            return False
-        nxt = {}                                             # per sequence: the next position
-        for p, s in zip(pos, seq):
-            e = nxt.get(s)
-            if p != (int(self._pos_max[s]) + 1 if e is None else e):
-                return False
-            nxt[s] = p + 1
-        return max(nxt.values()) <= self.n_ctx
-
-    def _validate_arrays(self, batch: Batch):
-        n = len(batch)
         if n == 0:
             raise BatchError("decode: empty batch (llama_decode rejects n_tokens == 0)")
-        tokens = np.asarray(batch.tokens, dtype=np.int64)
-        pos = np.asarray(batch.pos, dtype=np.int64)
-        seq = np.asarray(batch.seq_id, dtype=np.int64)
         if not (len(pos) == len(seq) == len(batch.logits) == n):
             raise BatchError(f"decode: batch arrays differ in length ({n}, {len(pos)}, "
                              f"{len(seq)}, {len(batch.logits)})")
-        bad = np.nonzero((tokens < 0) | (tokens >= self.model.n_vocab))[0]
-        if len(bad):
-            raise BatchError(f"decode: token id {tokens[bad[0]]} at row {bad[0]} is outside "
-                             f"the vocab [0, {self.model.n_vocab})")
-        bad = np.nonzero((seq < 0) | (seq >= self.n_seq_max))[0]
-        if len(bad):
-            raise BatchError(f"decode: seq_id {seq[bad[0]]} at row {bad[0]} is outside "
-                             f"[0, n_seq_max={self.n_seq_max})")
-        for s in np.unique(seq):
-            p = pos[seq == s]
+        n_vocab = self.model.n_vocab
+        for i, t in enumerate(tokens):
+            if not 0 <= t < n_vocab:
+                raise BatchError(f"decode: token id {t} at row {i} is outside the vocab [0, {n_vocab})")
+        for i, s in enumerate(seq):
+            if not 0 <= s < self.n_seq_max:
+                raise BatchError(f"decode: seq_id {s} at row {i} is outside [0, n_seq_max={self.n_seq_max})")
+        by_seq: dict = {}                                    # each sequence's positions, in batch order
+        for p, s in zip(pos, seq):
+            by_seq.setdefault(s, []).append(p)
+        for s in sorted(by_seq):
+            p = by_seq[s]
             expect = self._pos_max[s] + 1
-            if p[0] != expect or np.any(np.diff(p) != 1):
+            if p[0] != expect or any(b - a != 1 for a, b in zip(p, p[1:])):
                 raise BatchError(
-                    f"decode: positions {p.tolist()[:8]}{'...' if len(p) > 8 else ''} of sequence "
-                    f"{s} are not contiguous from {expect} (the last position in its KV cache is "
-                    f"{self._pos_max[s]}; llama.cpp requires Y = X + 1)")
+                    f"decode: positions {[int(x) for x in p[:8]]}{'...' if len(p) > 8 else ''} of "
+                    f"sequence {s} are not contiguous from {expect} (the last position in its KV cache "
+                    f"is {self._pos_max[s]}; llama.cpp requires Y = X + 1)")
             if p[-1] >= self.n_ctx:
                 raise ContextFullError(
                     f"decode: sequence {s} would reach position {p[-1]}, beyond n_ctx={self.n_ctx} "
                     f"(context full)")
-        return tokens, pos, seq
+        return (np.array(tokens, dtype=np.int64), np.array(pos, dtype=np.int64),
+                np.array(seq, dtype=np.int64))
 
     def decode(self, batch: Batch) -> np.ndarray:
         """llama_decode: evaluate every row; returns the logits of the flagged rows [n_out, n_vocab]."""

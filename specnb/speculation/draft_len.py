@@ -17,8 +17,10 @@ schedule, or `auto`, chosen before every round from the costs this run measures.
              prior), t_target(k) the measured time of a round's target side with k rows
              (verification batch, sampling, rollback: running medians per k, pooled where
              they fall with k, between the measured sizes the roofline of the two (`between`:
-             optimistic, so untried sizes get tried), the prefill as the
-             start-up point), t_draft(d) the
+             optimistic, so untried sizes get tried), a size measured fewer than TRUSTED
+             times no dearer than the straight line between the better-measured sizes around
+             it (one slow sample would otherwise keep it untried, and so uncorrected, for the
+             rest of the run), the prefill as the start-up point), t_draft(d) the
              draft model's measured decodes (its seed batch with the rows it must catch up,
              then d - 1 one-row steps; before it has drafted, the target's times the ratio of
              the two models' measured decodes of the prompt). d = 0 is plain decoding of one
@@ -44,6 +46,7 @@ still decides every token, so the output is plain decoding's, token for token.
 """
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -57,6 +60,7 @@ HEURISTIC_CAP = 64            # `heuristic` without a cap
 PRIOR_STRENGTH = 2.0          # Beta prior pseudo-counts per position, centred on the pooled rate
 DECAY = 0.97                  # per observed round: older acceptance counts fade (prompts change)
 WINDOW = 15                   # running median over the last WINDOW timings per batch size
+TRUSTED = 3                   # a size with fewer timings is capped by its better-measured neighbours
 PROBE_FIRST = 8               # rounds of d = 0 before the first probe ...
 PROBE_MAX = 128               # ... the interval doubling up to this
 PROBE_LEN = 1                 # draft tokens of a probe
@@ -167,16 +171,42 @@ def _median(xs) -> float:
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
 
 
+def cap_few_samples(ks: list, medians: list, counts: list, trusted: int = TRUSTED) -> list:
+    """The medians, each size measured fewer than `trusted` times capped by the sizes measured at
+    least that often (the trusted ones, made non-decreasing by `monotone`): between two of them at
+    most the straight line joining them, below the smallest at most its value; above the largest
+    uncapped (a straight line from small sizes would promise long drafts at the price of short
+    ones). Only a dear reading is corrected: a size that looks too cheap is chosen, and so
+    measured again, but one slow sample (a busy moment) would keep its size unchosen, and its
+    estimate uncorrected, for the rest of the run."""
+    t = [i for i, n in enumerate(counts) if n >= trusted]
+    if not t or len(t) == len(ks):
+        return list(medians)
+    tk = [ks[i] for i in t]
+    tv = monotone([medians[i] for i in t], [counts[i] for i in t])
+    out = []
+    for k, m, n in zip(ks, medians, counts):
+        if n < trusted and k < tk[-1]:
+            j = bisect.bisect(tk, k)            # tk[j - 1] < k < tk[j] (k itself is not trusted)
+            if j == 0:
+                m = min(m, tv[0])
+            else:
+                k0, t0, k1, t1 = tk[j - 1], tv[j - 1], tk[j], tv[j]
+                m = min(m, t0 + (t1 - t0) * (k - k0) / (k1 - k0))
+        out.append(m)
+    return out
+
+
 class BatchCost:
     """Seconds of a k-row step, from measurements: the running median of the last WINDOW times at
-    each measured k, made non-decreasing in k (`monotone`: sizes whose medians fall with k are
-    pooled, weighted by their sample counts); between measured sizes `between` (the roofline of
-    the two, at most the straight line); above the
-    largest, the slope of the last two points (never negative); below the smallest, the
-    smallest's value."""
+    each measured k, a size with fewer than TRUSTED times no dearer than its better-measured
+    neighbours say (`cap_few_samples`), made non-decreasing in k (`monotone`: sizes whose medians
+    fall with k are pooled, weighted by their sample counts); between measured sizes `between`
+    (the roofline of the two, at most the straight line); above the largest, the slope of the last
+    two points (never negative); below the smallest, the smallest's value."""
 
-    def __init__(self, window: int = WINDOW):
-        self.window = window
+    def __init__(self, window: int = WINDOW, trusted: int = TRUSTED):
+        self.window, self.trusted = window, trusted
         self.samples: dict[int, deque] = {}
         self._points: list | None = None          # the medians, until the next add()
         self._table: list = []                    # upto()'s values, until the next add()
@@ -230,8 +260,9 @@ class BatchCost:
     def points(self) -> list[tuple[int, float]]:
         if self._points is None:
             ks = sorted(self.samples)
-            med = monotone([_median(self.samples[k]) for k in ks], [len(self.samples[k]) for k in ks])
-            self._points = list(zip(ks, med))
+            n = [len(self.samples[k]) for k in ks]
+            med = cap_few_samples(ks, [_median(self.samples[k]) for k in ks], n, self.trusted)
+            self._points = list(zip(ks, monotone(med, n)))
         return self._points
 
     def __call__(self, k: int) -> float:

@@ -6,6 +6,14 @@ sequence that are marked valid (cell index == position). A row's result depends 
 its query and the cached K/V of its own past, never on the other rows of the batch: that is
 what makes decoding batch invariant. (llama.cpp: the KQ mask built in llama_kv_cache, then
 ggml_soft_max_ext and the KQV product.)
+
+The work is shared among the threads in items of one row and several heads of one KV group
+(`heads_per_item`): those heads read the same K and V rows, and an item walks the cells a block
+at a time (CELL_BLOCK), each head of the item reading the block while it is in L1. Every head
+still runs its own chain of operations, the same whatever heads share its item or how many
+threads there are. On a Zen 4 (2 threads) this made the attention of the 1.5B (12 heads over 2
+KV heads) and of the 0.5B (14 over 2) 1.13-1.31x faster, for 1 and 5 rows at 150 and 600
+positions (0.61 -> 0.52 ms a step for the 1.5B's one row at 150).
 """
 import numpy as np
 from numba import njit, prange
@@ -52,6 +60,25 @@ def _dot(a, b, off, hd):
 
 
 @njit(fastmath=False, inline="always")
+def _dot2(a, b, o0, o1, hd):
+    # (_dot(a, b, o0, hd), _dot(a, b, o1, hd)) for hd % 32 == 0: the same operations for each,
+    # interleaved, each element of a loaded once for both
+    a0 = a1 = a2 = a3 = vzero()
+    b0 = b1 = b2 = b3 = vzero()
+    for d in range(0, hd, 32):
+        x0, x1, x2, x3 = vload(a, d), vload(a, d + 8), vload(a, d + 16), vload(a, d + 24)
+        a0 = vfma(x0, vload(b, o0 + d), a0)
+        b0 = vfma(x0, vload(b, o1 + d), b0)
+        a1 = vfma(x1, vload(b, o0 + d + 8), a1)
+        b1 = vfma(x1, vload(b, o1 + d + 8), b1)
+        a2 = vfma(x2, vload(b, o0 + d + 16), a2)
+        b2 = vfma(x2, vload(b, o1 + d + 16), b2)
+        a3 = vfma(x3, vload(b, o0 + d + 24), a3)
+        b3 = vfma(x3, vload(b, o1 + d + 24), b3)
+    return vhsum((a0 + a1) + (a2 + a3)), vhsum((b0 + b1) + (b2 + b3))
+
+
+@njit(fastmath=False, inline="always")
 def _axpy(w, b, off, out, hd):
     # out[0:hd] += w * b[off:off+hd] (a fused multiply-add per element where hd % 8 == 0)
     if hd % 8 == 0:
@@ -63,56 +90,107 @@ def _axpy(w, b, off, out, hd):
             out[d] += w * b[off + d]
 
 
+# cells whose K (then V) rows stay in L1 while every head of an item reads them (walked head after
+# head over the whole context, each head would bring them from L2, or memory, again)
+CELL_BLOCK = 16
+
+
 @njit(fastmath=False, inline="always")
-def _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc, e64):
-    # one (row, head) pair, item = t * n_head + h; sc, e64: float32 and float64 scratch of at
-    # least pos[t] + 1
-    n, n_head, hd = q.shape
-    group = n_head // n_head_kv
+def _attend_heads(q, k_cache, v_cache, valid, seq, pos, out, t, h0, nh, group, sc, e64):
+    # heads h0 .. h0 + nh - 1 of row t, all of one KV head (h0 // group); sc [>= nh, >= pos[t] + 1]
+    # float32 and e64 [>= pos[t] + 1] float64 scratch. Each head's result is computed exactly as
+    # alone (the same operations in the same order): only the loops over heads and cells are
+    # interleaved, block of cells by block of cells
+    hd = q.shape[2]
     scale = np.float32(1.0 / np.sqrt(hd))
-    t = item // n_head
-    h = item % n_head
     s = seq[t]
-    p = pos[t]
-    qr = q[t, h]
-    # the caches as flat arrays, cell j's part for this head at row + j * kv_dim: a view per cell
-    # (k_cache[s, j]) would count a reference on the cache's memory, an atomic add that the
+    n_cells = pos[t] + 1
+    # the caches as flat arrays, cell j's part for this KV head at row + j * kv_dim: a view per
+    # cell (k_cache[s, j]) would count a reference on the cache's memory, an atomic add that the
     # threads contend for, cell after cell
     kf, vf = k_cache.reshape(-1), v_cache.reshape(-1)
     kv_dim = k_cache.shape[2]
-    row = s * k_cache.shape[1] * kv_dim + (h // group) * hd
-    mx = np.float32(-np.inf)
-    for j in range(p + 1):
-        if valid[s, j]:
-            acc = _dot(qr, kf, row + j * kv_dim, hd) * scale
-            sc[j] = acc
-            if acc > mx:
-                mx = acc
-    # e_j = exp(score_j - max) in float64 (SwiGLU's vexp64, 8 cells at a time; its one-lane form
-    # for the last cells: a cell's value never depends on where it falls), summed cell by cell
-    n_cells = p + 1
+    row = s * k_cache.shape[1] * kv_dim + (h0 // group) * hd
+    # 1. score_j = (q . k_j) * scale of every cell (a masked cell's is never read back)
+    for j0 in range(0, n_cells, CELL_BLOCK):
+        j1 = min(j0 + CELL_BLOCK, n_cells)
+        for i in range(nh):
+            qr = q[t, h0 + i]
+            jp = j0
+            if hd % 32 == 0:
+                while jp + 2 <= j1:                       # two cells at a time: twice the sums in flight
+                    s0, s1 = _dot2(qr, kf, row + jp * kv_dim, row + (jp + 1) * kv_dim, hd)
+                    sc[i, jp] = s0 * scale
+                    sc[i, jp + 1] = s1 * scale
+                    jp += 2
+            for j in range(jp, j1):
+                sc[i, j] = _dot(qr, kf, row + j * kv_dim, hd) * scale
+    # 2. per head, the weights e_j = exp(score_j - max) in float64 (SwiGLU's vexp64, 8 cells at
+    # a time; its one-lane form for the last cells: a cell's value never depends on where it
+    # falls), summed cell by cell; sc[i] then holds them as float32
     n8 = n_cells - n_cells % 8
-    mxv = vsplat(mx)
-    for j in range(0, n8, 8):
-        vstore(sc, j, vload(sc, j) - mxv)                 # score_j - max in float32 (any cell:
-        vstore(e64, j, vexp64(vload_f64(sc, j)))         # the masked ones are never read back)
-    for j in range(n8, n_cells):
-        e64[j] = exp64(np.float64(sc[j] - mx))
-    tot = 0.0
-    for j in range(n_cells):
-        if valid[s, j]:
-            sc[j] = np.float32(e64[j])
-            tot += e64[j]
-    inv = np.float32(1.0 / tot)
-    orow = out[t, h]
-    if hd % 32 == 0:
-        # out[d] = fma(w_j, v_jd, out[d]) over the cells in order, as _axpy does, with 32
-        # elements of the row held in registers across the cells
+    for i in range(nh):
+        si = sc[i]
+        mx = np.float32(-np.inf)
+        for j in range(n_cells):
+            if valid[s, j] and si[j] > mx:
+                mx = si[j]
+        mxv = vsplat(mx)
+        for j in range(0, n8, 8):
+            vstore(si, j, vload(si, j) - mxv)             # score_j - max in float32 (any cell:
+            vstore(e64, j, vexp64(vload_f64(si, j)))     # the masked ones are never read back)
+        for j in range(n8, n_cells):
+            e64[j] = exp64(np.float64(si[j] - mx))
+        tot = 0.0
+        for j in range(n_cells):
+            if valid[s, j]:
+                si[j] = np.float32(e64[j])
+                tot += e64[j]
+        si[n_cells] = np.float32(1.0 / tot)
+    # 3. out_d = fma(w_j, v_jd, out_d) over the valid cells in order, w_j = e_j * (1 / sum), the
+    # running sums kept in registers within a block of cells and in the output row between blocks
+    for i in range(nh):
+        out[t, h0 + i, :] = 0.0
+    for j0 in range(0, n_cells, CELL_BLOCK):
+        j1 = min(j0 + CELL_BLOCK, n_cells)
+        for i in range(nh):
+            _weigh_cells(sc[i], sc[i, n_cells], vf, row, kv_dim, valid[s], j0, j1, out[t, h0 + i], hd)
+
+
+@njit(fastmath=False, inline="always")
+def _weigh_cells(w, inv, vf, row, kv_dim, ok, j0, j1, orow, hd):
+    # orow[d] = fma(w_j * inv, v_jd, orow[d]) for the valid cells j0 .. j1 - 1 in order (vf: the
+    # flat V cache, cell j's row at row + j * kv_dim); 64 or 32 elements of orow in registers
+    if hd % 64 == 0:
+        for d in range(0, hd, 64):
+            a0, a1, a2, a3 = vload(orow, d), vload(orow, d + 8), vload(orow, d + 16), vload(orow, d + 24)
+            a4, a5, a6, a7 = vload(orow, d + 32), vload(orow, d + 40), vload(orow, d + 48), vload(orow, d + 56)
+            for j in range(j0, j1):
+                if ok[j]:
+                    ws = vsplat(w[j] * inv)
+                    vj = row + j * kv_dim + d
+                    a0 = vfma(ws, vload(vf, vj), a0)
+                    a1 = vfma(ws, vload(vf, vj + 8), a1)
+                    a2 = vfma(ws, vload(vf, vj + 16), a2)
+                    a3 = vfma(ws, vload(vf, vj + 24), a3)
+                    a4 = vfma(ws, vload(vf, vj + 32), a4)
+                    a5 = vfma(ws, vload(vf, vj + 40), a5)
+                    a6 = vfma(ws, vload(vf, vj + 48), a6)
+                    a7 = vfma(ws, vload(vf, vj + 56), a7)
+            vstore(orow, d, a0)
+            vstore(orow, d + 8, a1)
+            vstore(orow, d + 16, a2)
+            vstore(orow, d + 24, a3)
+            vstore(orow, d + 32, a4)
+            vstore(orow, d + 40, a5)
+            vstore(orow, d + 48, a6)
+            vstore(orow, d + 56, a7)
+    elif hd % 32 == 0:
         for d in range(0, hd, 32):
-            a0 = a1 = a2 = a3 = vzero()
-            for j in range(n_cells):
-                if valid[s, j]:
-                    ws = vsplat(sc[j] * inv)
+            a0, a1, a2, a3 = vload(orow, d), vload(orow, d + 8), vload(orow, d + 16), vload(orow, d + 24)
+            for j in range(j0, j1):
+                if ok[j]:
+                    ws = vsplat(w[j] * inv)
                     vj = row + j * kv_dim + d
                     a0 = vfma(ws, vload(vf, vj), a0)
                     a1 = vfma(ws, vload(vf, vj + 8), a1)
@@ -123,22 +201,41 @@ def _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc, e64)
             vstore(orow, d + 16, a2)
             vstore(orow, d + 24, a3)
     else:
-        orow[:] = 0.0
-        for j in range(n_cells):
-            if valid[s, j]:
-                _axpy(sc[j] * inv, vf, row + j * kv_dim, orow, hd)
+        for j in range(j0, j1):
+            if ok[j]:
+                _axpy(w[j] * inv, vf, row + j * kv_dim, orow, hd)
+
+
+@njit(cache=True)
+def heads_per_item(n, n_head, n_head_kv, n_threads):
+    # how many heads of a KV group one work item takes: the fewest heads on the busiest thread
+    # (the items shared out evenly, whole), and of those the most heads an item (each one more
+    # reads the group's cache rows from L1 instead of L2); hs divides the group
+    group = n_head // n_head_kv
+    best, best_heads = 1, n * n_head
+    for hs in range(group, 0, -1):
+        if group % hs == 0:
+            n_items = n * n_head // hs
+            heads = (n_items + n_threads - 1) // n_threads * hs
+            if heads < best_heads or (heads == best_heads and hs > best):
+                best, best_heads = hs, heads
+    return best
 
 
 @njit(parallel=True, cache=True, fastmath=False)
-def _attention_parallel(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out):
+def _attention_parallel(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, hs):
+    # the items (row t, hs heads of one KV group) shared among the threads
     n, n_head, hd = q.shape
+    group = n_head // n_head_kv
+    per_row = n_head // hs
     # each item's scratch rows a whole number of cache lines apart: rows sharing a line would
-    # bounce it between the threads writing them
-    m = (pos.max() + 16) // 16 * 16
-    sc = np.empty((n * n_head, m), dtype=np.float32)
-    e64 = np.empty((n * n_head, m), dtype=np.float64)
-    for item in prange(n * n_head):
-        _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc[item], e64[item])
+    # bounce it between the threads writing them (one more float: the head's 1 / sum)
+    m = (pos.max() + 17) // 16 * 16
+    sc = np.empty((n * per_row, hs, m), dtype=np.float32)
+    e64 = np.empty((n * per_row, m), dtype=np.float64)
+    for item in prange(n * per_row):
+        t, h0 = item // per_row, item % per_row * hs
+        _attend_heads(q, k_cache, v_cache, valid, seq, pos, out, t, h0, hs, group, sc[item], e64[item])
 
 
 # below this many multiply-adds (all rows and heads, over the cells they attend to) a call runs on
@@ -147,20 +244,25 @@ SERIAL_MAX_WORK = 1 << 16
 
 
 @njit(cache=True, fastmath=False)
-def attention(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out):
+def attention(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, n_threads):
     # q [n_tokens, n_head, hd], k/v_cache [n_seq, n_ctx, n_head_kv*hd], valid [n_seq, n_ctx]
-    # -> out [n_tokens, n_head, hd]; every (row, head) is computed the same way on either path
+    # -> out [n_tokens, n_head, hd]; n_threads: the threads the call runs on (it shapes the work
+    # items only: every (row, head) is computed the same way on either path, whatever heads
+    # share its work item)
     n, n_head, hd = q.shape
     work = 0
     for t in range(n):
         work += (pos[t] + 1) * n_head * hd
     if work > SERIAL_MAX_WORK:
-        _attention_parallel(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out)
+        hs = heads_per_item(n, n_head, n_head_kv, n_threads)
+        _attention_parallel(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, hs)
     else:
-        sc = np.empty(pos.max() + 1, dtype=np.float32)
-        e64 = np.empty(pos.max() + 1, dtype=np.float64)
-        for item in range(n * n_head):
-            _attend(q, k_cache, v_cache, valid, seq, pos, n_head_kv, out, item, sc, e64)
+        group = n_head // n_head_kv
+        sc = np.empty((group, pos.max() + 2), dtype=np.float32)
+        e64 = np.empty(pos.max() + 2, dtype=np.float64)
+        for t in range(n):
+            for g in range(n_head_kv):
+                _attend_heads(q, k_cache, v_cache, valid, seq, pos, out, t, g * group, group, group, sc, e64)
     return out
 
 

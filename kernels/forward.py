@@ -44,10 +44,11 @@ N_MATS = 7
 # (1: each its own); the first one's slot in mats then holds the stacked rows of all of them
 FusedWeights = namedtuple("FusedWeights", "tok_embd tok_qtype attn_norm ffn_norm mats qtypes fuse bias_q "
                           "bias_k bias_v has_bias output_norm output output_qtype")
-# FusedShape: the layers' shape, and ahead: how many bytes ahead of the int8 kernels the weights
-# are prefetched (tuning.prefetch_ahead(), measured once per machine; -1: not at all). A hint to
-# the memory system only: every value gives the same bits.
-FusedShape = namedtuple("FusedShape", "n_head n_head_kv head_dim n_ff norm_eps rope_mode ahead")
+# FusedShape: the layers' shape; ahead: how many bytes ahead of the int8 kernels the weights are
+# prefetched (tuning.prefetch_ahead(), measured once per machine; -1: not at all), a hint to the
+# memory system only; n_threads: the threads the pass runs on (attention shapes its work items by
+# it). Every value of the two gives the same bits.
+FusedShape = namedtuple("FusedShape", "n_head n_head_kv head_dim n_ff norm_eps rope_mode ahead n_threads")
 
 
 FusedTypes = namedtuple("FusedTypes", "emb f i")
@@ -202,7 +203,7 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, h
             _copy_row(k_cache[il, seq[t], pos[t]], k[t])
             _copy_row(v_cache[il, seq[t], pos[t]], v[t])
         t_ = tick(clock, PH_ROPE_KV, t_)
-        _attention(q3, k_cache[il], v_cache[il], valid, seq, pos, n_head_kv, attn)
+        _attention(q3, k_cache[il], v_cache[il], valid, seq, pos, n_head_kv, attn, hp.n_threads)
         t_ = tick(clock, PH_ATTENTION, t_)
         _add_to(x, _mm(attn.reshape(n, n_head * head_dim), mats[m0 + WO], qt[WO], ts, ahead, t_out))
         t_ = tick(clock, PH_O, t_)

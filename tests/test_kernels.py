@@ -62,17 +62,95 @@ def test_attention_kernel_against_reference(hd):
     seq = np.array([0, 2, 1, 2, 0])
     pos = np.array([10, 60, 33, 61, 11])
     valid[seq, pos] = True
-    out = At.attention(q, kc, vc, valid, seq, pos, nkv, np.empty_like(q))
+    out = At.attention(q, kc, vc, valid, seq, pos, nkv, np.empty_like(q), 2)
     ref = At.attention_ref(q, kc.reshape(3, n_ctx, nkv, hd), vc.reshape(3, n_ctx, nkv, hd),
                            valid, seq, pos, nkv)
     assert np.abs(out - ref).max() < 1e-5 * np.abs(vc).max()
-    # the threaded path (large work) computes every (row, head) exactly as the serial one
-    par = np.empty_like(q)
-    At._attention_parallel(q, kc, vc, valid, seq, pos, nkv, par)
-    assert np.array_equal(par.view(np.uint32), out.view(np.uint32))
-    # and a row alone equals the same row in the batch
-    one = At.attention(q[3:4].copy(), kc, vc, valid, seq[3:4], pos[3:4], nkv, np.empty_like(q[:1]))
-    assert np.array_equal(one[0].view(np.uint32), out[3].view(np.uint32))
+    # the threaded path (large work) computes every (row, head) exactly as the serial one, however
+    # many heads of a KV group one work item takes
+    for hs in (1, 3):
+        par = np.empty_like(q)
+        At._attention_parallel(q, kc, vc, valid, seq, pos, nkv, par, hs)
+        assert np.array_equal(par.view(np.uint32), out.view(np.uint32))
+    # and a row alone equals the same row in the batch, whatever the thread count
+    for n_threads in (1, 2, 3, 8):
+        one = At.attention(q[3:4].copy(), kc, vc, valid, seq[3:4], pos[3:4], nkv, np.empty_like(q[:1]), n_threads)
+        assert np.array_equal(one[0].view(np.uint32), out[3].view(np.uint32))
+
+
+def _attention_by_head(q, kc, vc, valid, seq, pos, nkv):
+    """The kernel's numerics one (row, head) at a time, in plain Python over NumPy float32 (the
+    order of every operation spelled out): each cell's dot product in four 8-lane partial sums
+    (lanes d % 32 // 8, the blocks of 32 in order; then (s0 + s1) + (s2 + s3) and the lanes
+    ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))), the weights exp in float64 rounded to
+    float32, and out_d = fma(w_j * (1 / sum), v_jd, out_d) cell by cell."""
+    f32 = np.float32
+    n, nh, hd = q.shape
+    group = nh // nkv
+    out = np.zeros_like(q)
+    for t in range(n):
+        s, p = seq[t], pos[t]
+        cells = [j for j in range(p + 1) if valid[s, j]]
+        for h in range(nh):
+            kh = (h // group) * hd
+            sc = []
+            for j in cells:
+                k = kc[s, j, kh:kh + hd]
+                acc = np.zeros((4, 8), np.float32)
+                for d in range(0, hd, 32):
+                    for a in range(4):
+                        prod = (q[t, h, d + 8 * a:d + 8 * a + 8].astype(np.float64)
+                                * k[d + 8 * a:d + 8 * a + 8].astype(np.float64))
+                        acc[a] = (prod + acc[a].astype(np.float64)).astype(np.float32)   # fma, one rounding
+                v8 = (acc[0] + acc[1]) + (acc[2] + acc[3])
+                tot = ((v8[0] + v8[4]) + (v8[2] + v8[6])) + ((v8[1] + v8[5]) + (v8[3] + v8[7]))
+                sc.append(f32(tot) * f32(1.0 / np.sqrt(hd)))
+            mx = max(sc)
+            e = [np.float64(f32(x - mx)) for x in sc]
+            e = [np.exp(x) for x in e]
+            inv = f32(1.0 / sum(e))
+            o = np.zeros(hd, np.float32)
+            for x, j in zip(e, cells):
+                w = f32(f32(x) * inv)
+                o = (np.float64(w) * vc[s, j, kh:kh + hd].astype(np.float64) + o.astype(np.float64)).astype(np.float32)
+            out[t, h] = o
+    return out
+
+
+@pytest.mark.parametrize("nh,nkv", [(12, 2), (14, 2), (9, 3), (4, 4)])
+def test_attention_groups_heads_without_changing_a_bit(nh, nkv):
+    """The kernel takes the heads of one KV group together (they read the same cache rows, a block
+    of cells at a time): each (row, head) is still computed by its own chain of operations, the
+    one spelled out in _attention_by_head, to within the exponential (the kernel's own vexp64,
+    2 ulp of float64, where the oracle takes NumPy's)."""
+    rng = np.random.default_rng(nh)
+    hd, n_ctx = 64, 70
+    q = rng.standard_normal((3, nh, hd)).astype(np.float32)
+    kc = rng.standard_normal((2, n_ctx, nkv * hd)).astype(np.float32)
+    vc = rng.standard_normal((2, n_ctx, nkv * hd)).astype(np.float32)
+    valid = rng.random((2, n_ctx)) < 0.9
+    seq, pos = np.array([0, 1, 0]), np.array([40, 66, 41])
+    valid[seq, pos] = True
+    want = _attention_by_head(q, kc, vc, valid, seq, pos, nkv)
+    for n_threads in (1, 2, 4):
+        got = At.attention(q, kc, vc, valid, seq, pos, nkv, np.empty_like(q), n_threads)
+        assert np.abs(got - want).max() <= 2e-7 * np.abs(vc).max()
+        assert np.mean(got == want) > 0.99
+    for hs in range(1, nh // nkv + 1):
+        if (nh // nkv) % hs == 0:
+            par = np.empty_like(q)
+            At._attention_parallel(q, kc, vc, valid, seq, pos, nkv, par, hs)
+            assert np.array_equal(par.view(np.uint32), got.view(np.uint32))
+
+
+def test_heads_per_item_puts_the_fewest_heads_on_the_busiest_thread():
+    assert At.heads_per_item(1, 12, 2, 2) == 6            # the 1.5B, one row: one KV group a thread
+    assert At.heads_per_item(1, 14, 2, 2) == 7            # the 0.5B
+    assert At.heads_per_item(5, 12, 2, 2) == 6
+    assert At.heads_per_item(1, 12, 2, 8) == 2            # 6 items of 2 heads: 2 on the busiest thread
+    assert At.heads_per_item(1, 9, 3, 2) == 1             # 3 groups of 3 on 2 threads: 9 items, 5 and 4
+    assert At.heads_per_item(1, 4, 1, 2) == 2
+    assert At.heads_per_item(1, 12, 2, 1) == 6
 
 
 def test_exp64_against_numpy():

@@ -106,7 +106,7 @@ def decode_profile(model, activations: str | None = None, n_rows: int = 1, n_pas
     seq = np.zeros(n, np.int64)
     att = np.empty((n, h.n_head, hd), np.float32)
     qa = x_of(h.n_head * hd).reshape(n, h.n_head, hd)
-    t_att = _median_s(lambda: attention(qa, kc, vc, valid, seq, pos, h.n_head_kv, att), reps)
+    t_att = _median_s(lambda: attention(qa, kc, vc, valid, seq, pos, h.n_head_kv, att, ctx.n_threads), reps)
     g, u = x_of(h.n_ff), x_of(h.n_ff)
     t_swiglu = _median_s(lambda: swiglu_into(g, u, np.empty_like(g)), reps)
     # the matrices as the pass multiplies them (with int8 activations the 32-block types interleaved)

@@ -35,7 +35,8 @@ from ..kernels.tuning import prefetch_ahead
 from ..errors import GGUFError, ParamError
 from ..gguf.file import REPACK_KEY
 from ..kernels.rope import rope, rope_angles
-from numba.typed import List                  # (after the kernels: it makes Numba's target)
+import numba                                  # (after the kernels: it makes Numba's target)
+from numba.typed import List
 
 
 KERNEL_TYPES_ENV = "SPECNB_KERNEL_TYPES"
@@ -211,7 +212,8 @@ class CpuBackend:
         # (kernels/tuning.py); the float32 path does not prefetch
         self.ahead = int(prefetch_ahead(on_measure=_say)) if self._q8 else -1
         self._fused_shape = fused.FusedShape(h.n_head, h.n_head_kv, h.head_dim, h.n_ff,
-                                             float(h.norm_eps), int(h.rope_mode), self.ahead)
+                                             float(h.norm_eps), int(h.rope_mode), self.ahead,
+                                             numba.get_num_threads())
         self._entries: dict = {}          # per-call argument types -> the compiled pass
 
     @staticmethod
@@ -306,7 +308,8 @@ class CpuBackend:
             rope(k, cos, sin, h.rope_mode)
             self.k[il, seq, pos] = k.reshape(n, -1)          # store this batch's K/V rows
             self.v[il, seq, pos] = v                         # cache [n_seq, n_ctx, kv] per layer
-            attention(q, self.k[il], self.v[il], valid, seq, pos, h.n_head_kv, attn)  # -> [n, n_head, hd]
+            attention(q, self.k[il], self.v[il], valid, seq, pos, h.n_head_kv, attn,  # -> [n, n_head, hd]
+                      self._fused_shape.n_threads)
             x += self._mm(attn.reshape(n, -1), wo)                     # [n, n_head hd] -> [n, d]
             rmsnorm(x, L.ffn_norm, h.norm_eps, a)
             g = self._mm(a, w_gate)                                    # [n, d] -> [n, f]

@@ -69,6 +69,32 @@ def test_restricted_head_is_the_full_heads_columns(pair, activations):
     assert np.array_equal(ctx.decode(Batch.from_tokens(ids, 0, 0, "all")), full)
 
 
+def test_restricted_heads_are_kept_for_the_next_switch(pair):
+    """A new speculator sets its draft vocabulary twice (without, then with its prompt's tokens):
+    the last RESTRICTED_HEADS restricted heads are kept and taken again, and give the logits of
+    a head built afresh; the one used longest ago goes first."""
+    from specnb.run.backend_cpu import RESTRICTED_HEADS
+    tgt, _ = pair
+    ids = tgt.vocab.tokenize(PROMPT)
+    ctx = Context(tgt, n_ctx=64)
+    heads = [np.array(sorted({2, 7} | set(range(50 + i, 150, 5)))) for i in range(RESTRICTED_HEADS + 1)]
+    want = []
+    for h in heads:
+        ctx.clear()
+        ctx.set_output_ids(h)
+        want.append((ctx.backend._output, ctx.decode(Batch.from_tokens(ids, 0, 0, "last")).copy()))
+    ctx.set_output_ids(heads[1])                             # kept: the very same arrays
+    assert ctx.backend._output is want[1][0]
+    ctx.clear()
+    assert np.array_equal(ctx.decode(Batch.from_tokens(ids, 0, 0, "last")), want[1][1])
+    ctx.set_output_ids(None)
+    ctx.set_output_ids(heads[0])                             # the oldest went: built again, same bits
+    assert ctx.backend._output is not want[0][0]
+    ctx.clear()
+    assert np.array_equal(ctx.decode(Batch.from_tokens(ids, 0, 0, "last")), want[0][1])
+    assert len([k for k in ctx.backend._heads if k is not None]) == RESTRICTED_HEADS
+
+
 def test_set_output_ids_refuses_bad_ids(pair):
     ctx = Context(pair[0], n_ctx=16)
     n = pair[0].n_vocab

@@ -405,7 +405,7 @@ def describe_int8_peak(v: dict) -> str:
     """One line: the limit, its thread count and SIMD level, and where it comes from."""
     how = (f"from {PEAK_ENV}" if v.get("source") == PEAK_ENV else
            f"measured: {v.get('instruction', '?')} into {v.get('accumulators', '?')} accumulators per "
-           f"thread, data in L1"
+           f"thread, a weight vector times 4 activation bytes broadcast (as the kernels multiply), data in L1"
            + (", rounds " + ", ".join(f"{float(g):.1f}" for g in v["rounds_gmacs_s"]) if v.get("rounds_gmacs_s")
               else ""))
     if v.get("source") != PEAK_ENV and v.get("cpu_share", 1.0) < MIN_CPU_SHARE:

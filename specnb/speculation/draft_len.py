@@ -151,6 +151,12 @@ def monotone(points: list, weights: list) -> list:
     return [v for v, _, n in blocks for _ in range(n)]
 
 
+def chord(k: int, k0: int, t0: float, k1: int, t1: float) -> float:
+    """The straight line through (k0, t0) and (k1, t1), at k: the cautious reading between two
+    measured sizes."""
+    return t0 + (t1 - t0) * (k - k0) / (k1 - k0)
+
+
 def between(k: int, k0: int, t0: float, k1: int, t1: float) -> float:
     """A k-row step's time between two measured sizes k0 < k < k1 (t0 <= t1): the roofline of
     the two, max(t0, t1 k / k1) (the weights are read once, whatever the rows; the rows' work
@@ -160,8 +166,7 @@ def between(k: int, k0: int, t0: float, k1: int, t1: float) -> float:
     look dearer than it is, so that no round tries it. The roofline is the optimistic reading:
     a size looks as cheap as it may be, a round that wants it measures it, and the measurement
     then replaces the estimate."""
-    chord = t0 + (t1 - t0) * (k - k0) / (k1 - k0)
-    return min(chord, max(t0, t1 * k / k1))
+    return min(chord(k, k0, t0, k1, t1), max(t0, t1 * k / k1))
 
 
 def _median(xs) -> float:
@@ -191,8 +196,7 @@ def cap_few_samples(ks: list, medians: list, counts: list, trusted: int = TRUSTE
             if j == 0:
                 m = min(m, tv[0])
             else:
-                k0, t0, k1, t1 = tk[j - 1], tv[j - 1], tk[j], tv[j]
-                m = min(m, t0 + (t1 - t0) * (k - k0) / (k1 - k0))
+                m = min(m, chord(k, tk[j - 1], tv[j - 1], tk[j], tv[j]))
         out.append(m)
     return out
 
@@ -247,8 +251,7 @@ class BatchCost:
                 out.append(t0)
             elif j + 1 < len(pts):
                 k1, t1 = pts[j + 1]
-                out.append(t0 + (t1 - t0) * (k - k0) / (k1 - k0) if cautious else
-                           between(k, k0, t0, k1, t1))
+                out.append((chord if cautious else between)(k, k0, t0, k1, t1))
             else:                               # above the largest: the last two points' slope
                 out.append(t_last + slope * (k - k_last))
         return out

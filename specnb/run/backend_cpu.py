@@ -251,11 +251,12 @@ class CpuBackend:
         """The output head's rows for these token ids only (None: all): a copy of those rows
         of the quantized matrix, in the whole head's layout (kernel_weight), so the compiled pass
         is the same and each logit the same bits as in the whole head."""
-        key = None if ids is None else np.asarray(ids, np.int64).tobytes()
+        idx = None if ids is None else np.asarray(ids, np.int64)
+        key = None if idx is None else idx.tobytes()
         head = self._heads.get(key)
         if head is None:
             out = self.model.output
-            a = np.ascontiguousarray(out.data[np.asarray(ids, np.int64)]).view()
+            a = np.ascontiguousarray(out.data[idx]).view()
             a.flags.writeable = False
             head = kernel_weight(QWeight(out.name, a, out.qtype, out.n_in, len(a)), self._interleaved)
             # the whole head and the last RESTRICTED_HEADS restricted ones are kept: a draft

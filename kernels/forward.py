@@ -46,9 +46,11 @@ FusedWeights = namedtuple("FusedWeights", "tok_embd tok_qtype attn_norm ffn_norm
                           "bias_k bias_v has_bias output_norm output output_qtype")
 # FusedShape: the layers' shape; ahead: how many bytes ahead of the int8 kernels the weights are
 # prefetched (tuning.prefetch_ahead(), measured once per machine; -1: not at all), a hint to the
-# memory system only; n_threads: the threads the pass runs on (attention shapes its work items by
-# it). Every value of the two gives the same bits.
-FusedShape = namedtuple("FusedShape", "n_head n_head_kv head_dim n_ff norm_eps rope_mode ahead n_threads")
+# memory system only; ahead_x16: the same for the interleaved layouts (tuning.prefetch_ahead_x16());
+# n_threads: the threads the pass runs on (attention shapes its work items by it). Every value of
+# the three gives the same bits.
+FusedShape = namedtuple("FusedShape", "n_head n_head_kv head_dim n_ff norm_eps rope_mode ahead ahead_x16 "
+                        "n_threads")
 
 
 FusedTypes = namedtuple("FusedTypes", "emb f i")
@@ -77,11 +79,11 @@ def fused_types(emb_qtypes, mat_qtypes, q8: bool) -> FusedTypes:
 # The pass therefore calls the int8 driver directly (the weights' shapes were checked when the
 # model loaded, and every operand here is C-contiguous), and _mm is inlined into the pass.
 @njit(cache=True)
-def _mm_by(x, w, qtype, out, sf, si, f_any, i_any, i_k, i_b, i_xb, i_xk, ahead):
+def _mm_by(x, w, qtype, out, sf, si, f_any, i_any, i_k, i_b, i_xb, i_xk, ahead, ahead_x16):
     # y = x @ W^T with int8 activations for the types of si, float32 ones for those of sf; a
     # path whose selection is empty (None) is not compiled
     if i_any is not None and has_q8_kernel(qtype):
-        matmul_q8_by(x, w, qtype, out, si, i_k, i_b, i_xb, i_xk, ahead)
+        matmul_q8_by(x, w, qtype, out, si, i_k, i_b, i_xb, i_xk, ahead, ahead_x16)
     elif f_any is not None:
         matmul_sel(x, w, qtype, out, sf)
     else:
@@ -91,7 +93,9 @@ def _mm_by(x, w, qtype, out, sf, si, f_any, i_any, i_k, i_b, i_xb, i_xk, ahead):
 
 @njit(inline="always")
 def _mm(x, w, qtype, ts, ahead, out):
-    return _mm_by(x, w, qtype, out, ts.f, ts.i, ts.f.any, ts.i.any, ts.i.k, ts.i.b, ts.i.xb, ts.i.xk, ahead)
+    # ahead: (the distance, the interleaved layouts' distance), FusedShape's two
+    return _mm_by(x, w, qtype, out, ts.f, ts.i, ts.f.any, ts.i.any, ts.i.k, ts.i.b, ts.i.xb, ts.i.xk, ahead[0],
+                  ahead[1])
 
 
 # the thin wrappers the pass calls, inlined into it for the same reason (the same code as
@@ -153,7 +157,7 @@ def forward(tokens, pos, seq, valid, out_rows, k_cache, v_cache, cos, sin, wt, h
     t_ = start(clock)
     attn_norm, ffn_norm, mats, qtypes, fuse = wt.attn_norm, wt.ffn_norm, wt.mats, wt.qtypes, wt.fuse
     n_head, n_head_kv, head_dim, n_ff = hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff
-    norm_eps, rope_mode, ahead = hp.norm_eps, hp.rope_mode, hp.ahead
+    norm_eps, rope_mode, ahead = hp.norm_eps, hp.rope_mode, (hp.ahead, hp.ahead_x16)
     n = tokens.shape[0]
     n_layer = attn_norm.shape[0]
     n_embd = attn_norm.shape[1]

@@ -1,7 +1,7 @@
 """The matrix product with int8 activations, as llama.cpp's CPU backend computes it (ggml-cpu:
 quantize_row_q8_0 / q8_1 / q8_K and ggml_vec_dot_<type>_q8_<0,1,K>, ggml-cpu-quants.c).
 
-    matmul_q8(x, w, qtype, out, ahead=-1)   y = x @ W^T with x rounded to int8 blocks first
+    matmul_q8(x, w, qtype, out, ahead=-1, ahead_x16=-1)   y = x @ W^T with x rounded to int8 blocks first
     matmul_q8_by(...)               the same from compiled code, for a selection of types (forward.py)
     quantize_q8_k(x) / quantize_q8_32(x)   the activation blocks, row by row (for the tests), and
     pack_q8_k(x)                    the blocks as the kernels read them (both from quantize_q8.py)
@@ -443,18 +443,19 @@ def _matmul_q8_32(x, w, qtype, out, s, ahead):
 
 
 @_jit
-def matmul_q8_by(x, w, qtype, out, s, k, b, xb, xk, ahead):
+def matmul_q8_by(x, w, qtype, out, s, k, b, xb, xk, ahead, ahead_x16):
     # out = x @ W^T from compiled code, without matmul_q8_sel's checks (the fused pass checked
     # the shapes when the model loaded; x and w C-contiguous): the K, the interleaved (32-block
     # or K) or the 32-block driver, each compiled only if the TypeSel s has such a type (k = s.k,
     # xb = s.xb, xk = s.xk, b = s.b); ahead: how far ahead the weights are prefetched (bytes; < 0:
-    # not at all; the interleaved layouts stream one group after another and leave it to the hardware)
+    # not at all), ahead_x16 the same for the interleaved layouts (measured apart: they stream
+    # one group-block after another, which some CPUs' prefetchers follow on their own)
     if k is not None and (qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K):
         _matmul_q8_k(x, w, qtype, out, s, ahead)
     elif xk is not None and is_x16k(qtype):
-        matmul_x16k_by(x, w, qtype, out, s.q4_kx16, s.q6_kx16)
+        matmul_x16k_by(x, w, qtype, out, s.q4_kx16, s.q6_kx16, ahead_x16)
     elif xb is not None and is_x16(qtype):
-        matmul_x16_by(x, w, qtype, out, s)
+        matmul_x16_by(x, w, qtype, out, s, ahead_x16)
     elif b is not None:
         _matmul_q8_32(x, w, qtype, out, s, ahead)
     else:
@@ -462,9 +463,10 @@ def matmul_q8_by(x, w, qtype, out, s, k, b, xb, xk, ahead):
 
 
 @_jit
-def matmul_q8_sel(x, w, qtype, out, s, ahead):
+def matmul_q8_sel(x, w, qtype, out, s, ahead, ahead_x16):
     # [n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out]; qtype in Q8_QTYPES, compiled
-    # for the types of TypeSel s only; the weights prefetched `ahead` bytes ahead (< 0: not)
+    # for the types of TypeSel s only; the weights prefetched `ahead` bytes ahead (< 0: not), the
+    # interleaved layouts' `ahead_x16`
     n_rows, n_in = x.shape
     check_shapes(n_in, w.shape[1], qtype)
     if out.shape[0] != n_rows or out.shape[1] != w.shape[0]:
@@ -473,7 +475,7 @@ def matmul_q8_sel(x, w, qtype, out, s, ahead):
         raise ValueError("specnb.kernels.matmul_q8: no int8 kernel for this type:", qtype)
     # w as given: np.ascontiguousarray types its result writable, which would compile the whole
     # int8 chain a second time beside the fused pass's read-only one (matmul_q8 passes a C array)
-    matmul_q8_by(np.ascontiguousarray(x), w, qtype, out, s, s.k, s.b, s.xb, s.xk, ahead)
+    matmul_q8_by(np.ascontiguousarray(x), w, qtype, out, s, s.k, s.b, s.xb, s.xk, ahead, ahead_x16)
 
 
 # The selection of every int8 type, as the fused pass with every type has it (forward.fused_types):
@@ -491,15 +493,18 @@ def _readonly_c(w: np.ndarray) -> np.ndarray:
     return w
 
 
-def matmul_q8(x: np.ndarray, w: np.ndarray, qtype: int, out: np.ndarray, ahead: int = -1) -> None:
+def matmul_q8(x: np.ndarray, w: np.ndarray, qtype: int, out: np.ndarray, ahead: int = -1,
+              ahead_x16: int = -1) -> None:
     """[n_rows, n_in] x [n_out, row_bytes] -> out [n_rows, n_out] with the activations rounded to
     int8 (llama.cpp's CPU numerics); types without an int8 kernel (F32, F16, BF16) go to
     `matmul`. ahead: how many bytes ahead the weights are prefetched (a hint: the results are the
-    same bits for any value); -1, the default: no prefetching. This machine's measured distance
-    is tuning.prefetch_ahead(), which a caller resolves once (the CPU backend does)."""
+    same bits for any value); -1, the default: no prefetching; ahead_x16: the same for the
+    interleaved layouts (X16_QTYPES). This machine's measured distances are
+    tuning.prefetch_ahead() and prefetch_ahead_x16(), which a caller resolves once (the CPU
+    backend does)."""
     # (a Python-level switch: one jitted function holding both kernel sets compiles much longer)
     if int(qtype) in Q8_QTYPES or int(qtype) in X16_QTYPES:
-        matmul_q8_sel(x, _readonly_c(w), int(qtype), out, _Q8_SEL, int(ahead))
+        matmul_q8_sel(x, _readonly_c(w), int(qtype), out, _Q8_SEL, int(ahead), int(ahead_x16))
     else:
         matmul(x, w, int(qtype), out)
 

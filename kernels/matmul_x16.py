@@ -4,7 +4,8 @@ into block_q4_0x8 at load time and multiplies with ggml_gemv_q4_0_8x8_q8_0 / ggm
 
     interleave(w, qtype) -> bytes   the matrix regrouped (same shape, same bytes), for X16_OF[qtype]
     can_interleave(qtype)           whether a type has such a layout (the 32-block types)
-    matmul_x16(x, w16, qtype16, out)   y = x @ W^T with x rounded to int8 blocks (matmul_q8's numerics)
+    matmul_x16_by(x, w16, qtype16, out, s, ahead)   y = x @ W^T with x rounded to int8 blocks (matmul_q8's
+                                    numerics); the weights prefetched `ahead` bytes ahead (< 0: not)
 
 Why: matmul_q8's passes take one weight row at a time and meet each activation block in a 64-byte
 dot product whose result is 16 partial sums of that one row; every block then pays the sign trick,
@@ -44,7 +45,7 @@ from .blocks import _scale16
 from .matmul_x16k import K_BASE, interleave_k
 from .quantize_q8 import _quantize_rows
 from .simd import _AVX512, ld_i8, ld_u32, sfma
-from .simd_wide import vabs8, vhalf16, vload_b64
+from .simd_wide import prefetch_l2, vabs8, vhalf16, vload_b64
 from .tiles import (tbcast4, tbroadcast, tdot4, tfloat, tfma, tile_rows, tmul, tnegate_where, tsplat_i32, tstore_f32,
                     tzeros)
 
@@ -154,13 +155,17 @@ def _pass(qtype, R):
         return acc
 
     @_inline
-    def run(r, base, w, p, nb, qx, dx, sq, sx, out, o, n_out, n_rows):
-        # rows base + r .. + R - 1 of the batch, the group of weight rows at byte p (outputs o .. o + 15)
+    def run(r, base, w, p, nb, qx, dx, sq, sx, out, o, n_out, n_rows, ahead, last):
+        # rows base + r .. + R - 1 of the batch, the group of weight rows at byte p (outputs o .. o + 15);
+        # the first tile prefetches the weights `ahead` bytes ahead (< 0: not), the others find them cached
         r0 = base + r
         n = 32 * nb
         f = tzeros(np.float32, 16, R)
         for b in range(nb):
             q = p + gb * b
+            if ahead >= 0 and r == 0:
+                for i in range(0, gb, 64):
+                    prefetch_l2(w, min(q + ahead + i, last))
             i = r0 * nb + b
             acc = tsplat_i32(sq, i, nb, R, -off) if off else tzeros(np.int32, 16, R)
             acc = block(acc, w, q, qx, r0 * n + 32 * b, n)
@@ -175,13 +180,13 @@ def _rows(qtype):
     run = tile_rows(lambda R: _pass(qtype, R), R_MAX)
 
     @njit(fastmath=False, _nrt=False)
-    def rows(qx, dx, sq, sx, w2, out2, g0, g1, nb):
+    def rows(qx, dx, sq, sx, w2, out2, g0, g1, nb, ahead):
         # out2[:, 16 g0 : 16 g1] for the groups g0 .. g1 - 1
         n_rows, n_out = out2.shape
         gbytes = X16_ROWS * w2.shape[1]
         w, out = w2.reshape(-1), out2.reshape(-1)
         for g in range(g0, g1):
-            run(n_rows, 0, w, g * gbytes, nb, qx, dx, sq, sx, out, X16_ROWS * g, n_out, n_rows)
+            run(n_rows, 0, w, g * gbytes, nb, qx, dx, sq, sx, out, X16_ROWS * g, n_out, n_rows, ahead, w.size - 1)
     return rows
 
 
@@ -226,18 +231,18 @@ _tail_q8_0, _tail_q4_0, _tail_q4_1, _tail_q5_0, _tail_q5_1 = (_tail(t) for t in 
 
 
 @_jit
-def _x16_rows(qx, dx, sq, sx, w, qtype, out, g0, g1, nb, q8_0, q4_0, q4_1, q5_0, q5_1):
+def _x16_rows(qx, dx, sq, sx, w, qtype, out, g0, g1, nb, ahead, q8_0, q4_0, q4_1, q5_0, q5_1):
     # the dispatch, each branch compiled only for the layouts selected (qtypes.TypeSel)
     if q5_0 is not None and qtype == Q5_0X16:
-        _rows_q5_0(qx, dx, sq, sx, w, out, g0, g1, nb)
+        _rows_q5_0(qx, dx, sq, sx, w, out, g0, g1, nb, ahead)
     elif q8_0 is not None and qtype == Q8_0X16:
-        _rows_q8_0(qx, dx, sq, sx, w, out, g0, g1, nb)
+        _rows_q8_0(qx, dx, sq, sx, w, out, g0, g1, nb, ahead)
     elif q4_0 is not None and qtype == Q4_0X16:
-        _rows_q4_0(qx, dx, sq, sx, w, out, g0, g1, nb)
+        _rows_q4_0(qx, dx, sq, sx, w, out, g0, g1, nb, ahead)
     elif q4_1 is not None and qtype == Q4_1X16:
-        _rows_q4_1(qx, dx, sq, sx, w, out, g0, g1, nb)
+        _rows_q4_1(qx, dx, sq, sx, w, out, g0, g1, nb, ahead)
     elif q5_1 is not None and qtype == Q5_1X16:
-        _rows_q5_1(qx, dx, sq, sx, w, out, g0, g1, nb)
+        _rows_q5_1(qx, dx, sq, sx, w, out, g0, g1, nb, ahead)
     else:
         raise ValueError("specnb.kernels.matmul_x16: layout outside the compiled selection:", qtype)
 
@@ -259,9 +264,11 @@ def _x16_tail(qx, dx, sq, sx, w, qtype, out, o0, nb, q8_0, q4_0, q4_1, q5_0, q5_
 
 
 @njit(parallel=True, fastmath=False, cache=True)
-def matmul_x16_by(x, w, qtype, out, s):
+def matmul_x16_by(x, w, qtype, out, s, ahead):
     # out [n_rows, n_out] = x [n_rows, n_in] @ W^T for an interleaved matrix w [n_out, row_bytes]
-    # (shapes checked by the caller, x and w C-contiguous); s: the TypeSel of the layouts to serve
+    # (shapes checked by the caller, x and w C-contiguous); s: the TypeSel of the layouts to serve;
+    # ahead >= 0: each thread prefetches its run of group-blocks that many bytes ahead of reading
+    # them (tuning.prefetch_ahead_x16(), measured per machine), < 0: the hardware's prefetchers alone
     n_rows, n_in = x.shape
     nb = n_in // 32
     qx = np.empty(n_rows * n_in, np.int8)
@@ -275,13 +282,13 @@ def matmul_x16_by(x, w, qtype, out, s):
                   s.q8_0x16, s.q4_0x16, s.q4_1x16, s.q5_0x16, s.q5_1x16)
     if w.shape[0] * n_in <= SERIAL_MAX_ELEMENTS or n_groups < 2:
         # g0 as an int64 (0 * n_groups), not the literal 0: one compiled copy of the rows kernels
-        _x16_rows(qx, dx, sq, sx, w, qtype, out, 0 * n_groups, n_groups, nb,
+        _x16_rows(qx, dx, sq, sx, w, qtype, out, 0 * n_groups, n_groups, nb, ahead,
                   s.q8_0x16, s.q4_0x16, s.q4_1x16, s.q5_0x16, s.q5_1x16)
         return
     n_chunks = min(n_groups, _N_CHUNKS)
     for c in prange(n_chunks):
         _x16_rows(qx, dx, sq, sx, w, qtype, out, c * n_groups // n_chunks, (c + 1) * n_groups // n_chunks, nb,
-                  s.q8_0x16, s.q4_0x16, s.q4_1x16, s.q5_0x16, s.q5_1x16)
+                  ahead, s.q8_0x16, s.q4_0x16, s.q4_1x16, s.q5_0x16, s.q5_1x16)
 
 
 __all__ = ["interleave", "can_interleave", "matmul_x16_by", "R_MAX", "X16_OF", "X16_BASE"]

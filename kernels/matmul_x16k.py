@@ -3,8 +3,9 @@ one weight load serves 16 output rows (llama.cpp: ggml-cpu's repack.cpp, block_q
 ggml_gemv_q4_K_8x8_q8_K / ggml_gemm_q4_K_8x8_q8_K; matmul_x16.py does the same for the 32-block types).
 
     interleave_k(w, qtype) -> bytes   the matrix regrouped (same shape, same bytes), for X16_OF[qtype]
-    matmul_x16k_by(x, w16, qtype16, out, s)   y = x @ W^T with x rounded to block_q8_K (matmul_q8's
-                                      activations)
+    matmul_x16k_by(x, w16, qtype16, out, q4_k, q6_k, ahead)   y = x @ W^T with x rounded to block_q8_K
+                                      (matmul_q8's activations); the weights prefetched `ahead` bytes
+                                      ahead (< 0: not)
 
 Why: matmul_q8's K passes take one weight row at a time; a row's 64-weight chunk meets each
 activation row in a dot product whose 16 lanes are partial sums of that one row, so every
@@ -48,7 +49,7 @@ from .qtypes import (Q4_K, Q4_KX16, Q6_K, Q6_KX16, X16_ROWS, _BLOCK_BYTES, qtype
                      x16_planes, x16_rows_first, x16_words)
 from .quantize_q8 import _alloc_q8_k, _quantize_q8_k
 from .simd import _AVX512, sfma
-from .simd_wide import vhalf16, vload_b64, vload_i8x16, vload_u8x16
+from .simd_wide import prefetch_l2, vhalf16, vload_b64, vload_i8x16, vload_u8x16
 from .tiles import (tbcast4, tbroadcast, tdot4, tdotw, tfloat, tfma, tile_rows, tmac, tmul, tsplat_i32, tstore_f32,
                     tzeros)
 
@@ -104,7 +105,7 @@ def interleave_k(w: np.ndarray, qtype: int) -> np.ndarray:
 
 def _pass_q4_k(R):
     @_inline
-    def run(r, base, w, p, nb, qx, dx, bsum, out, o, n_out, n_rows):
+    def run(r, base, w, p, nb, qx, dx, bsum, out, o, n_out, n_rows, ahead, last):
         r0 = base + r
         f = tzeros(np.float32, 16, R)
         for b in range(nb):
@@ -113,6 +114,9 @@ def _pass_q4_k(R):
             acc = tzeros(np.int32, 16, R)
             for c in range(4):
                 xc = ((4 * b + c) * n_rows + r0) * 64
+                if ahead >= 0 and r == 0:       # the first tile reads the weights from memory: a quarter ahead
+                    for i in range(576 * c, 576 * c + 576, 64):
+                        prefetch_l2(w, min(q + ahead + i, last))
                 t = tzeros(np.int32, 16, R)                         # sub-block 2c: low nibbles
                 for k in range(8):
                     t = tdot4(t, vload_b64(w, q + 256 + 64 * (8 * c + k)) & 15, tbcast4(qx, xc + 4 * k, 64, R))
@@ -137,7 +141,7 @@ def _pass_q4_k(R):
 def _pass_q6_k(R):
     # R <= Q6_R_MAX rows: each (half, k) triple of vectors read once, its 4 sub-blocks summed in 4 tiles
     @_inline
-    def run(r, base, w, p, nb, qx, dx, bsum, out, o, n_out, n_rows):
+    def run(r, base, w, p, nb, qx, dx, bsum, out, o, n_out, n_rows, ahead, last):
         r0 = base + r
         f = tzeros(np.float32, 16, R)
         for b in range(nb):
@@ -149,6 +153,9 @@ def _pass_q6_k(R):
                 x1 = x0 + 64 * n_rows                                # elements 128h + 64 .. + 127
                 for kk in range(2):
                     i = 8 * h + kk                                   # the sub-blocks i, i + 2, i + 4, i + 6
+                    if ahead >= 0 and r == 0:   # the first tile reads the weights from memory: a quarter ahead
+                        for e in range(840 * (2 * h + kk), 840 * (2 * h + kk) + 840, 64):
+                            prefetch_l2(w, min(q + ahead + e, last))
                     t0 = tsplat_i32(bsum, 16 * ib + i, 16, R, -32)
                     t1 = tsplat_i32(bsum, 16 * ib + i + 2, 16, R, -32)
                     t2 = tsplat_i32(bsum, 16 * ib + i + 4, 16, R, -32)
@@ -175,12 +182,14 @@ def _rows(make_pass, r_max):
     run = tile_rows(make_pass, r_max)
 
     @njit(fastmath=False, _nrt=False)
-    def rows(qx, dx, bsum, w2, out2, g0, g1, nb):
-        # out2[:, 16 g0 : 16 g1] for the groups g0 .. g1 - 1
+    def rows(qx, dx, bsum, w2, out2, g0, g1, nb, ahead):
+        # out2[:, 16 g0 : 16 g1] for the groups g0 .. g1 - 1; the first tile of rows prefetches the
+        # weights `ahead` bytes ahead (< 0: not), the others find them in the cache
         n_rows, n_out = out2.shape
         w, out = w2.reshape(-1), out2.reshape(-1)
         for g in range(g0, g1):
-            run(n_rows, 0, w, g * X16_ROWS * w2.shape[1], nb, qx, dx, bsum, out, X16_ROWS * g, n_out, n_rows)
+            run(n_rows, 0, w, g * X16_ROWS * w2.shape[1], nb, qx, dx, bsum, out, X16_ROWS * g, n_out, n_rows,
+                ahead, w.size - 1)
     return rows
 
 
@@ -275,12 +284,12 @@ def _neg_pairs(bsum):
 
 
 @njit(fastmath=False)
-def _x16k_rows(qx, dx, bsum, w, qtype, out, g0, g1, nb, q4_k, q6_k):
+def _x16k_rows(qx, dx, bsum, w, qtype, out, g0, g1, nb, ahead, q4_k, q6_k):
     # the dispatch, each branch compiled only for the layouts selected (qtypes.TypeSel)
     if q4_k is not None and qtype == Q4_KX16:
-        _rows_q4_k(qx, dx, bsum, w, out, g0, g1, nb)
+        _rows_q4_k(qx, dx, bsum, w, out, g0, g1, nb, ahead)
     elif q6_k is not None and qtype == Q6_KX16:
-        _rows_q6_k(qx, dx, bsum, w, out, g0, g1, nb)
+        _rows_q6_k(qx, dx, bsum, w, out, g0, g1, nb, ahead)
     else:
         raise ValueError("specnb.kernels.matmul_x16k: layout outside the compiled selection:", qtype)
 
@@ -296,11 +305,12 @@ def _x16k_tail(qx, dx, bsum, w, qtype, out, o0, nb, q4_k, q6_k):
 
 
 @njit(parallel=True, fastmath=False, cache=True)
-def matmul_x16k_by(x, w, qtype, out, q4_k, q6_k):
+def matmul_x16k_by(x, w, qtype, out, q4_k, q6_k, ahead):
     # out [n_rows, n_out] = x [n_rows, n_in] @ W^T for an interleaved K matrix w [n_out, row_bytes]
-    # (shapes checked by the caller, x and w C-contiguous); q4_k, q6_k: the TypeSel's fields. No
-    # prefetching by hand: each thread reads one run of group-blocks front to back, which the
-    # hardware follows (prefetching ahead measured slower on a Zen 4)
+    # (shapes checked by the caller, x and w C-contiguous); q4_k, q6_k: the TypeSel's fields. Each
+    # thread reads one run of group-blocks front to back; ahead >= 0: it prefetches them into L2
+    # that many bytes ahead (tuning.prefetch_ahead_x16(), measured per machine: an Intel Xeon's
+    # prefetchers fell behind this stream, and its 1.5B decoded 1.32x faster with 16 KB ahead)
     n_rows, n_in = x.shape
     nb = n_in // 256
     qx, dx, bs = _alloc_q8_k(n_rows, n_in)
@@ -313,12 +323,12 @@ def matmul_x16k_by(x, w, qtype, out, q4_k, q6_k):
     bsr = _neg_pairs(bsum) if qtype == Q4_KX16 else bsum      # the rows' form of the sums
     if w.shape[0] * n_in <= SERIAL_MAX_ELEMENTS or n_groups < 2:
         # g0 as an int64 (0 * n_groups), not the literal 0: one compiled copy of the rows kernels
-        _x16k_rows(qxf, dxf, bsr, w, qtype, out, 0 * n_groups, n_groups, nb, q4_k, q6_k)
+        _x16k_rows(qxf, dxf, bsr, w, qtype, out, 0 * n_groups, n_groups, nb, ahead, q4_k, q6_k)
         return
     n_chunks = min(n_groups, _N_CHUNKS)
     for c in prange(n_chunks):
         _x16k_rows(qxf, dxf, bsr, w, qtype, out, c * n_groups // n_chunks, (c + 1) * n_groups // n_chunks, nb,
-                   q4_k, q6_k)
+                   ahead, q4_k, q6_k)
 
 
 __all__ = ["interleave_k", "matmul_x16k_by", "R_MAX", "K_BASE"]

@@ -4,6 +4,7 @@ each where the CPU has AVX-512, two AVX2 registers elsewhere, plain LLVM vectors
 The conventions are simd.py's (no bounds checks, IEEE float ops, byte offsets for byte arrays).
 
     vload_b64(a, i)                    i8x64 <- 64 bytes
+    prefetch / prefetch_l2(a, i)       a hint: the cache line of byte i towards L1 / L2
     vstore_at(a, i, v)                 any vector's bytes -> a[i:]; vload_i32x16 / vload_i16x16 /
                                        vload_f32x16(a, i) read them back; ld_f32 / st_f32 scalars
     vfields64(a, i, sh0, sh1, mask)    i8x64: lanes 0..31 = (a[i:i+32] >> sh0) & mask, lanes
@@ -189,16 +190,25 @@ def _prefetch_name():
 _PREFETCH = _prefetch_name()
 
 
-@intrinsic
-def prefetch(typingctx, a, i):
-    # a hint: bring the cache line holding byte i of the byte array a towards L1 (for reading);
-    # no effect on results, never faults
-    if _is_bytes(a) and isinstance(i, types.Integer):
-        def codegen(context, builder, sig, args):
-            p = _ptr(context, builder, sig.args[0], args[0], args[1], ir.IntType(8))
-            _call(builder, _PREFETCH, ir.VoidType(), [p, _i32(0), _i32(3), _i32(1)])
-            return context.get_dummy_value()
-        return types.none(a, i), codegen
+def _prefetcher(locality, doc):
+    @intrinsic
+    def pf(typingctx, a, i):
+        if _is_bytes(a) and isinstance(i, types.Integer):
+            def codegen(context, builder, sig, args):
+                p = _ptr(context, builder, sig.args[0], args[0], args[1], ir.IntType(8))
+                _call(builder, _PREFETCH, ir.VoidType(), [p, _i32(0), _i32(locality), _i32(1)])
+                return context.get_dummy_value()
+            return types.none(a, i), codegen
+    pf.__doc__ = doc
+    return pf
+
+
+# hints: bring the cache line holding byte i of the byte array a closer, for reading (x86
+# prefetcht0 / prefetcht1); no effect on results, never fault. prefetch_l2 stops at L2, whose
+# queue holds more lines in flight than L1's fill buffers: the interleaved kernels stream 2-3 KB
+# per group-block and prefetch 8-16 KB ahead (an Intel Xeon read 28 GB/s so, 22 into L1)
+prefetch = _prefetcher(3, "prefetch(a, i): the line of byte i towards L1")
+prefetch_l2 = _prefetcher(2, "prefetch_l2(a, i): the line of byte i towards L2")
 
 
 @intrinsic

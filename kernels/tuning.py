@@ -11,9 +11,14 @@ vendor name:
 
     prefetch_ahead()     the distance in bytes (-1: no prefetching), from the cached verdict, or
                          measured now (a few seconds, once per machine and kernel source)
+    prefetch_ahead_x16() the same for the interleaved layouts (matmul_x16, matmul_x16k), which
+                         stream one group-block of 16 rows after another and prefetch into L2, so
+                         further ahead: measured apart, in the same run (prefetching into L1 slowed
+                         a Zen 4's 32-block kernel; an Intel Xeon's prefetchers fell behind, and
+                         its 1.5B decoded 1.32x faster with 16 KB ahead into L2)
     calibrate()          the measurement: a 1-row Q4_K product (the 1.5B's matrices' shape) over
-                         a matrix larger than the last-level cache, each candidate distance in
-                         turn, medians; the fastest wins
+                         a matrix larger than the last-level cache, in the file's layout and
+                         interleaved, each candidate distance in turn, medians; the fastest wins
     python -m specnb.kernels.tuning   measures again and prints the table
 
 The kernels take the distance as an argument (matmul_q8's `ahead`, -1 unless given); the CPU
@@ -52,11 +57,15 @@ import numpy as np
 from numba import njit, prange
 
 from .matmul_q8 import one_row_q4_k, pack_q8_k
+from .matmul_x16k import matmul_x16k_by
+from .qtypes import Q4_KX16
+from .qtypes import type_sel
 from .simd import _AVX512, SIMD_LEVEL
 from .simd_wide import vload_b64
 from .tiles import tbcast4, tdot4, tfloat, tstore_hsum, tzeros
 
 CANDIDATES = (-1, 256, 512, 1024, 2048, 4096)     # bytes ahead; -1: the hardware's prefetchers alone
+CANDIDATES_X16 = (-1, 2048, 4096, 8192, 16384)    # the interleaved layouts' (into L2, so further ahead)
 CAL_N_IN = 1536                                   # a row of the 1.5B's q / gate / up (6 super-blocks)
 
 
@@ -92,16 +101,20 @@ def calibration_bytes() -> int:
     return int(min(1 << 30, max(256 << 20, 4 * _llc_bytes())))
 
 
-def calibrate(candidates=CANDIDATES, reps: int = 5, nbytes: int | None = None) -> dict:
+def calibrate(candidates=CANDIDATES, reps: int = 5, nbytes: int | None = None,
+              candidates_x16=CANDIDATES_X16) -> dict:
     """Time a 1-row Q4_K product over a matrix of `nbytes` (calibration_bytes()) with each
-    distance in `candidates`, taking turns, `reps` rounds; returns {"ahead": the fastest,
-    "ms": {distance: median ms}, "gb_s": {distance: GB/s}, "mib": size, "threads": n}."""
+    distance in `candidates`, and interleaved (Q4_KX16: the same bytes regrouped, which the timing
+    does not see) with each of `candidates_x16`, taking turns, `reps` rounds; returns {"ahead": the
+    fastest, "ms": {distance: median ms}, "gb_s": {distance: GB/s}, "ahead_x16", "ms_x16",
+    "gb_s_x16": the same interleaved, "mib": size, "threads": n}."""
     import numba
-    if not candidates or any(int(c) < -1 for c in candidates):
-        raise ValueError(f"calibrate: candidates must be distances >= 0 or -1 (none), not {candidates!r}")
+    for cs in (candidates, candidates_x16):
+        if not cs or any(int(c) < -1 for c in cs):
+            raise ValueError(f"calibrate: candidates must be distances >= 0 or -1 (none), not {cs!r}")
     nbytes = int(nbytes or calibration_bytes())
     rb = CAL_N_IN // 256 * 144
-    n_out = max(1, nbytes // rb)
+    n_out = max(16, nbytes // rb // 16 * 16)         # whole groups of 16 rows for the interleaved layout
     # every byte written (untouched pages would all read one zero page, from the cache); 0x3c
     # makes each block's scales ordinary float16 numbers, not subnormals
     w = np.full((n_out, rb), 0x3C, np.uint8)
@@ -110,18 +123,29 @@ def calibrate(candidates=CANDIDATES, reps: int = 5, nbytes: int | None = None) -
     qx, dx, bs = pack_q8_k(x)
     out = np.empty((1, n_out), np.float32)
     n_chunks = min(n_out, 32)
-    _stream_rows(qx, dx, bs, w, out, -1, n_chunks)             # compiles, and touches every page
-    times = {int(c): [] for c in candidates}
+    sel = type_sel({Q4_KX16})
+
+    def one_row(layout, c):
+        if layout == "x16":
+            matmul_x16k_by(x, w, Q4_KX16, out, sel.q4_kx16, sel.q6_kx16, c)
+        else:
+            _stream_rows(qx, dx, bs, w, out, c, n_chunks)
+    for layout in ("file", "x16"):
+        one_row(layout, -1)                                     # compiles, and touches every page
+    times = {(layout, int(c)): [] for layout, cs in (("file", candidates), ("x16", candidates_x16)) for c in cs}
     for r in range(reps):
         order = list(times) if r % 2 == 0 else list(times)[::-1]
-        for c in order:
+        for key in order:
             t = time.perf_counter()
-            _stream_rows(qx, dx, bs, w, out, c, n_chunks)
-            times[c].append(time.perf_counter() - t)
-    ms = {c: 1e3 * float(np.median(v)) for c, v in times.items()}
-    best = min(ms, key=ms.get)
-    return {"ahead": best, "ms": ms, "gb_s": {c: w.nbytes / (m / 1e3) / 1e9 for c, m in ms.items()},
-            "mib": w.nbytes / 2**20, "threads": numba.get_num_threads()}
+            one_row(*key)
+            times[key].append(time.perf_counter() - t)
+    v = {"mib": w.nbytes / 2**20, "threads": numba.get_num_threads()}
+    for layout, suffix in (("file", ""), ("x16", "_x16")):
+        ms = {c: 1e3 * float(np.median(t)) for (lay, c), t in times.items() if lay == layout}
+        v["ahead" + suffix] = min(ms, key=ms.get)
+        v["ms" + suffix] = ms
+        v["gb_s" + suffix] = {c: w.nbytes / (m / 1e3) / 1e9 for c, m in ms.items()}
+    return v
 
 
 # ---- the verdict, once per machine ---------------------------------------------------------------
@@ -160,35 +184,53 @@ def cached_verdict(n_threads: int | None = None):
     import numba
     key = _machine_key(n_threads or numba.get_num_threads())
     v = _read_verdicts(verdict_path()).get(key)
-    return v if isinstance(v, dict) and isinstance(v.get("ahead"), int) else None
+    ok = isinstance(v, dict) and all(isinstance(v.get(k), int) for k in ("ahead", "ahead_x16"))
+    return v if ok else None
+
+
+def _env_ahead():
+    # SPECNB_PREFETCH as a distance (-1: off), or None for auto
+    env = os.environ.get("SPECNB_PREFETCH", "auto").strip().lower()
+    if env in ("off", "none", "-1"):
+        return -1
+    if env in ("", "auto"):
+        return None
+    try:
+        ahead = int(env)
+    except ValueError:
+        ahead = -2
+    if ahead < 0:
+        raise ValueError(f"SPECNB_PREFETCH={env!r}: expected auto, off or a distance in bytes >= 0")
+    return ahead
+
+
+def _verdict(n_threads, on_measure) -> tuple:
+    # (ahead, ahead_x16) for n_threads: remembered, recorded, or measured now and recorded
+    import numba
+    n_threads = n_threads or numba.get_num_threads()
+    if n_threads not in _memo:
+        v = cached_verdict(n_threads)
+        if v is None:
+            if on_measure is not None:
+                on_measure("measuring how far ahead to prefetch the weights on this CPU (once)")
+            v = measure_and_record(n_threads)
+        _memo[n_threads] = (int(v["ahead"]), int(v["ahead_x16"]))
+    return _memo[n_threads]
 
 
 def prefetch_ahead(n_threads: int | None = None, on_measure=None) -> int:
     """The int8 kernels' prefetch distance in bytes (-1: none): SPECNB_PREFETCH if set, else the
     recorded verdict for this machine, else calibrate() now and record it. on_measure(text) is
     called before a measurement (the progress line of a first run)."""
-    import numba
-    env = os.environ.get("SPECNB_PREFETCH", "auto").strip().lower()
-    if env in ("off", "none", "-1"):
-        return -1
-    if env not in ("", "auto"):
-        try:
-            ahead = int(env)
-        except ValueError:
-            ahead = -2
-        if ahead < 0:
-            raise ValueError(f"SPECNB_PREFETCH={env!r}: expected auto, off or a distance in bytes >= 0")
-        return ahead
-    n_threads = n_threads or numba.get_num_threads()
-    if n_threads in _memo:
-        return _memo[n_threads]
-    v = cached_verdict(n_threads)
-    if v is None:
-        if on_measure is not None:
-            on_measure("measuring how far ahead to prefetch the weights on this CPU (once)")
-        v = measure_and_record(n_threads)
-    _memo[n_threads] = int(v["ahead"])
-    return _memo[n_threads]
+    env = _env_ahead()
+    return env if env is not None else _verdict(n_threads, on_measure)[0]
+
+
+def prefetch_ahead_x16(n_threads: int | None = None, on_measure=None) -> int:
+    """The same for the interleaved layouts (matmul_x16, matmul_x16k), from the same verdict;
+    SPECNB_PREFETCH, where set, sets both."""
+    env = _env_ahead()
+    return env if env is not None else _verdict(n_threads, on_measure)[1]
 
 
 def measure_and_record(n_threads: int | None = None, **kw) -> dict:
@@ -202,10 +244,10 @@ def measure_and_record(n_threads: int | None = None, **kw) -> dict:
     finally:
         numba.set_num_threads(before)
     v["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    v["ms"] = {str(k): round(m, 3) for k, m in v["ms"].items()}
-    v["gb_s"] = {str(k): round(g, 2) for k, g in v["gb_s"].items()}
+    for k in ("ms", "gb_s", "ms_x16", "gb_s_x16"):
+        v[k] = {str(c): round(m, 3 if k.startswith("ms") else 2) for c, m in v[k].items()}
     _record(verdict_path(), _machine_key(n_threads), v)
-    _memo[n_threads] = int(v["ahead"])
+    _memo[n_threads] = (int(v["ahead"]), int(v["ahead_x16"]))
     return v
 
 
@@ -222,13 +264,18 @@ def _record(path: str, key: str, v: dict) -> None:
 
 
 def describe(v: dict) -> str:
-    """One line: the chosen distance and each candidate's GB/s."""
+    """One line: the chosen distances and each candidate's GB/s, in the file's layout and the
+    interleaved one."""
     name = lambda c: "off" if int(c) < 0 else f"{int(c)} B"            # noqa: E731
-    cells = ", ".join(f"{name(c)} {float(g):.1f}" for c, g in v["gb_s"].items())
+
+    def cells(suffix):
+        return ", ".join(f"{name(c)} {float(g):.1f}" for c, g in v["gb_s" + suffix].items())
     verdict = ("do not prefetch the weights" if int(v["ahead"]) < 0
                else f"prefetch the weights {name(v['ahead'])} ahead")
-    return (f"int8 kernels {verdict} (measured on this CPU, {v['threads']} threads, 1-row Q4_K "
-            f"over {v['mib']:.0f} MiB, GB/s: {cells})")
+    x16 = int(v["ahead_x16"])
+    verdict += ", interleaved ones " + ("not at all" if x16 < 0 else f"{name(x16)} ahead")
+    return (f"int8 kernels {verdict} (measured on this CPU, {v['threads']} threads, 1-row Q4_K over "
+            f"{v['mib']:.0f} MiB, GB/s: {cells('')}; interleaved: {cells('_x16')})")
 
 
 # ---- the int8 compute limit, once per machine ---------------------------------------------------

@@ -55,6 +55,25 @@ def bits(a):
     return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
+def same_bits_at_every_interleaved_distance(wx, qtype16, n_in, ks, rng):
+    """The batch sizes in ks for which matmul_q8 over the interleaved matrix wx [n_out, the row
+    bytes of n_in] does not give the same bits with no prefetching, short and long distances
+    (ahead_x16) and one past the end of the weights (clamped to the last byte)."""
+    from specnb.kernels.matmul_q8 import matmul_q8
+    n_out = wx.shape[0]
+    bad = []
+    for k in ks:
+        x = rng.standard_normal((k, n_in)).astype(np.float32)
+        outs = []
+        for ahead in (-1, 0, 64, 1000, 10**9):
+            out = np.empty((k, n_out), np.float32)
+            matmul_q8(x, wx, qtype16, out, ahead_x16=ahead)
+            outs.append(bits(out).copy())
+        if not all(np.array_equal(outs[0], o) for o in outs[1:]):
+            bad.append(k)
+    return bad
+
+
 def check_close(out, x, w, name, n_in, ref, tol=REL_TOL):
     """|out - ref| <= tol * (|x| @ |W|^T) elementwise (ref: the float64 oracle's result)."""
     scale = np.abs(x.astype(np.float64)) @ np.abs(gguf_rows(w, name, n_in).astype(np.float64)).T

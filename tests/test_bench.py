@@ -282,10 +282,13 @@ def test_the_prefetch_verdict_reads_as_one_line():
     # (test_bench_on_a_tiny_model_prints_both_modes checks that bench prints it)
     from specnb.kernels.tuning import describe
     v = {"ahead": 2048, "ms": {"-1": 100.0, "2048": 40.0}, "gb_s": {"-1": 10.3, "2048": 26.8},
+         "ahead_x16": -1, "ms_x16": {"-1": 50.0, "2048": 51.0}, "gb_s_x16": {"-1": 21.5, "2048": 21.1},
          "mib": 1024.0, "threads": 2}
     line = describe(v)
-    assert "\n" not in line and "2048 B ahead" in line and "off 10.3, 2048 B 26.8" in line
-    assert "do not prefetch" in describe(v | {"ahead": -1})
+    assert "\n" not in line and "prefetch the weights 2048 B ahead, interleaved ones not at all" in line
+    assert "GB/s: off 10.3, 2048 B 26.8; interleaved: off 21.5, 2048 B 21.1" in line
+    other = describe(v | {"ahead": -1, "ahead_x16": 1024})
+    assert "do not prefetch the weights, interleaved ones 1024 B ahead" in other
 
 
 # ---- a row beyond the first, against the int8 compute limit -----------------------------------

@@ -13,7 +13,7 @@
 import gguf
 import numpy as np
 import pytest
-from kernel_data import fma
+from kernel_data import fma, same_bits_at_every_interleaved_distance
 
 from specnb.kernels import qtypes as T
 from specnb.kernels.matmul_q8 import matmul_q8, quantize_q8_k
@@ -116,6 +116,16 @@ def test_every_output_is_the_promised_chain_bit_for_bit(name):
     ref = np.empty_like(out)
     matmul_q8(x, w, qt, ref)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_the_prefetch_distance_never_changes_a_bit(name):
+    """ahead_x16 (kernels/tuning.py's interleaved distance) is a hint to the memory system: the
+    same bits for one row, a tile, and batches of several tiles."""
+    qt = TYPES[name]
+    rng = np.random.default_rng(5)
+    wx = interleave(T.random_blocks(qt, 35, 512, rng), qt)
+    assert same_bits_at_every_interleaved_distance(wx, T.X16_OF[qt], 512, (1, 3, R_MAX + 1, 17), rng) == []
 
 
 @pytest.mark.parametrize("name", sorted(TYPES))

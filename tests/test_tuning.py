@@ -19,18 +19,24 @@ def fresh(monkeypatch, tmp_path):
 
 
 def test_calibrate_times_every_candidate_and_picks_the_fastest():
-    v = tuning.calibrate(candidates=(-1, 128, 2048), reps=2, nbytes=2 << 20)
-    assert set(v["ms"]) == {-1, 128, 2048} and all(m > 0 for m in v["ms"].values())
-    assert v["ahead"] == min(v["ms"], key=v["ms"].get)
+    v = tuning.calibrate(candidates=(-1, 128, 2048), reps=2, nbytes=2 << 20, candidates_x16=(-1, 4096))
+    for suffix, cs in (("", {-1, 128, 2048}), ("_x16", {-1, 4096})):   # the file's layout and the interleaved one
+        ms = v["ms" + suffix]
+        assert set(ms) == cs and all(m > 0 for m in ms.values())
+        assert v["ahead" + suffix] == min(ms, key=ms.get)
     assert v["mib"] == pytest.approx(2, rel=0.01)
     line = tuning.describe(v)
-    assert "GB/s: off" in line and ("do not prefetch" in line if v["ahead"] < 0 else f"{v['ahead']} B ahead" in line)
+    assert "GB/s: off" in line and "; interleaved: off" in line
+    assert "do not prefetch" in line if v["ahead"] < 0 else f"prefetch the weights {v['ahead']} B ahead" in line
+    assert "interleaved ones not at all" in line if v["ahead_x16"] < 0 else f"ones {v['ahead_x16']} B ahead" in line
 
 
 @pytest.mark.parametrize("bad", [(), (-2, 64)])
 def test_calibrate_refuses_bad_candidates(bad):
     with pytest.raises(ValueError, match="candidates"):
         tuning.calibrate(candidates=bad, nbytes=1 << 20)
+    with pytest.raises(ValueError, match="candidates"):
+        tuning.calibrate(candidates_x16=bad, nbytes=1 << 20)
 
 
 def test_the_verdict_is_measured_once_then_read_back(fresh, monkeypatch):
@@ -39,11 +45,28 @@ def test_the_verdict_is_measured_once_then_read_back(fresh, monkeypatch):
     assert said and ahead in tuning.CANDIDATES
     recorded = json.loads(open(tuning.verdict_path()).read())
     assert [v["ahead"] for v in recorded.values()] == [ahead]
+    assert [v["ahead_x16"] for v in recorded.values()] == [tuning.prefetch_ahead_x16()] and len(said) == 1
     assert tuning.verdict_path().startswith(str(fresh))
     # a new process (no memo) reads the file: calibrate is not called again
     monkeypatch.setattr(tuning, "_memo", {})
     monkeypatch.setattr(tuning, "calibrate", lambda **kw: pytest.fail("measured again"))
     assert tuning.prefetch_ahead(on_measure=said.append) == ahead and len(said) == 1
+    assert tuning.prefetch_ahead_x16(on_measure=said.append) == recorded[next(iter(recorded))]["ahead_x16"]
+
+
+def test_a_verdict_without_the_interleaved_distance_is_measured_again(fresh):
+    # a verdict recorded before the interleaved layouts had their own distance lacks ahead_x16
+    import os
+    os.makedirs(os.path.dirname(tuning.verdict_path()), exist_ok=True)
+    tuning.measure_and_record()
+    recorded = json.loads(open(tuning.verdict_path()).read())
+    for v in recorded.values():
+        del v["ahead_x16"]
+    open(tuning.verdict_path(), "w").write(json.dumps(recorded))
+    tuning._memo.clear()
+    assert tuning.cached_verdict() is None
+    said = []
+    assert tuning.prefetch_ahead_x16(on_measure=said.append) in tuning.CANDIDATES_X16 and said
 
 
 def test_an_unreadable_verdict_is_measured_again(fresh):
@@ -60,7 +83,7 @@ def test_an_unreadable_verdict_is_measured_again(fresh):
 def test_the_environment_overrides_the_verdict(fresh, monkeypatch, env, want):
     monkeypatch.setenv("SPECNB_PREFETCH", env)
     monkeypatch.setattr(tuning, "calibrate", lambda **kw: pytest.fail("measured"))
-    assert tuning.prefetch_ahead() == want
+    assert tuning.prefetch_ahead() == want and tuning.prefetch_ahead_x16() == want
 
 
 @pytest.mark.parametrize("env", ["fast", "-5", "1.5"])
@@ -77,8 +100,9 @@ def test_the_context_passes_the_verdict_to_the_fused_pass(monkeypatch, tiny_mode
     m = tiny_model
     q8 = Context(m, n_ctx=16, activations="q8").backend
     assert q8.ahead == q8._fused_shape.ahead == 768              # forward_steps' products: the same
+    assert q8.ahead_x16 == q8._fused_shape.ahead_x16 == 768
     f32 = Context(m, n_ctx=16, activations="f32").backend
-    assert f32.ahead == f32._fused_shape.ahead == -1
+    assert f32.ahead == f32._fused_shape.ahead == f32.ahead_x16 == f32._fused_shape.ahead_x16 == -1
 
 
 def test_a_product_alone_never_measures(fresh, monkeypatch):

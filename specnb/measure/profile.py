@@ -63,7 +63,8 @@ def decode_profile(model, activations: str | None = None, n_rows: int = 1, n_pas
     ctx = Context(model, n_ctx=n_past + n_rows + 1, n_threads=n_threads, activations=activations)
     h = model.hparams
     # the int8 products at the prefetch distance the pass runs with
-    mm = partial(matmul_q8, ahead=ctx.backend.ahead) if ctx.activations == "q8" else matmul
+    mm = (partial(matmul_q8, ahead=ctx.backend.ahead, ahead_x16=ctx.backend.ahead_x16) if ctx.activations == "q8"
+          else matmul)
     rng = np.random.default_rng(0)
     n = n_rows
     call_s = _call_overhead_s()

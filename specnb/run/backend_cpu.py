@@ -31,7 +31,7 @@ from ..kernels.matmul import dequant_row, matmul
 from ..kernels.matmul_q8 import matmul_q8
 from ..kernels.matmul_x16 import interleave
 from ..kernels.qtypes import Q4_K, Q5_0, Q5_1, Q6_K, SUPPORTED_QTYPES, X16_OF, X16_QTYPES, X16_ROWS, qtype_name
-from ..kernels.tuning import prefetch_ahead
+from ..kernels.tuning import prefetch_ahead, prefetch_ahead_x16
 from ..errors import GGUFError, ParamError
 from ..gguf.file import REPACK_KEY
 from ..kernels.rope import rope, rope_angles
@@ -210,11 +210,12 @@ class CpuBackend:
             emb = set(SUPPORTED_QTYPES)
             mats = emb | {X16_OF[t] for t in self._interleaved}
         self._fused_types = fused.fused_types(emb, mats, self._q8)
-        # how far ahead the int8 kernels prefetch the weights: measured once per machine
-        # (kernels/tuning.py); the float32 path does not prefetch
+        # how far ahead the int8 kernels prefetch the weights, in the file's layouts and in the
+        # interleaved ones: measured once per machine (kernels/tuning.py); the float32 path does not
         self.ahead = int(prefetch_ahead(on_measure=_say)) if self._q8 else -1
+        self.ahead_x16 = int(prefetch_ahead_x16(on_measure=_say)) if self._q8 else -1
         self._fused_shape = fused.FusedShape(h.n_head, h.n_head_kv, h.head_dim, h.n_ff,
-                                             float(h.norm_eps), int(h.rope_mode), self.ahead,
+                                             float(h.norm_eps), int(h.rope_mode), self.ahead, self.ahead_x16,
                                              numba.get_num_threads())
         self._entries: dict = {}          # per-call argument types -> the compiled pass
 
@@ -338,7 +339,7 @@ class CpuBackend:
         # [n, n_in] x QWeight[n_out, n_in] -> [n, n_out]
         out = np.empty((x.shape[0], w.n_out), dtype=np.float32)
         if self._q8:
-            matmul_q8(x, w.data, w.qtype, out, self.ahead)
+            matmul_q8(x, w.data, w.qtype, out, self.ahead, self.ahead_x16)
         else:
             matmul(x, w.data, w.qtype, out)
         if bias is not None:

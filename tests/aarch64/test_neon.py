@@ -84,7 +84,7 @@ x[0, :32] *= 100.0
 bits = []
 for k in range(1, 18):
     r = np.empty((k, 23), np.float32)
-    matmul_q8.matmul_q8_sel(x[:k], w, qt, r, sel, -1)
+    matmul_q8.matmul_q8_sel(x[:k], w, qt, r, sel, -1, -1)
     bits.append(hashlib.sha256(r.view(np.uint32).tobytes()).hexdigest())
 print(json.dumps({"level": simd.SIMD_LEVEL, "bits": bits}))
 """

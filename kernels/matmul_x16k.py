@@ -50,18 +50,24 @@ from .qtypes import (Q4_K, Q4_KX16, Q6_K, Q6_KX16, X16_ROWS, _BLOCK_BYTES, qtype
 from .quantize_q8 import _alloc_q8_k, _quantize_q8_k
 from .simd import _AVX512, sfma
 from .simd_wide import prefetch_l2, vhalf16, vload_b64, vload_i8x16, vload_u8x16
-from .tiles import (tbcast4, tbroadcast, tdot4, tdotw, tfloat, tfma, tile_rows, tmac, tmul, tsplat_i32, tstore_f32,
-                    tzeros)
+from .tiles import (tbcast4, tbroadcast, tdot4, tdotw, tfloat, tfma, tile_rows, tload_f32, tmac, tmul, tsplat_i32,
+                    tstore_f32, tzeros)
 
 _inline = njit(fastmath=False, forceinline=True, _nrt=False)
-# rows per pass: a row holds an integer sum, a sub-block's dot and a float accumulator (one
-# AVX-512 register each, two AVX2 ones): 8 rows fill AVX-512's 32 registers, 4 AVX2's 16 (spilling)
-R_MAX = 8 if _AVX512 else 4
-# Q6_K's pass holds 4 sub-block tiles per row as well (6 registers a row): 4 rows at most, more in
-# tiles of 4. (A pass of up to 8 rows summing a quarter of a half at a time read the weights 4
-# times over; with the weights streaming from memory, 5 rows then cost 610-630 us a 1536 x 8960
-# down matrix against 470 in 4 + 1, and no batch size ran faster: Zen 4, same process, same bits.)
-Q6_R_MAX = 4
+# rows per pass. Each row's float sum lives in its output row (read and written once a
+# super-block), so the registers hold only what a row needs inside one: Q4_K an integer sum and
+# a sub-block's dot (one AVX-512 register each, two AVX2 ones), Q6_K the sum and 4 sub-block dots.
+# Every pass beyond the first decodes the weights again, and a batch needing one more pass than the
+# batch a row smaller costs that decoding on top of its row. With the float sums in registers too
+# (8 and 4 rows a pass), the 9th and the 17th row cost 2.5-3x an average row (a new pass of both
+# types at once); with 12 and 5 rows a pass the products of 5-17 rows ran 1.01-1.13x faster and the
+# 17th row cost 3.6 ms against 4.4 for an average row of 1-16 (the 1.5B's interleaved matrices,
+# streaming; Intel Xeon family 6 model 167, same process, same bits). AVX2, 16 registers: 4 rows.
+R_MAX = 12 if _AVX512 else 4
+# (Q6_K: a pass of up to 8 rows summing a quarter of a half at a time read the weights 4 times
+# over; with the weights streaming from memory, 5 rows then cost 610-630 us a 1536 x 8960 down
+# matrix against 470 in 4 + 1, and no batch size ran faster: Zen 4, same process, same bits.)
+Q6_R_MAX = 5 if _AVX512 else 4
 K_BASE = {Q4_KX16: Q4_K, Q6_KX16: Q6_K}
 _BLOCK = {t: int(_BLOCK_BYTES[t]) for t in (Q4_K, Q6_K)}    # bytes of one row's super-block (GGUF)
 
@@ -107,7 +113,7 @@ def _pass_q4_k(R):
     @_inline
     def run(r, base, w, p, nb, qx, dx, bsum, out, o, n_out, n_rows, ahead, last):
         r0 = base + r
-        f = tzeros(np.float32, 16, R)
+        tstore_f32(out, r0 * n_out + o, n_out, tzeros(np.float32, 16, R))       # the float sums
         for b in range(nb):
             q = p + X16_ROWS * 144 * b
             ib = b * n_rows + r0
@@ -132,9 +138,8 @@ def _pass_q4_k(R):
                     ((vload_u8x16(w, q + 64 + 16 * (j + 1)) >> 6) | ((hi >> 4) << 2)) << 16)
                 im = tdotw(im, mn, tsplat_i32(bsum, 4 * ib + j // 2, 4, R, 1))
             xd = tbroadcast(dx, ib, 1, R, 16)
-            f = tfma(tfloat(acc), tmul(xd, vhalf16(w, q)), f)
-            f = tfma(tfloat(im), tmul(xd, vhalf16(w, q + 32)), f)
-        tstore_f32(out, r0 * n_out + o, n_out, f)
+            f = tfma(tfloat(acc), tmul(xd, vhalf16(w, q)), tload_f32(out, r0 * n_out + o, n_out, R, 16))
+            tstore_f32(out, r0 * n_out + o, n_out, tfma(tfloat(im), tmul(xd, vhalf16(w, q + 32)), f))
     return run
 
 
@@ -143,7 +148,7 @@ def _pass_q6_k(R):
     @_inline
     def run(r, base, w, p, nb, qx, dx, bsum, out, o, n_out, n_rows, ahead, last):
         r0 = base + r
-        f = tzeros(np.float32, 16, R)
+        tstore_f32(out, r0 * n_out + o, n_out, tzeros(np.float32, 16, R))       # the float sums
         for b in range(nb):
             q = p + X16_ROWS * 210 * b
             ib = b * n_rows + r0
@@ -173,8 +178,9 @@ def _pass_q6_k(R):
                     acc = tmac(acc, t1, vload_i8x16(w, q + 32 + 16 * (i + 2)))
                     acc = tmac(acc, t2, vload_i8x16(w, q + 32 + 16 * (i + 4)))
                     acc = tmac(acc, t3, vload_i8x16(w, q + 32 + 16 * (i + 6)))
-            f = tfma(tfloat(acc), tmul(tbroadcast(dx, ib, 1, R, 16), vhalf16(w, q)), f)
-        tstore_f32(out, r0 * n_out + o, n_out, f)
+            f = tfma(tfloat(acc), tmul(tbroadcast(dx, ib, 1, R, 16), vhalf16(w, q)), tload_f32(out, r0 * n_out + o,
+                                                                                              n_out, R, 16))
+            tstore_f32(out, r0 * n_out + o, n_out, f)
     return run
 
 

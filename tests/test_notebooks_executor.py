@@ -169,3 +169,22 @@ def test_check_lists_the_stale_notebooks_of_the_folder(tiny, tmp_path, monkeypat
     assert executor.main(["--check", "00"]) == 0
     assert executor.main(["--check"]) == 1
     assert capsys.readouterr().out.splitlines() == ["01_unstamped.ipynb: never executed by specnb.app.notebooks"]
+
+
+def test_executing_without_chromium_stops_before_any_notebook(monkeypatch, capsys):
+    """Without Chromium the notebooks would be stored with no static pictures (which the metadata
+    tests fail): the executor says what is missing and how to install it, and runs nothing."""
+    from specnb.figures import snapshot
+    monkeypatch.setattr(snapshot, "find_chromium", lambda: None)
+    monkeypatch.setattr(snapshot, "kaleido_browser", lambda: None)
+    ran = []
+    monkeypatch.setattr(executor, "execute", lambda p, **kw: ran.append(p) or 0.0)
+    monkeypatch.setattr(executor, "write_times", lambda *a: True)
+    assert executor.main(["00"]) == 2
+    err = capsys.readouterr().err
+    assert "apt-get install -y chromium" in err and "SPECNB_CHROMIUM" in err and "--without-pictures" in err
+    assert "live views" in err and "kaleido" in err and ran == []
+    assert executor.main(["00", "--without-pictures"]) == 0 and len(ran) == 1
+    monkeypatch.setattr(snapshot, "find_chromium", lambda: "/usr/bin/chromium")
+    monkeypatch.setattr(snapshot, "kaleido_browser", lambda: "/usr/bin/chromium")
+    assert executor.missing_picture_tools() == [] and executor.main(["00"]) == 0 and len(ran) == 2

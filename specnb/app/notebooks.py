@@ -239,12 +239,27 @@ def write_times(guide: Path = TEACHING_GUIDE) -> bool:
     return True
 
 
+def missing_picture_tools() -> list[str]:
+    """What the static pictures need and this machine lacks (specnb.figures.snapshot: Chromium for
+    the live views, a browser kaleido can drive for the plotly figures), each said in words."""
+    from ..figures import snapshot
+    out = []
+    if snapshot.find_chromium() is None:
+        out.append("no Chromium for the live views' pictures ($SPECNB_CHROMIUM, /usr/bin/chromium, PATH)")
+    if snapshot.kaleido_browser() is None:
+        out.append("no Chromium or Chrome for kaleido's plotly pictures")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specnb.app.notebooks", description=__doc__.split("\n")[0])
     ap.add_argument("names", nargs="*", help="notebooks by number (03), stem or file name")
     ap.add_argument("--check", action="store_true", help="list stale notebooks; exit 1 if any")
     ap.add_argument("--times", action="store_true",
                     help=f"only rewrite the recorded-times table in {TEACHING_GUIDE.relative_to(ROOT)}")
+    ap.add_argument("--without-pictures", action="store_true",
+                    help="execute even where no Chromium can draw the figures' static pictures (the "
+                         "notebooks are then stored without them, which tests/test_notebooks_meta.py fails)")
     a = ap.parse_args(argv)
     if a.times:
         return 0 if write_times() else 1
@@ -254,6 +269,13 @@ def main(argv=None) -> int:
         for p, why in bad:
             print(f"{p.name}: {why}")
         return 1 if bad else 0
+    missing = [] if a.without_pictures else missing_picture_tools()
+    if missing:
+        print("python -m specnb.app.notebooks: not executing: " + "; ".join(missing) + ". A committed "
+              "notebook carries a PNG beside each figure and live view, drawn by headless Chromium. Install it "
+              "(Debian / Ubuntu: apt-get install -y chromium; or set SPECNB_CHROMIUM to a Chromium or Chrome), "
+              "or pass --without-pictures.", file=sys.stderr)
+        return 2
     for p in paths:
         print(f"{p.name} ...", end=" ", flush=True)
         print(f"{execute(p):.1f} s", flush=True)

@@ -42,10 +42,10 @@ from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS
 from .qtypes import (Q4_0, Q4_0X16, Q4_1, Q4_1X16, Q5_0, Q5_0X16, Q5_1, Q5_1X16, Q8_0, Q8_0X16, X16_BASE, X16_OF,
                      X16_ROWS, _BLOCK_BYTES, qtype_name, x16_groups)
 from .blocks import _scale16
-from .matmul_x16k import K_BASE, interleave_k
+from .matmul_x16k import K_BASE, interleave_k, prefetch_span
 from .quantize_q8 import _quantize_rows
 from .simd import _AVX512, ld_i8, ld_u32, sfma
-from .simd_wide import prefetch_l2, vabs8, vhalf16, vload_b64
+from .simd_wide import vabs8, vhalf16, vload_b64
 from .tiles import (tbcast4, tbroadcast, tdot4, tfloat, tfma, tile_rows, tmul, tnegate_where, tsplat_i32, tstore_f32,
                     tzeros)
 
@@ -164,8 +164,7 @@ def _pass(qtype, R):
         for b in range(nb):
             q = p + gb * b
             if ahead >= 0 and r == 0:
-                for i in range(0, gb, 64):
-                    prefetch_l2(w, min(q + ahead + i, last))
+                prefetch_span(w, q, q + gb, ahead, last)
             i = r0 * nb + b
             acc = tsplat_i32(sq, i, nb, R, -off) if off else tzeros(np.int32, 16, R)
             acc = block(acc, w, q, qx, r0 * n + 32 * b, n)

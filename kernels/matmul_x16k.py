@@ -109,6 +109,14 @@ def interleave_k(w: np.ndarray, qtype: int) -> np.ndarray:
 # sums of 16 (Q6_K) of its q at bsum[(b n_rows + r) * 16 + i]; Q4_K's sums of 32, negated, two to an
 # int32 (_neg_pairs) at bsum[(b n_rows + r) * 4 + i // 2].
 
+@_inline
+def prefetch_span(w, lo, hi, ahead, last):
+    # the cache lines of bytes lo .. hi - 1 of w, `ahead` bytes further on (at most the last byte),
+    # towards L2: the first tile of a pass spreads its group's prefetches over the super-block
+    for i in range(lo, hi, 64):
+        prefetch_l2(w, min(i + ahead, last))
+
+
 def _pass_q4_k(R):
     @_inline
     def run(r, base, w, p, nb, qx, dx, bsum, out, o, n_out, n_rows, ahead, last):
@@ -121,8 +129,7 @@ def _pass_q4_k(R):
             for c in range(4):
                 xc = ((4 * b + c) * n_rows + r0) * 64
                 if ahead >= 0 and r == 0:       # the first tile reads the weights from memory: a quarter ahead
-                    for i in range(576 * c, 576 * c + 576, 64):
-                        prefetch_l2(w, min(q + ahead + i, last))
+                    prefetch_span(w, q + 576 * c, q + 576 * c + 576, ahead, last)
                 t = tzeros(np.int32, 16, R)                         # sub-block 2c: low nibbles
                 for k in range(8):
                     t = tdot4(t, vload_b64(w, q + 256 + 64 * (8 * c + k)) & 15, tbcast4(qx, xc + 4 * k, 64, R))
@@ -159,8 +166,7 @@ def _pass_q6_k(R):
                 for kk in range(2):
                     i = 8 * h + kk                                   # the sub-blocks i, i + 2, i + 4, i + 6
                     if ahead >= 0 and r == 0:   # the first tile reads the weights from memory: a quarter ahead
-                        for e in range(840 * (2 * h + kk), 840 * (2 * h + kk) + 840, 64):
-                            prefetch_l2(w, min(q + ahead + e, last))
+                        prefetch_span(w, q + 840 * (2 * h + kk), q + 840 * (2 * h + kk) + 840, ahead, last)
                     t0 = tsplat_i32(bsum, 16 * ib + i, 16, R, -32)
                     t1 = tsplat_i32(bsum, 16 * ib + i + 2, 16, R, -32)
                     t2 = tsplat_i32(bsum, 16 * ib + i + 4, 16, R, -32)

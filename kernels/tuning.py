@@ -58,8 +58,7 @@ from numba import njit, prange
 
 from .matmul_q8 import one_row_q4_k, pack_q8_k
 from .matmul_x16k import matmul_x16k_by
-from .qtypes import Q4_KX16
-from .qtypes import type_sel
+from .qtypes import Q4_KX16, type_sel
 from .simd import _AVX512, SIMD_LEVEL
 from .simd_wide import vload_b64
 from .tiles import tbcast4, tdot4, tfloat, tstore_hsum, tzeros

@@ -35,13 +35,16 @@ import os as _os
 # ---- where Numba caches the compiled kernels ------------------------------------------------
 def sources_stamp(folder: str | None = None) -> str:
     """A hash of the source of every kernel file and of the SIMD level asked for (SPECNB_SIMD,
-    see simd.py). Numba checks a cached function against its own file only, so a cached caller
+    and NUMBA_CPU_FEATURES, which sets it too: see simd.py). Numba checks a cached function
+    against its own file only, so a cached caller
     (the fused forward pass in forward.py) would keep running an old copy of a kernel edited in
     another file, or machine code compiled for another SIMD level; one cache folder per stamp
     makes every edit of a kernel start from a fresh cache."""
     import hashlib
     folder = folder or _os.path.dirname(_os.path.abspath(__file__))
     h = hashlib.sha256(("simd=" + _os.environ.get("SPECNB_SIMD", "auto")).encode())
+    if _os.environ.get("NUMBA_CPU_FEATURES"):       # (so that a stamp without it stays as it was)
+        h.update(b"features=" + _os.environ["NUMBA_CPU_FEATURES"].encode())
     for name in sorted(_os.listdir(folder)):
         if name.endswith(".py"):
             with open(_os.path.join(folder, name), "rb") as f:

@@ -44,7 +44,7 @@ from .qtypes import (Q4_0, Q4_0X16, Q4_1, Q4_1X16, Q5_0, Q5_0X16, Q5_1, Q5_1X16,
 from .blocks import _scale16
 from .matmul_x16k import K_BASE, interleave_k, prefetch_span
 from .quantize_q8 import _quantize_rows
-from .simd import _AVX512, ld_i8, ld_u32, sfma
+from .simd import _AVX512, _VNNI256, ld_i8, ld_u32, sfma
 from .simd_wide import vabs8, vhalf16, vload_b64
 from .tiles import (tbcast4, tbroadcast, tdot4, tfloat, tfma, tile_rows, tmul, tnegate_where, tsplat_i32, tstore_f32,
                     tzeros)
@@ -52,8 +52,8 @@ from .tiles import (tbcast4, tbroadcast, tdot4, tfloat, tfma, tile_rows, tmul, t
 _jit = njit(cache=True, fastmath=False)
 _inline = njit(fastmath=False, forceinline=True, _nrt=False)
 # rows per pass: AVX-512 holds 8 rows' integer and float accumulators (one register each) in its
-# 32 registers; on AVX2 each takes two of 16
-R_MAX = 8 if _AVX512 else 4
+# 32 registers; on AVX2 each takes two of 16 (AVX-VNNI: 6 rows, measured with matmul_x16k's)
+R_MAX = 8 if _AVX512 else 6 if _VNNI256 else 4
 
 # A 32-block type's GGUF block, as the layout and the kernels read it: its bytes (qtypes'
 # table), where its quants start (after d, m, qh), the offset of its unsigned quants (w = u - off),

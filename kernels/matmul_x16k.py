@@ -48,7 +48,7 @@ from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS
 from .qtypes import (Q4_K, Q4_KX16, Q6_K, Q6_KX16, X16_ROWS, _BLOCK_BYTES, qtype_name, x16_groups, x16_join,
                      x16_planes, x16_rows_first, x16_words)
 from .quantize_q8 import _alloc_q8_k, _quantize_q8_k
-from .simd import _AVX512, sfma
+from .simd import _AVX512, _VNNI256, sfma
 from .simd_wide import prefetch_l2, vhalf16, vload_b64, vload_i8x16, vload_u8x16
 from .tiles import (tbcast4, tbroadcast, tdot4, tdotw, tfloat, tfma, tile_rows, tload_f32, tmac, tmul, tsplat_i32,
                     tstore_f32, tzeros)
@@ -62,8 +62,11 @@ _inline = njit(fastmath=False, forceinline=True, _nrt=False)
 # (8 and 4 rows a pass), the 9th and the 17th row cost 2.5-3x an average row (a new pass of both
 # types at once); with 12 and 5 rows a pass the products of 5-17 rows ran 1.01-1.13x faster and the
 # 17th row cost 3.6 ms against 4.4 for an average row of 1-16 (the 1.5B's interleaved matrices,
-# streaming; Intel Xeon family 6 model 167, same process, same bits). AVX2, 16 registers: 4 rows.
-R_MAX = 12 if _AVX512 else 4
+# streaming; Intel Xeon family 6 model 167, same process, same bits). 16 registers: AVX-VNNI's
+# in-place dot products hold 6 rows (4: a row beyond the first at k = 5 / 9 cost 0.16 / 0.19 of a
+# step, 6: 0.13 / 0.17, 8 spills: 0.26 at k = 9), AVX2's pmaddubsw pairs 4 (6 was no faster); the
+# 1.5B, the same Xeon compiled as those CPUs would (simd.cpu_features_for), medians of 5, two rounds.
+R_MAX = 12 if _AVX512 else 6 if _VNNI256 else 4
 # (Q6_K: a pass of up to 8 rows summing a quarter of a half at a time read the weights 4 times
 # over; with the weights streaming from memory, 5 rows then cost 610-630 us a 1536 x 8960 down
 # matrix against 470 in 4 + 1, and no batch size ran faster: Zen 4, same process, same bits.)

@@ -65,7 +65,9 @@ _V32B = ir.VectorType(ir.IntType(8), 32)
 
 
 # ---- which instructions the kernels use ------------------------------------------------------
-# The host's features, or fewer with SPECNB_SIMD=avx2 (no AVX-512 / VNNI) or SPECNB_SIMD=generic
+# The host's features, or fewer with SPECNB_SIMD=avxvnni (256-bit registers and VNNI's vpdpbusd /
+# vpdpwssd: the AVX-VNNI of Intel's Core since Alder Lake, 12th generation, which has no AVX-512),
+# SPECNB_SIMD=avx2 (no VNNI at all: AMD Zen 2 / 3, Intel before Alder Lake) or SPECNB_SIMD=generic
 # (no x86 intrinsics at all: plain LLVM vector IR, what any CPU compiles). On aarch64 (ARM: Apple
 # M-series, Graviton) `neon` is the int8 dot-product instructions of ARMv8.2 (sdot, the dotprod
 # feature) and `neon-i8mm` adds usdot (unsigned x signed bytes, the i8mm feature: Apple M2 and
@@ -74,13 +76,14 @@ _V32B = ir.VectorType(ir.IntType(8), 32)
 # the speed differs. (specnb's Numba cache folder depends on SPECNB_SIMD too: machine code
 # compiled for one level is never loaded for another.)
 
-SIMD_LEVELS = ("generic", "avx2", "avx512", "neon", "neon-i8mm")
-_CHAINS = (("generic", "avx2", "avx512"), ("generic", "neon", "neon-i8mm"))   # each: lowest first
+SIMD_LEVELS = ("generic", "avx2", "avxvnni", "avx512", "neon", "neon-i8mm")
+_CHAINS = (("generic", "avx2", "avxvnni", "avx512"), ("generic", "neon", "neon-i8mm"))   # each: lowest first
 
 
 def _simd_level(requested: str, features) -> str:
     has = lambda *names: all(bool(features.get(n, False)) for n in names)
     best = ("avx512" if has("avx2", "avx512f", "avx512bw", "avx512vl", "avx512vnni")
+            else "avxvnni" if has("avx2", "avxvnni")
             else "avx2" if has("avx2")
             else "neon-i8mm" if has("neon", "dotprod", "i8mm")
             else "neon" if has("neon", "dotprod") else "generic")
@@ -95,6 +98,24 @@ def _simd_level(requested: str, features) -> str:
     if requested not in chain:          # another architecture's level: this CPU has none of it
         return "generic"
     return chain[min(chain.index(requested), chain.index(best))]
+
+
+# the x86 features each level lets Numba's compiler use, beyond AVX2's (prefixes of LLVM's names)
+_ABOVE = {"avx2": ("avx512", "avx10", "evex512", "amx", "avxvnni", "avxifma", "avxneconvert"),
+          "avxvnni": ("avx512", "avx10", "evex512", "amx")}
+
+
+def cpu_features_for(level: str) -> str:
+    """A NUMBA_CPU_FEATURES value under which this x86 host compiles as a CPU of `level` (avx2:
+    an AMD Zen 3; avxvnni: an Intel Core since Alder Lake) would: the host's features with those
+    above the level switched off, so that not even LLVM's own code uses a 512-bit register.
+    Set it before Python starts; the SIMD level follows (tests/test_simd.py; docs/benchmarks.md
+    measures the lower levels so)."""
+    if level not in _ABOVE:
+        raise ValueError(f"cpu_features_for({level!r}): expected one of {', '.join(_ABOVE)}")
+    off = _ABOVE[level]
+    return ",".join(("+" if on and not k.startswith(off) else "-") + k
+                    for k, on in sorted(llvm_binding.get_host_cpu_features().items()))
 
 
 def _arm_reported() -> dict:
@@ -130,6 +151,12 @@ def _host_features() -> dict:
         features = dict(llvm_binding.get_host_cpu_features())
     except RuntimeError:                # LLVM has no feature list for this host (e.g. macOS on ARM)
         features = {}
+    from numba.core import config
+    if config.CPU_FEATURES:
+        # Numba compiles for these features (NUMBA_CPU_FEATURES, "+avx2,-avx512f,..."), not the
+        # host's: the level follows, so that e.g. a host with AVX-512 compiles what a CPU without
+        # it runs, with no 512-bit register anywhere (how docs/benchmarks.md measures other levels)
+        features.update({f[1:]: f[0] == "+" for f in config.CPU_FEATURES.split(",") if f[:1] in "+-" and f[1:]})
     import platform
     if platform.machine().lower() in ("aarch64", "arm64"):
         # what the CPU reports, beside LLVM's view (which misses it under qemu-user and on macOS)
@@ -172,9 +199,10 @@ _FEATURES = _host_features()
 SIMD_LEVEL = _simd_level(os.environ.get("SPECNB_SIMD", "auto"), _FEATURES)
 if SIMD_LEVEL in ("neon", "neon-i8mm"):
     SIMD_LEVEL = _arm_compile_target(SIMD_LEVEL, _FEATURES)
-_AVX2 = SIMD_LEVEL in ("avx2", "avx512")
+_AVX2 = SIMD_LEVEL in ("avx2", "avxvnni", "avx512")
 _AVX512 = SIMD_LEVEL == "avx512"        # 512-bit byte dot products (AVX512-BW and VNNI)
 _AVX2_ONLY = _AVX2 and not _AVX512      # 256-bit registers only: 16 of them, each half a 512-bit one
+_VNNI256 = SIMD_LEVEL == "avxvnni"      # ... whose byte dot product is one vpdpbusd (AVX-VNNI)
 _NEON = SIMD_LEVEL in ("neon", "neon-i8mm")     # aarch64 sdot
 _I8MM = SIMD_LEVEL == "neon-i8mm"               # aarch64 usdot
 _F16C = _AVX2 and bool(_FEATURES.get("f16c", False))
@@ -204,6 +232,34 @@ def _call(builder, name, ret, args):
     # call the LLVM intrinsic `name`
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, [a.type for a in args]), name)
     return builder.call(fn, args)
+
+
+def _operand_form(name, acc_ty, new_ty):
+    """The VNNI intrinsic `name` (acc_ty accumulator, two operands) as a function of the builder
+    and three vectors. LLVM changed its operand types (bytes / int16 since LLVM 21 or so, new_ty;
+    before, the accumulator's type): this asks the LLVM at hand which one it declares."""
+    acc = str(acc_ty)
+    try:
+        m = llvm_binding.parse_assembly(
+            f"declare {acc} @{name}({acc}, {acc}, {acc})\n"
+            f"define {acc} @f({acc} %a) {{\n"
+            f"  %r = call {acc} @{name}({acc} %a, {acc} %a, {acc} %a)\n"
+            f"  ret {acc} %r\n}}\n")
+        new = f"{new_ty}, {new_ty})" in str(m)
+    except RuntimeError:
+        new = True
+    form = new_ty if new else acc_ty
+
+    def emit(builder, acc, a, b):
+        return _call(builder, name, acc_ty, [acc, builder.bitcast(a, form), builder.bitcast(b, form)])
+    emit.operand_type = form
+    return emit
+
+
+# acc + the dot products of 4 unsigned x 4 signed bytes (vpdpbusd) / of 2 x 2 int16 (vpdpwssd), one
+# instruction each, exact (no saturation); the 256-bit forms are AVX-VNNI's (or AVX512-VL's)
+vpdpbusd256 = _operand_form("llvm.x86.avx512.vpdpbusd.256", _V8I, ir.VectorType(ir.IntType(8), 32))
+vpdpwssd256 = _operand_form("llvm.x86.avx512.vpdpwssd.256", _V8I, ir.VectorType(ir.IntType(16), 16))
 
 
 # -- loads and stores
@@ -506,6 +562,8 @@ def _dot_bytes(signed_a):
             if signed_a:
                 a, b = (_call(builder, "llvm.x86.avx2.psign.b", _V32B, [a, a]),
                         _call(builder, "llvm.x86.avx2.psign.b", _V32B, [b, a]))
+            if _VNNI256:
+                return vpdpbusd256(builder, ir.Constant(_V8I, None), a, b)
             pairs = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", v16s, [a, b])
             return _call(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [pairs, ir.Constant(v16s, [1] * 16)])
         v32 = ir.VectorType(_i32, 32)

@@ -29,8 +29,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from .simd import (_AVX2, _AVX2_ONLY, _AVX512, _NEON, Vec, _V8I, _call, _i32, _is_bytes, _ptr, _splat, _typed_load,
-                   llvm_binding, neon_dot4)
+from .simd import (_AVX2, _AVX2_ONLY, _AVX512, _NEON, _VNNI256, Vec, _V8I, _call, _i32, _is_bytes, _operand_form, _ptr,
+                   _splat, _typed_load, llvm_binding, neon_dot4, vpdpbusd256, vpdpwssd256)
 
 i8x64 = Vec(types.int8, 64)
 i16x16 = Vec(types.int16, 16)
@@ -78,11 +78,11 @@ def dot4_codegen(builder, acc, u, x, s=None):
     halves (the 'pair form' (sc & 0xffff) | sc << 16, sc in int16 range)."""
     if _AVX512:
         if s is None:
-            return _call(builder, "llvm.x86.avx512.vpdpbusd.512", _V16I,
-                         [acc, _VNNI_B(builder, u), _VNNI_B(builder, x)])
+            return _VNNI_B(builder, acc, u, x)
         p = _call(builder, "llvm.x86.avx512.pmaddubs.w.512", _V32S, [u, x])
-        return _call(builder, "llvm.x86.avx512.vpdpwssd.512", _V16I,
-                     [acc, _VNNI_W(builder, p), _VNNI_W(builder, builder.bitcast(s, _V32S))])
+        return _VNNI_W(builder, acc, p, s)
+    if _VNNI256:
+        return _concat(builder, *[_vnni256_half(builder, _slice(builder, acc, 8 * h, 8), u, x, s, h) for h in range(2)])
     if _AVX2:
         halves = _avx2_halves(builder, u, x, s)
         return builder.add(acc, _concat(builder, halves[0], halves[1]))
@@ -110,8 +110,10 @@ def dotw_codegen(builder, acc, c, t):
     <16 x i32> whose lanes hold two int16 each (low half first); exact while each sum fits an
     int32. AVX-512 VNNI: one vpdpwssd; AVX2: two pmaddwd; elsewhere the products and a shuffle."""
     if _AVX512:
-        return _call(builder, "llvm.x86.avx512.vpdpwssd.512", _V16I,
-                     [acc, _VNNI_W(builder, builder.bitcast(c, _V32S)), _VNNI_W(builder, builder.bitcast(t, _V32S))])
+        return _VNNI_W(builder, acc, c, t)
+    if _VNNI256:
+        return _concat(builder, *[vpdpwssd256(builder, _slice(builder, acc, 8 * h, 8), _slice(builder, c, 8 * h, 8),
+                                              _slice(builder, t, 8 * h, 8)) for h in range(2)])
     if _AVX2:
         halves = [_call(builder, "llvm.x86.avx2.pmadd.wd", _V8I,
                         [builder.bitcast(_slice(builder, c, 8 * h, 8), _V16S),
@@ -135,6 +137,15 @@ def _avx2_halves(builder, u, x, s):
     return halves
 
 
+def _vnni256_half(builder, acc8, u, x, s, h):
+    # AVX-VNNI: acc8 + lanes 8h .. 8h + 7 of the dot: one vpdpbusd, or pmaddubsw + vpdpwssd (scaled)
+    uh, xh = _slice(builder, u, 32 * h, 32), _slice(builder, x, 32 * h, 32)
+    if s is None:
+        return vpdpbusd256(builder, acc8, uh, xh)
+    p = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [uh, xh])
+    return vpdpwssd256(builder, acc8, p, _slice(builder, s, 8 * h, 8))
+
+
 def fold_codegen(builder, v):
     """<16 x i32> -> <8 x i32>: lane l + lane l + 8 (exact integers)."""
     return builder.add(_slice(builder, v, 0, 8), _slice(builder, v, 8, 8))
@@ -144,32 +155,16 @@ def dot4_folded_codegen(builder, acc8, u, x, s):
     """acc8 (<8 x i32>) + fold(the scaled dot4 of u and x): the same integers as folding
     dot4_codegen's 16 lanes, with one 256-bit register per accumulator on AVX2 (the halves
     added as they are made, never concatenated)."""
+    if _VNNI256:                        # the halves accumulated in turn: the same integers
+        return _vnni256_half(builder, _vnni256_half(builder, acc8, u, x, s, 0), u, x, s, 1)
     if _AVX2_ONLY:
         h0, h1 = _avx2_halves(builder, u, x, s)
         return builder.add(acc8, builder.add(h0, h1))
     return builder.add(acc8, fold_codegen(builder, dot4_codegen(builder, ir.Constant(_V16I, None), u, x, s)))
 
 
-def _operand_form(name, old_ty, new_ty):
-    # LLVM changed the operand types of some x86 intrinsics (the VNNI ones take <64 x i8> /
-    # <32 x i16> since LLVM 21 or so; older ones <16 x i32>): ask the LLVM at hand which it declares
-    try:
-        m = llvm_binding.parse_assembly(
-            f"declare <16 x i32> @{name}(<16 x i32>, {old_ty}, {old_ty})\n"
-            f"define <16 x i32> @f(<16 x i32> %a) {{\n"
-            f"  %r = call <16 x i32> @{name}(<16 x i32> %a, {old_ty} %a, {old_ty} %a)\n"
-            f"  ret <16 x i32> %r\n}}\n")
-        new = f"{new_ty}, {new_ty})" in str(m)
-    except RuntimeError:
-        new = True
-    if new:
-        vty = {"<64 x i8>": ir.VectorType(ir.IntType(8), 64), "<32 x i16>": _V32S}[new_ty]
-        return lambda builder, v: builder.bitcast(v, vty)
-    return lambda builder, v: builder.bitcast(v, _V16I)
-
-
-_VNNI_B = _operand_form("llvm.x86.avx512.vpdpbusd.512", "<16 x i32>", "<64 x i8>")
-_VNNI_W = _operand_form("llvm.x86.avx512.vpdpwssd.512", "<16 x i32>", "<32 x i16>")
+_VNNI_B = _operand_form("llvm.x86.avx512.vpdpbusd.512", _V16I, ir.VectorType(_I8, 64))
+_VNNI_W = _operand_form("llvm.x86.avx512.vpdpwssd.512", _V16I, _V32S)
 
 
 

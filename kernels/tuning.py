@@ -59,7 +59,7 @@ from numba import njit, prange
 from .matmul_q8 import one_row_q4_k, pack_q8_k
 from .matmul_x16k import matmul_x16k_by
 from .qtypes import Q4_KX16, type_sel
-from .simd import _AVX512, SIMD_LEVEL
+from .simd import _AVX512, _VNNI256, SIMD_LEVEL
 from .simd_wide import vload_b64
 from .tiles import tbcast4, tdot4, tfloat, tstore_hsum, tzeros
 
@@ -280,12 +280,14 @@ def describe(v: dict) -> str:
 # ---- the int8 compute limit, once per machine ---------------------------------------------------
 
 PEAK_ENV = "SPECNB_INT8_PEAK"
-PEAK_ROWS = 12 if _AVX512 else 4      # accumulators per thread: a VNNI vpdpbusd's latency is about 5
-                                      # cycles at 1-2 a cycle; AVX2's sums chain through vpaddd only
+PEAK_ROWS = 12 if _AVX512 else 6 if _VNNI256 else 4   # accumulators per thread: a VNNI vpdpbusd's
+# latency is about 5 cycles at 1-2 a cycle (AVX-VNNI, two 256-bit halves a row: 4 rows 343, 6 rows
+# 451, 8 rows 320 G/s on the Intel Xeon family 6 model 167); AVX2's sums chain through vpaddd only
 PEAK_VECS = 16                        # 64-byte vectors per row of a thread's data: (1 + PEAK_ROWS) KiB
 MIN_CPU_SHARE = 0.9                   # a measurement whose threads had less of their CPUs is not kept
 MACS_PER_DOT = 64                     # multiply-adds of one tdot4 (64 bytes times 64 bytes)
-PEAK_INSTRUCTIONS = {"avx512": "VNNI vpdpbusd", "avx2": "vpmaddubsw + vpmaddwd", "neon": "sdot",
+PEAK_INSTRUCTIONS = {"avx512": "VNNI vpdpbusd", "avxvnni": "AVX-VNNI vpdpbusd (256-bit)",
+                     "avx2": "vpmaddubsw + vpmaddwd", "neon": "sdot",
                      "neon-i8mm": "usdot", "generic": "plain LLVM vector multiply-adds"}
 
 

@@ -5,8 +5,9 @@
 - each intrinsic against its NumPy definition (the fixed reduction order of vhsum, ties to even
   in vrint, the byte dot products, the field and scale builders, the tiles);
 - every SIMD level gives the same bits: the kernels recompiled with SPECNB_SIMD=generic (the plain
-  LLVM vector IR a CPU without AVX2, e.g. an ARM laptop, compiles) and SPECNB_SIMD=avx2, in
-  fresh processes, against the host's own level.
+  LLVM vector IR a CPU without AVX2, e.g. an ARM laptop, compiles), and as an AVX2-only and an
+  AVX-VNNI CPU would compile them (simd.cpu_features_for), in fresh processes, against the host's
+  own level.
 """
 import json
 import os
@@ -45,6 +46,8 @@ X86_INTRINSICS = [   # (name, IR signature) of every x86 intrinsic the layer emi
     ("llvm.x86.avx512.pmaddubs.w.512", "<32 x i16> (<64 x i8>, <64 x i8>)"),
     ("llvm.x86.avx512.vpdpbusd.512", None),
     ("llvm.x86.avx512.vpdpwssd.512", None),
+    ("llvm.x86.avx512.vpdpbusd.256", None),          # AVX-VNNI (or AVX512-VL)
+    ("llvm.x86.avx512.vpdpwssd.256", None),
     ("llvm.x86.vcvtph2ps.128", "<4 x float> (<8 x i16>)"),
 ]
 
@@ -52,12 +55,15 @@ X86_INTRINSICS = [   # (name, IR signature) of every x86 intrinsic the layer emi
 @pytest.mark.parametrize("name,sig", X86_INTRINSICS)
 def test_the_llvm_intrinsics_it_emits_compile(name, sig):
     import llvmlite.binding as llvm
-    if sig is None:     # the VNNI ones: the operand types of the LLVM at hand (simd_wide probes them)
-        b = "<64 x i8>" if "busd" in name else "<32 x i16>"
-        probe = W._VNNI_B if "busd" in name else W._VNNI_W
-        vty = str(probe(_FakeBuilder(), "v"))
-        b = b if vty == b else "<16 x i32>"
-        sig = f"<16 x i32> (<16 x i32>, {b}, {b})"
+    if sig is None:     # the VNNI ones: the operand types of the LLVM at hand (simd.py probes them)
+        wide = name.endswith(".512")
+        probe = {(True, True): W._VNNI_B, (True, False): W._VNNI_W,
+                 (False, True): S.vpdpbusd256, (False, False): S.vpdpwssd256}[wide, "busd" in name]
+        acc = "<16 x i32>" if wide else "<8 x i32>"
+        b = str(probe.operand_type)
+        assert b in (acc, ("<64 x i8>" if wide else "<32 x i8>") if "busd" in name else
+                     ("<32 x i16>" if wide else "<16 x i16>")), (name, b)
+        sig = f"{acc} ({acc}, {b}, {b})"
     ret, args = sig.split(" (", 1)
     argtys = [a.strip() for a in args.rstrip(")").split(",")]
     params = ", ".join(f"{t} %a{i}" for i, t in enumerate(argtys))
@@ -66,19 +72,15 @@ def test_the_llvm_intrinsics_it_emits_compile(name, sig):
           f"define {ret} @f({params}) {{\n  %r = call {ret} @{name}({call})\n  ret {ret} %r\n}}\n")
     m = llvm.parse_assembly(ir)
     m.verify()
-    if "avx512" in name and S.SIMD_LEVEL != "avx512":
+    if name.endswith(".256") and S.SIMD_LEVEL not in ("avx512", "avxvnni"):
+        pytest.skip("this CPU has no VNNI: the layer does not emit it here")
+    if "avx512" in name and not name.endswith(".256") and S.SIMD_LEVEL != "avx512":
         pytest.skip("this CPU has no AVX-512: the layer does not emit it here")
     if "x86" in name and not S._AVX2:
         pytest.skip("not an x86 CPU with AVX2")
     tm = llvm.Target.from_default_triple().create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten())
     assert "f:" in tm.emit_assembly(m)
-
-
-class _FakeBuilder:
-    # records the vector type a probe would bitcast to
-    def bitcast(self, v, ty):
-        return ty
 
 
 # ---- the intrinsics against NumPy ------------------------------------------------------------
@@ -198,7 +200,7 @@ def test_vbits32():
 _LEVEL_SCRIPT = r"""
 import json, sys
 import numpy as np
-from specnb.kernels import matmul, matmul_q8, qtypes, simd
+from specnb.kernels import matmul, matmul_q8, matmul_x16, matmul_x16k, qtypes, simd
 rng = np.random.default_rng(5)
 out = {"level": simd.SIMD_LEVEL}
 n = 11                           # more rows than a tile: the scratch-buffer passes too
@@ -219,6 +221,17 @@ for name in sys.argv[1].split(","):
     f = np.empty((n, 17), np.float32)
     matmul._matmul_rows(x, w, qt, f, 0, 17, np.empty(512, np.float32), qtypes.type_sel([qt]))
     out[name] = [r.view(np.uint32).tolist(), f.view(np.uint32).tolist()]
+    if name in ("Q4_K", "Q6_K", "Q5_0"):    # interleaved 16 rows (matmul_x16k, matmul_x16): 35
+                                            # outputs (two groups and a tail), 13 rows
+        w = qtypes.random_blocks(qt, 35, 512, rng)
+        xi = rng.standard_normal((13, 512)).astype(np.float32)
+        r = np.empty((13, 35), np.float32)
+        q16, wx = qtypes.X16_OF[qt], matmul_x16.interleave(w, qt)
+        if name == "Q5_0":          # (the products alone: matmul_q8's dispatch would compile every type)
+            matmul_x16.matmul_x16_by(xi, wx, q16, r, qtypes.type_sel([q16]), -1)
+        else:
+            matmul_x16k.matmul_x16k_by(xi, wx, q16, r, name == "Q4_K", name == "Q6_K", -1)
+        out[name + "X16"] = r.view(np.uint32).tolist()
 print(json.dumps(out))
 """
 LEVEL_TYPES = "Q4_K,Q6_K,Q8_0,Q4_1,Q5_0"
@@ -226,6 +239,8 @@ LEVEL_TYPES = "Q4_K,Q6_K,Q8_0,Q4_1,Q5_0"
 
 def _start_level(level, tmp_path):
     env = dict(os.environ, SPECNB_SIMD=level, NUMBA_CACHE_DIR=str(tmp_path / level))
+    if level in ("avx2", "avxvnni"):    # compiled as such a CPU would: no 512-bit register anywhere
+        env.update(SPECNB_SIMD="auto", NUMBA_CPU_FEATURES=S.cpu_features_for(level))
     return subprocess.Popen([sys.executable, "-c", _LEVEL_SCRIPT, LEVEL_TYPES], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -238,23 +253,46 @@ def _result(proc):
 
 @pytest.mark.slow
 def test_every_simd_level_gives_the_same_bits(tmp_path):
-    # compiles the int8 and float32 row kernels of five types afresh at each level (minutes of
-    # one core each: the levels compile side by side, one process each)
-    levels = ["generic"] + (["avx2"] if S.SIMD_LEVEL == "avx512" else [])
+    # compiles the int8 and float32 row kernels of five types and their interleaved products afresh
+    # at each level (minutes of one core each: the levels compile side by side, one process each)
+    lower = [lv for lv in ("avx2", "avxvnni") if lv != S.SIMD_LEVEL and S._simd_level(lv, S._FEATURES) == lv]
+    levels = ["generic", *lower]
     procs = {level: _start_level(level, tmp_path) for level in ["auto", *levels]}
     native = _result(procs.pop("auto"))
     assert native["level"] == S.SIMD_LEVEL
     for level, proc in procs.items():
         got = _result(proc)
         assert got["level"] == level
-        for name in LEVEL_TYPES.split(","):
+        assert sorted(got) == sorted(native) and len(native) == 1 + len(LEVEL_TYPES.split(",")) + 3
+        for name in set(native) - {"level"}:
             assert got[name] == native[name], (level, name)
+
+
+def test_cpu_features_for_a_lower_level():
+    with pytest.raises(ValueError, match="cpu_features_for\\('avx512'\\)"):
+        S.cpu_features_for("avx512")
+    for level in ("avx2", "avxvnni"):
+        f = dict((x[1:], x[0] == "+") for x in S.cpu_features_for(level).split(","))
+        assert not any(on for k, on in f.items() if k.startswith(("avx512", "amx", "evex512")))
+        assert f.get("avxvnni", False) == (level == "avxvnni" and S._FEATURES.get("avxvnni", False))
+        if S._simd_level(level, S._FEATURES) == level:      # the level a process started so picks
+            env = dict(os.environ, NUMBA_CPU_FEATURES=S.cpu_features_for(level))
+            env.pop("SPECNB_SIMD", None)
+            out = subprocess.run([sys.executable, "-c", "from specnb.kernels import simd; print(simd.SIMD_LEVEL)"],
+                                 env=env, capture_output=True, text=True, timeout=300)
+            assert out.stdout.split() == [level], out.stderr[-2000:]
 
 
 def test_simd_level_choice():
     feats = {"avx2": True, "avx512f": True, "avx512bw": True, "avx512vl": True, "avx512vnni": True}
     assert S._simd_level("auto", feats) == "avx512"
     assert S._simd_level("avx2", feats) == "avx2"
+    assert S._simd_level("avxvnni", feats) == "avxvnni"             # AVX512-VL runs the 256-bit VNNI
+    alder = {"avx2": True, "avxvnni": True}                         # Intel Core 12th generation on
+    assert S._simd_level("auto", alder) == "avxvnni"
+    assert S._simd_level("avx512", alder) == "avxvnni"
+    assert S._simd_level("avx2", alder) == "avx2"
+    assert S._simd_level("avxvnni", {"avx2": True}) == "avx2"
     assert S._simd_level("generic", feats) == "generic"
     assert S._simd_level("auto", {"avx2": True}) == "avx2"
     assert S._simd_level("avx512", {"avx2": True}) == "avx2"       # never more than the CPU has

@@ -146,6 +146,10 @@ def test_numba_cache_folder_follows_the_kernel_sources(tmp_path, monkeypatch):
     (src / "a.py").write_text("x = 2\n")                    # an edited kernel: a new stamp
     s2 = kernels.sources_stamp(str(src))
     assert s1 != s2 and len(s1) == len(s2) == 16
+    monkeypatch.setenv("NUMBA_CPU_FEATURES", "+avx2,-avx512f")        # another compile target
+    assert kernels.sources_stamp(str(src)) not in (s1, s2)
+    monkeypatch.delenv("NUMBA_CPU_FEATURES")
+    assert kernels.sources_stamp(str(src)) == s2
     root = tmp_path / "numba"
     assert kernels.cache_folder(str(root), str(src)) == str(root / s2)
     assert not root.exists()                                 # naming it creates nothing

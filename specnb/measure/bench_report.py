@@ -20,7 +20,7 @@ PAIR_SPEEDUP_GOAL = 1.3         # speculative tok/s / llama.cpp's plain tok/s of
 CLIFF_FACTOR, CLIFF_MIN = 2.0, 0.0
 # a row beyond the first, in one-row steps, at most (by SIMD level; the others: the AVX2 bound) at
 # k = EXTRA_ROW_KS rows: one VNNI instruction does the 64-byte dot product AVX2 does in two pairs
-EXTRA_ROW_GOALS = {"avx512": 0.15, "avx2": EXTRA_ROW_CHEAP}
+EXTRA_ROW_GOALS = {"avx512": 0.15, "avxvnni": EXTRA_ROW_CHEAP, "avx2": EXTRA_ROW_CHEAP}
 EXTRA_ROW_DEFAULT_GOAL = EXTRA_ROW_CHEAP
 EXTRA_ROW_KS = (5, 9)
 
@@ -249,7 +249,8 @@ def _extra_row_goal(r: dict) -> tuple:
     lim = EXTRA_ROW_GOALS.get(level, EXTRA_ROW_DEFAULT_GOAL)
     ks = EXTRA_ROW_KS
     goal = (f"a row beyond the first costs <= {lim:g} of a one-row step at k = {' and '.join(map(str, ks))} "
-            f"(AVX-512 VNNI CPUs: <= {EXTRA_ROW_GOALS['avx512']:g}, AVX2-only: <= {EXTRA_ROW_GOALS['avx2']:g}; "
+            f"(AVX-512 VNNI CPUs: <= {EXTRA_ROW_GOALS['avx512']:g}, "
+            f"AVX2-only, AVX-VNNI included: <= {EXTRA_ROW_GOALS['avx2']:g}; "
             f"this CPU: {level})")
     if not all(k in r["modes"][_modes(r)[0]]["batch_cost"] for k in ks):
         return goal, "not measured", None

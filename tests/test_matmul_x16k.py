@@ -162,16 +162,47 @@ def test_an_output_has_the_same_bits_in_a_group_and_in_the_tail(name):
     assert np.array_equal(part.view(np.uint32), full[:, ids].view(np.uint32))
 
 
-def test_interleaving_keeps_shape_and_bytes():
+def read_interleaved(wx, qt):
+    """The whole groups of an interleaved matrix read back as matmul_x16k's docstring lays them out
+    -> super_block_ints' tuple for those rows, with the quants as the file's bytes (Q4_K: qs; Q6_K:
+    ql, then qh) in place of u."""
+    G, rb = wx.shape[0] // 16, wx.shape[1]
+    g = wx[:16 * G].reshape(G, rb // (144 if qt == T.Q4_K else 210), -1)     # [group, super-block, bytes]
+    nb = g.shape[1]
+
+    def rows(a):                                      # [G, nb, 16 (rows), ...] -> [16 G, nb, ...]
+        return np.moveaxis(a, 2, 1).reshape((16 * G, nb) + a.shape[3:])
+
+    def halves(lo, hi):
+        return rows(g[..., lo:hi].copy().view(np.float16).astype(np.float32))
+
+    def words(a):                                     # [G, nb, n, 16 (rows), 4] -> each row's n words' bytes
+        return rows(a.transpose(0, 1, 3, 2, 4)).reshape(16 * G, nb, -1)
+    if qt == T.Q4_K:
+        planes = g[..., 64:256].reshape(G, nb, 12, 16).astype(np.int64)      # [plane, row]
+        sc = planes[:, :, :8] & 63
+        mn = (planes[:, :, :8] >> 6) | (((planes[:, :, 8 + np.arange(8) // 2] >> (4 * (np.arange(8) % 2))[:, None])
+                                         & 15) << 2)
+        return words(g[..., 256:].reshape(G, nb, 32, 16, 4)), rows(sc.transpose(0, 1, 3, 2)).repeat(32, -1), \
+            halves(0, 32), rows(mn.transpose(0, 1, 3, 2)).repeat(32, -1), halves(32, 64)
+    sc = rows(g[..., 32:288].view(np.int8).reshape(G, nb, 16, 16).transpose(0, 1, 3, 2)).astype(np.int64)
+    v = g[..., 288:].reshape(G, nb, 2, 8, 3, 16, 4)          # [half, k, (ql 16h + k, ql 16h + 8 + k, qh 8h + k)]
+    ql = v[:, :, :, :, :2].transpose(0, 1, 2, 4, 3, 5, 6).reshape(G, nb, 32, 16, 4)
+    qh = v[:, :, :, :, 2].reshape(G, nb, 16, 16, 4)
+    return np.concatenate([words(ql), words(qh)], -1), sc.repeat(16, -1), halves(0, 32), None, None
+
+
+def test_interleaving_keeps_every_number_and_the_shape():
     rng = np.random.default_rng(5)
     for name, qt in TYPES.items():
-        w = T.random_blocks(qt, 21, 256, rng)
+        w = T.random_blocks(qt, 37, 512, rng)                                # 2 groups of 16 and a tail of 5
         wx = interleave(w, qt)
         assert wx.shape == w.shape and wx.dtype == np.uint8 and not wx.flags.writeable, name
-        if qt == T.Q6_K:                          # Q6_K is a pure regrouping (Q4_K re-packs its scales)
-            assert np.array_equal(np.sort(wx[:16].reshape(-1)), np.sort(w[:16].reshape(-1)))
-        assert np.array_equal(wx[16:], w[16:]), f"{name}: the tail is the file's own rows"
-        assert not np.array_equal(wx[:16], w[:16]), f"{name}: the group is regrouped"
+        want, got = list(super_block_ints(w[:32], qt)), read_interleaved(wx, qt)
+        want[0] = w[:32].reshape(32, 2, -1)[..., 16:144] if qt == T.Q4_K else w[:32].reshape(32, 2, -1)[..., 0:192]
+        for field, a, b in zip(("quants", "scales", "d", "mins", "dmin"), want, got):
+            assert (a is None and b is None) or np.array_equal(a, b), f"{name}: {field}"
+        assert np.array_equal(wx[32:], w[32:]), f"{name}: the tail is the file's own rows"
 
 
 def test_bad_input_is_refused_by_name():

@@ -100,8 +100,9 @@ def _simd_level(requested: str, features) -> str:
     return chain[min(chain.index(requested), chain.index(best))]
 
 
-# the x86 features each level lets Numba's compiler use, beyond AVX2's (prefixes of LLVM's names)
-_ABOVE = {"avx2": ("avx512", "avx10", "evex512", "amx", "avxvnni", "avxifma", "avxneconvert"),
+# the x86 features each level lets Numba's compiler use, beyond AVX2's (prefixes of LLVM's names);
+# avx2 is a Zen 3, which has no GFNI either (with it LLVM shifts bytes in one instruction)
+_ABOVE = {"avx2": ("avx512", "avx10", "evex512", "amx", "avxvnni", "avxifma", "avxneconvert", "gfni"),
           "avxvnni": ("avx512", "avx10", "evex512", "amx")}
 
 

@@ -275,6 +275,7 @@ def test_cpu_features_for_a_lower_level():
         f = dict((x[1:], x[0] == "+") for x in S.cpu_features_for(level).split(","))
         assert not any(on for k, on in f.items() if k.startswith(("avx512", "amx", "evex512")))
         assert f.get("avxvnni", False) == (level == "avxvnni" and S._FEATURES.get("avxvnni", False))
+        assert f.get("gfni", False) == (level == "avxvnni" and S._FEATURES.get("gfni", False))   # no Zen 3 has it
         if S._simd_level(level, S._FEATURES) == level:      # the level a process started so picks
             env = dict(os.environ, NUMBA_CPU_FEATURES=S.cpu_features_for(level))
             env.pop("SPECNB_SIMD", None)

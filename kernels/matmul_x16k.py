@@ -48,10 +48,10 @@ from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS
 from .qtypes import (Q4_K, Q4_KX16, Q6_K, Q6_KX16, X16_ROWS, _BLOCK_BYTES, qtype_name, x16_groups, x16_join,
                      x16_planes, x16_rows_first, x16_words)
 from .quantize_q8 import _alloc_q8_k, _quantize_q8_k
-from .simd import _AVX512, _VNNI256, sfma
-from .simd_wide import prefetch_l2, vhalf16, vload_b64, vload_i8x16, vload_u8x16
-from .tiles import (tbcast4, tbroadcast, tdot4, tdotw, tfloat, tfma, tile_rows, tload_f32, tmac, tmul, tsplat_i32,
-                    tstore_f32, tzeros)
+from .simd import _AVX2_ONLY, _AVX512, _VNNI256, sfma
+from .simd_wide import prefetch_l2, vhalf16, vload_b64, vload_i8x16, vload_u8x16, vpairs
+from .tiles import (tbcast4, tbroadcast, tdot4, tdot4p, tdotw, tfloat, tfma, tile_rows, tload_f32, tmac, tmul,
+                    tsplat_i32, tstore_f32, tzeros)
 
 _inline = njit(fastmath=False, forceinline=True, _nrt=False)
 # rows per pass. Each row's float sum lives in its output row (read and written once a
@@ -71,6 +71,10 @@ R_MAX = 12 if _AVX512 else 6 if _VNNI256 else 4
 # over; with the weights streaming from memory, 5 rows then cost 610-630 us a 1536 x 8960 down
 # matrix against 470 in 4 + 1, and no batch size ran faster: Zen 4, same process, same bits.)
 Q6_R_MAX = 5 if _AVX512 else 4
+# AVX2 without VNNI: a Q4_K sub-block's pmaddubsw pair sums add up in int16 (8 steps x 2 products x
+# 15 x 128 = 30720 < 2^15, exact) and one pmaddwd with the scale finishes it, where tdot4 pays a
+# pmaddwd and an int32 add per 64 bytes and tmac a vpmulld: the same integers, fewer instructions
+PAIRS16 = _AVX2_ONLY and not _VNNI256
 K_BASE = {Q4_KX16: Q4_K, Q6_KX16: Q6_K}
 _BLOCK = {t: int(_BLOCK_BYTES[t]) for t in (Q4_K, Q6_K)}    # bytes of one row's super-block (GGUF)
 
@@ -135,12 +139,16 @@ def _pass_q4_k(R):
                     prefetch_span(w, q + 576 * c, q + 576 * c + 576, ahead, last)
                 t = tzeros(np.int32, 16, R)                         # sub-block 2c: low nibbles
                 for k in range(8):
-                    t = tdot4(t, vload_b64(w, q + 256 + 64 * (8 * c + k)) & 15, tbcast4(qx, xc + 4 * k, 64, R))
-                acc = tmac(acc, t, vload_u8x16(w, q + 64 + 16 * (2 * c)) & 63)
+                    u, x4 = vload_b64(w, q + 256 + 64 * (8 * c + k)) & 15, tbcast4(qx, xc + 4 * k, 64, R)
+                    t = tdot4p(t, u, x4) if PAIRS16 else tdot4(t, u, x4)
+                sc = vload_u8x16(w, q + 64 + 16 * (2 * c)) & 63
+                acc = tdotw(acc, vpairs(sc), t) if PAIRS16 else tmac(acc, t, sc)
                 t = tzeros(np.int32, 16, R)                         # sub-block 2c + 1: high nibbles
                 for k in range(8):
-                    t = tdot4(t, vload_b64(w, q + 256 + 64 * (8 * c + k)) >> 4, tbcast4(qx, xc + 32 + 4 * k, 64, R))
-                acc = tmac(acc, t, vload_u8x16(w, q + 64 + 16 * (2 * c + 1)) & 63)
+                    u, x4 = vload_b64(w, q + 256 + 64 * (8 * c + k)) >> 4, tbcast4(qx, xc + 32 + 4 * k, 64, R)
+                    t = tdot4p(t, u, x4) if PAIRS16 else tdot4(t, u, x4)
+                sc = vload_u8x16(w, q + 64 + 16 * (2 * c + 1)) & 63
+                acc = tdotw(acc, vpairs(sc), t) if PAIRS16 else tmac(acc, t, sc)
             im = tzeros(np.int32, 16, R)
             for j in range(0, 8, 2):                               # the mins of sub-blocks j, j + 1
                 hi = vload_u8x16(w, q + 64 + 16 * (8 + j // 2))

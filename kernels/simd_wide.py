@@ -24,6 +24,7 @@ The conventions are simd.py's (no bounds checks, IEEE float ops, byte offsets fo
     dot4_codegen(...)                  the dot products, for tiles.py's tdot4 / tdot4s
     dot4_folded_codegen / fold_codegen the same folded to 8 lanes (l + l + 8), for tdot4s8 / tfold
     dotw_codegen(...)                  int16 pair products added to int32 lanes (vpdpwssd), for tdotw
+    dot4p_codegen(...)                 the byte products summed in int16 pairs (pmaddubsw), for tdot4p
 """
 from llvmlite import ir
 from numba import types
@@ -103,6 +104,27 @@ def dot4_codegen(builder, acc, u, x, s=None):
         sixteen = ir.Constant(_V16I, [16] * 16)
         d = builder.mul(d, builder.ashr(s, sixteen))
     return builder.add(acc, d)
+
+
+def dot4p_codegen(builder, acc, u, x):
+    """acc + the dot's byte products summed in pairs, kept as int16: acc and the result are <16 x
+    i32> whose lanes hold two int16 (low half first), and half j of lane l gains u[4l + 2j] x[4l + 2j]
+    + u[4l + 2j + 1] x[4l + 2j + 1] (pmaddubsw, then a wrapping int16 add: exact while every sum
+    fits an int16). A dotw with the scales in pair form then finishes a sub-block in one pmaddwd,
+    where dot4 pays a pmaddwd and an int32 add per 64 bytes (AVX2: llama.cpp's maddubs / add_epi16
+    / madd of ggml_vec_dot_q4_K_q8_K)."""
+    if _AVX2:
+        parts = []
+        for h in range(2):
+            p = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S,
+                      [_slice(builder, u, 32 * h, 32), _slice(builder, x, 32 * h, 32)])
+            parts.append(builder.add(builder.bitcast(_slice(builder, acc, 8 * h, 8), _V16S), p))
+        return builder.bitcast(_concat(builder, parts[0], parts[1]), _V16I)
+    v64, v16 = ir.VectorType(_i32, 64), ir.VectorType(ir.IntType(16), 32)
+    p = builder.mul(builder.zext(u, v64), builder.sext(x, v64))
+    pairs = builder.add(builder.shuffle_vector(p, p, ir.Constant(ir.VectorType(_i32, 32), list(range(0, 64, 2)))),
+                        builder.shuffle_vector(p, p, ir.Constant(ir.VectorType(_i32, 32), list(range(1, 64, 2)))))
+    return builder.bitcast(builder.add(builder.bitcast(acc, v16), builder.trunc(pairs, v16)), _V16I)
 
 
 def dotw_codegen(builder, acc, c, t):

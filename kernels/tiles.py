@@ -22,6 +22,8 @@ array a, for r < R (R a literal constant). No bounds checks: the callers check t
     tbcast4(a, i, stride, R)             Tile(i8 x 64), row r = the 4 bytes at a[i + r stride], 16 times
     tdot4(acc, u, x) / tdot4s(acc, u, x, s)   acc[r] + the 64-byte dot (simd.dot4_codegen)
     tdot4s8(acc8, u, x, s)               the same into 8 int32 lanes, lane l + lane l + 8 of the dot
+    tdot4p(acc, u, x)                    acc[r] + the dot's products summed in int16 pairs, two to a
+                                         lane (simd_wide.dot4p_codegen; tdotw with the scales finishes it)
     tfold(t)                             i32 tiles of 16 lanes -> 8 (l + l + 8); 8 lanes as they are
     tnegate_where(x, w)                  x[r] with the lanes where the byte vector w < 0 negated (AVX2:
                                          and 0 where w == 0, as vpsignb does; for dots with |w|)
@@ -38,7 +40,7 @@ from numba import njit, types
 from numba.extending import intrinsic, models, register_model
 
 from .simd import _AVX2_ONLY, _V32B, Vec, _call, _i32, _ptr, _splat
-from .simd_wide import _concat, _slice, dot4_codegen, dot4_folded_codegen, dotw_codegen, fold_codegen
+from .simd_wide import _concat, _slice, dot4_codegen, dot4_folded_codegen, dot4p_codegen, dotw_codegen, fold_codegen
 
 
 class Tile(types.Type):
@@ -223,6 +225,9 @@ _I8x64, _I32x16 = Vec(types.int8, 64), Vec(types.int32, 16)
 tdot4 = _tile_op("tdot4", lambda acc, u, x: _vec(acc) == _I32x16 and _vec(u) == _I8x64 and _vec(x) == _I8x64,
                  lambda acc, u, x: _first_tile(acc, u, x),
                  lambda b, acc, u, x: dot4_codegen(b, acc, u, x))
+tdot4p = _tile_op("tdot4p", lambda acc, u, x: _vec(acc) == _I32x16 and _vec(u) == _I8x64 and _vec(x) == _I8x64,
+                 lambda acc, u, x: _first_tile(acc, u, x),
+                 lambda b, acc, u, x: dot4p_codegen(b, acc, u, x))
 tdot4s = _tile_op("tdot4s", lambda acc, u, x, s: _vec(acc) == _I32x16 and _vec(u) == _I8x64
                   and _vec(x) == _I8x64 and _vec(s) == _I32x16,
                   lambda acc, u, x, s: _first_tile(acc, u, x, s),
@@ -362,6 +367,6 @@ def tile_rows(make_pass, r_max: int):
 
 
 __all__ = ["Tile", "tzeros", "tload_bytes", "tload_i16", "tload_f32", "tbroadcast", "tsplat", "tsplat_i32", "tbcast4",
-           "tdot4", "tdot4s",
+           "tdot4", "tdot4s", "tdot4p",
            "tnegate_where", "tmadd", "tmac", "tdotw", "tfloat", "tfma", "tmul", "tadd", "tstore_hsum", "tstore_f32",
            "tile_rows"]

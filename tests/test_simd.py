@@ -182,6 +182,32 @@ def test_tdotw_adds_int16_pair_products():
 
 
 @njit
+def _dot4p(u, x, sel, out):
+    t = TL.tzeros(np.int32, 16, 2)
+    for k in range(8):                           # a Q4_K sub-block's eight steps, summed in int16
+        t = TL.tdot4p(t, W.vload_b64(u, 64 * k), TL.tload_bytes(x, 64 * k, 512, 2, 64))
+    for j in range(2):                           # half j of every lane, picked by a pmaddwd with (1, 0) / (0, 1)
+        TL.tstore_f32(out, 32 * j, 16, TL.tfloat(TL.tdotw(TL.tzeros(np.int32, 16, 2), W.vload_i32x16(sel, 64 * j), t)))
+
+
+def test_tdot4p_sums_byte_pairs_in_int16_halves():
+    # half j of lane l, row r: the sum over the steps of u[4l + 2j] x[4l + 2j] + u[4l + 2j + 1] x[4l + 2j + 1]
+    # (the AVX2 Q4_K pass: nibbles against int8 activations, up to 30480 in magnitude after eight steps)
+    rng = np.random.default_rng(8)
+    u = rng.integers(0, 16, 512).astype(np.uint8)
+    x = rng.integers(-127, 128, 1024).astype(np.int8)
+    u[:] = np.where(np.arange(512) % 64 < 4, 15, u)
+    x[:512] = np.where(np.arange(512) % 64 < 4, -127, x[:512])     # lane 0 of row 0: -30480 in both halves
+    sel = np.array([1] * 16 + [1 << 16] * 16, np.int32).view(np.uint8)
+    out = np.empty(64, np.float32)
+    _dot4p(u, x, sel, out)
+    prod = u.astype(np.int64).reshape(1, 8, 64) * x.astype(np.int64).reshape(2, 8, 64)    # [row, step, byte]
+    want = prod.reshape(2, 8, 16, 2, 2).sum(-1).sum(1)                                     # [row, lane, half]
+    assert out.reshape(2, 2, 16).transpose(1, 2, 0).tolist() == want.tolist()
+    assert want[0, 0].tolist() == [-30480, -30480]
+
+
+@njit
 def _bits32(w, out):
     v = S.vbits32(w)
     S.vstore(out, 0, S.vfloat(S.vdot_u8i8(v, S.vload_b32(np.ones(32, np.int8), 0))))

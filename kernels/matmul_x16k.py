@@ -69,11 +69,14 @@ _inline = njit(fastmath=False, forceinline=True, _nrt=False)
 R_MAX = 12 if _AVX512 else 6 if _VNNI256 else 4
 # (Q6_K: a pass of up to 8 rows summing a quarter of a half at a time read the weights 4 times
 # over; with the weights streaming from memory, 5 rows then cost 610-630 us a 1536 x 8960 down
-# matrix against 470 in 4 + 1, and no batch size ran faster: Zen 4, same process, same bits.)
-Q6_R_MAX = 5 if _AVX512 else 4
+# matrix against 470 in 4 + 1, and no batch size ran faster: Zen 4, same process, same bits. AVX2's
+# int16 pass holds one tile a row, not 5: 6 rows a pass ran 5-17 rows' products 1.1-1.25x faster
+# than 4, and 8 no faster than 6; Intel Xeon family 6 model 167 compiled as an AVX2-only CPU.)
+Q6_R_MAX = 5 if _AVX512 else 6 if _AVX2_ONLY and not _VNNI256 else 4
 # AVX2 without VNNI: a Q4_K sub-block's pmaddubsw pair sums add up in int16 (8 steps x 2 products x
 # 15 x 128 = 30720 < 2^15, exact) and one pmaddwd with the scale finishes it, where tdot4 pays a
 # pmaddwd and an int32 add per 64 bytes and tmac a vpmulld: the same integers, fewer instructions
+# (Q6_K: _pass_q6_k_pairs16)
 PAIRS16 = _AVX2_ONLY and not _VNNI256
 K_BASE = {Q4_KX16: Q4_K, Q6_KX16: Q6_K}
 _BLOCK = {t: int(_BLOCK_BYTES[t]) for t in (Q4_K, Q6_K)}    # bytes of one row's super-block (GGUF)
@@ -163,6 +166,9 @@ def _pass_q4_k(R):
 
 def _pass_q6_k(R):
     # R <= Q6_R_MAX rows: each (half, k) triple of vectors read once, its 4 sub-blocks summed in 4 tiles
+    if PAIRS16:
+        return _pass_q6_k_pairs16(R)
+
     @_inline
     def run(r, base, w, p, nb, qx, dx, bsum, out, o, n_out, n_rows, ahead, last):
         r0 = base + r
@@ -199,6 +205,72 @@ def _pass_q6_k(R):
                                                                                               n_out, R, 16))
             tstore_f32(out, r0 * n_out + o, n_out, f)
     return run
+
+
+def _pass_q6_k_pairs16(R):
+    # AVX2 without VNNI (PAIRS16): two steps' pmaddubsw pairs of a sub-block summed in int16 (4
+    # products x 63 x 128 = 32256 < 2^15, exact), finished by one pmaddwd with the sub-block's scale
+    # in pair form (made once a quarter, shared by every row); the -32 bsum16 term apart, as sum_i
+    # sc_i bsum16_i in int16 pairs (bsum: _pairs16) times -32 once a super-block. The same integers
+    # as the 4-tile pass, which pays a pmaddwd by ones and an int32 add per 64 bytes and a vpmulld
+    # per sub-block, and holds 4 tiles a row (llama.cpp's AVX2 ggml_vec_dot_q6_K_q8_K: maddubs,
+    # then a madd by the scale)
+    @_inline
+    def run(r, base, w, p, nb, qx, dx, bsum, out, o, n_out, n_rows, ahead, last):
+        r0 = base + r
+        tstore_f32(out, r0 * n_out + o, n_out, tzeros(np.float32, 16, R))       # the float sums
+        for b in range(nb):
+            q = p + X16_ROWS * 210 * b
+            ib = b * n_rows + r0
+            acc = tzeros(np.int32, 16, R)
+            for h in range(2):
+                x0 = ((4 * b + 2 * h) * n_rows + r0) * 64
+                x1 = x0 + 64 * n_rows
+                for kk in range(2):
+                    i = 8 * h + kk
+                    if ahead >= 0 and r == 0:   # the first tile reads the weights from memory: a quarter ahead
+                        prefetch_span(w, q + 840 * (2 * h + kk), q + 840 * (2 * h + kk) + 840, ahead, last)
+                    s0 = vpairs(vload_i8x16(w, q + 32 + 16 * i))
+                    s1 = vpairs(vload_i8x16(w, q + 32 + 16 * (i + 2)))
+                    s2 = vpairs(vload_i8x16(w, q + 32 + 16 * (i + 4)))
+                    s3 = vpairs(vload_i8x16(w, q + 32 + 16 * (i + 6)))
+                    for k2 in range(4 * kk, 4 * kk + 4, 2):         # steps k2, k2 + 1, sub-block by sub-block
+                        t = tzeros(np.int32, 16, R)
+                        for k in range(k2, k2 + 2):
+                            v = q + 288 + 64 * (24 * h + 3 * k)     # ql word 16h + k, 16h + 8 + k, qh 8h + k
+                            t = tdot4p(t, (vload_b64(w, v) & 15) | ((vload_b64(w, v + 128) & 3) << 4),
+                                       tbcast4(qx, x0 + 4 * k, 64, R))
+                        acc = tdotw(acc, s0, t)
+                        t = tzeros(np.int32, 16, R)
+                        for k in range(k2, k2 + 2):
+                            v = q + 288 + 64 * (24 * h + 3 * k)
+                            t = tdot4p(t, (vload_b64(w, v + 64) & 15) | ((vload_b64(w, v + 128) & 12) << 2),
+                                       tbcast4(qx, x0 + 32 + 4 * k, 64, R))
+                        acc = tdotw(acc, s1, t)
+                        t = tzeros(np.int32, 16, R)
+                        for k in range(k2, k2 + 2):
+                            v = q + 288 + 64 * (24 * h + 3 * k)
+                            t = tdot4p(t, (vload_b64(w, v) >> 4) | (vload_b64(w, v + 128) & 48),
+                                       tbcast4(qx, x1 + 4 * k, 64, R))
+                        acc = tdotw(acc, s2, t)
+                        t = tzeros(np.int32, 16, R)
+                        for k in range(k2, k2 + 2):
+                            v = q + 288 + 64 * (24 * h + 3 * k)
+                            t = tdot4p(t, (vload_b64(w, v + 64) >> 4) | ((vload_b64(w, v + 128) >> 2) & 48),
+                                       tbcast4(qx, x1 + 32 + 4 * k, 64, R))
+                        acc = tdotw(acc, s3, t)
+            sb = tzeros(np.int32, 16, R)
+            for j in range(0, 16, 2):                                # sc_j bsum_j + sc_j+1 bsum_j+1
+                cj = (vload_i8x16(w, q + 32 + 16 * j) & 0xFFFF) | (vload_i8x16(w, q + 32 + 16 * (j + 1)) << 16)
+                sb = tdotw(sb, cj, tsplat_i32(bsum, 8 * ib + j // 2, 8, R, 1))
+            acc = tmac(acc, sb, vload_i8x16(_MINUS32, 0))
+            f = tfma(tfloat(acc), tmul(tbroadcast(dx, ib, 1, R, 16), vhalf16(w, q)), tload_f32(out, r0 * n_out + o,
+                                                                                              n_out, R, 16))
+            tstore_f32(out, r0 * n_out + o, n_out, f)
+    return run
+
+
+_MINUS32 = np.full(16, -32, np.int8)
 
 
 def _rows(make_pass, r_max):
@@ -296,6 +368,16 @@ def _bsums(bs, per):
 
 
 @njit(fastmath=False)
+def _pairs16(bsum):
+    # Q6_K's sums of 16 (int32, 16 per super-block and row, |sum| <= 2048) two to an int32 (sub-block
+    # 2p in the low half, 2p + 1 in the high one), for _pass_q6_k_pairs16's tdotw with the scales
+    out = np.empty(bsum.size // 2, np.int32)
+    for i in range(out.size):
+        out[i] = (bsum[2 * i] & 0xFFFF) | (bsum[2 * i + 1] << 16)
+    return out
+
+
+@njit(fastmath=False)
 def _neg_pairs(bsum):
     # Q4_K's sums of 32 (int32, 8 per super-block and row) -> their negations two to an int32
     # (sub-block 2p in the low half, 2p + 1 in the high one: |sum| <= 4096 fits an int16), for the
@@ -343,7 +425,8 @@ def matmul_x16k_by(x, w, qtype, out, q4_k, q6_k, ahead):
     n_groups = w.shape[0] // X16_ROWS
     if X16_ROWS * n_groups < w.shape[0]:
         _x16k_tail(qxf, dxf, bsum, w, qtype, out, X16_ROWS * n_groups, nb, q4_k, q6_k)
-    bsr = _neg_pairs(bsum) if qtype == Q4_KX16 else bsum      # the rows' form of the sums
+    # the rows' form of the sums
+    bsr = _neg_pairs(bsum) if qtype == Q4_KX16 else _pairs16(bsum) if PAIRS16 else bsum
     if w.shape[0] * n_in <= SERIAL_MAX_ELEMENTS or n_groups < 2:
         # g0 as an int64 (0 * n_groups), not the literal 0: one compiled copy of the rows kernels
         _x16k_rows(qxf, dxf, bsr, w, qtype, out, 0 * n_groups, n_groups, nb, ahead, q4_k, q6_k)

@@ -67,17 +67,18 @@ _inline = njit(fastmath=False, forceinline=True, _nrt=False)
 # step, 6: 0.13 / 0.17, 8 spills: 0.26 at k = 9), AVX2's pmaddubsw pairs 4 (6 was no faster); the
 # 1.5B, the same Xeon compiled as those CPUs would (simd.cpu_features_for), medians of 5, two rounds.
 R_MAX = 12 if _AVX512 else 6 if _VNNI256 else 4
-# (Q6_K: a pass of up to 8 rows summing a quarter of a half at a time read the weights 4 times
-# over; with the weights streaming from memory, 5 rows then cost 610-630 us a 1536 x 8960 down
-# matrix against 470 in 4 + 1, and no batch size ran faster: Zen 4, same process, same bits. AVX2's
-# int16 pass holds one tile a row, not 5: 6 rows a pass ran 5-17 rows' products 1.1-1.25x faster
-# than 4, and 8 no faster than 6; Intel Xeon family 6 model 167 compiled as an AVX2-only CPU.)
-Q6_R_MAX = 5 if _AVX512 else 6 if _AVX2_ONLY and not _VNNI256 else 4
 # AVX2 without VNNI: a Q4_K sub-block's pmaddubsw pair sums add up in int16 (8 steps x 2 products x
 # 15 x 128 = 30720 < 2^15, exact) and one pmaddwd with the scale finishes it, where tdot4 pays a
 # pmaddwd and an int32 add per 64 bytes and tmac a vpmulld: the same integers, fewer instructions
 # (Q6_K: _pass_q6_k_pairs16)
 PAIRS16 = _AVX2_ONLY and not _VNNI256
+# (Q6_K: a pass of up to 8 rows summing a quarter of a half at a time read the weights 4 times
+# over; with the weights streaming from memory, 5 rows then cost 610-630 us a 1536 x 8960 down
+# matrix against 470 in 4 + 1, and no batch size ran faster: Zen 4, same process, same bits. AVX2's
+# int16 pass holds one int32 sum a row, not 5 tiles: 6 rows a pass ran the products of 5-17 rows
+# 1.07-1.21x faster than 4, and 8 no faster than 6; Intel Xeon family 6 model 167 compiled as an
+# AVX2-only CPU without GFNI, medians of three rounds.)
+Q6_R_MAX = 5 if _AVX512 else 6 if PAIRS16 else 4
 K_BASE = {Q4_KX16: Q4_K, Q6_KX16: Q6_K}
 _BLOCK = {t: int(_BLOCK_BYTES[t]) for t in (Q4_K, Q6_K)}    # bytes of one row's super-block (GGUF)
 

@@ -106,6 +106,13 @@ def dot4_codegen(builder, acc, u, x, s=None):
     return builder.add(acc, d)
 
 
+def _maddubs_half(builder, u, x, h):
+    # pmaddubsw of bytes 32h .. 32h + 31: u unsigned times x signed, adjacent products summed in
+    # int16 (saturating; the kernels' operands never reach it) -> <16 x i16>
+    return _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S,
+                 [_slice(builder, u, 32 * h, 32), _slice(builder, x, 32 * h, 32)])
+
+
 def dot4p_codegen(builder, acc, u, x):
     """acc + the dot's byte products summed in pairs, kept as int16: acc and the result are <16 x
     i32> whose lanes hold two int16 (low half first), and half j of lane l gains u[4l + 2j] x[4l + 2j]
@@ -114,11 +121,8 @@ def dot4p_codegen(builder, acc, u, x):
     where dot4 pays a pmaddwd and an int32 add per 64 bytes (AVX2: llama.cpp's maddubs / add_epi16
     / madd of ggml_vec_dot_q4_K_q8_K)."""
     if _AVX2:
-        parts = []
-        for h in range(2):
-            p = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S,
-                      [_slice(builder, u, 32 * h, 32), _slice(builder, x, 32 * h, 32)])
-            parts.append(builder.add(builder.bitcast(_slice(builder, acc, 8 * h, 8), _V16S), p))
+        parts = [builder.add(builder.bitcast(_slice(builder, acc, 8 * h, 8), _V16S), _maddubs_half(builder, u, x, h))
+                 for h in range(2)]
         return builder.bitcast(_concat(builder, parts[0], parts[1]), _V16I)
     v64, v16 = ir.VectorType(_i32, 64), ir.VectorType(ir.IntType(16), 32)
     p = builder.mul(builder.zext(u, v64), builder.sext(x, v64))
@@ -152,20 +156,16 @@ def _avx2_halves(builder, u, x, s):
     # lanes 0..7 and 8..15 of the dot (s: the scales, or None), each a pmaddubsw / pmaddwd pair
     halves = []
     for h in range(2):
-        p = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S,
-                  [_slice(builder, u, 32 * h, 32), _slice(builder, x, 32 * h, 32)])
         sh = ir.Constant(_V16S, [1] * 16) if s is None else builder.bitcast(_slice(builder, s, 8 * h, 8), _V16S)
-        halves.append(_call(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [p, sh]))
+        halves.append(_call(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [_maddubs_half(builder, u, x, h), sh]))
     return halves
 
 
 def _vnni256_half(builder, acc8, u, x, s, h):
     # AVX-VNNI: acc8 + lanes 8h .. 8h + 7 of the dot: one vpdpbusd, or pmaddubsw + vpdpwssd (scaled)
-    uh, xh = _slice(builder, u, 32 * h, 32), _slice(builder, x, 32 * h, 32)
     if s is None:
-        return vpdpbusd256(builder, acc8, uh, xh)
-    p = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16S, [uh, xh])
-    return vpdpwssd256(builder, acc8, p, _slice(builder, s, 8 * h, 8))
+        return vpdpbusd256(builder, acc8, _slice(builder, u, 32 * h, 32), _slice(builder, x, 32 * h, 32))
+    return vpdpwssd256(builder, acc8, _maddubs_half(builder, u, x, h), _slice(builder, s, 8 * h, 8))
 
 
 def fold_codegen(builder, v):

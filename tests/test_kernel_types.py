@@ -52,6 +52,27 @@ def test_fused_types_send_each_type_to_its_product():
     assert sel_types(ts.f) == {T.Q4_K, T.F32} and ts.i.any is None
 
 
+def test_all_types_is_one_selection_for_every_file(tiny_path, tiny_dir, monkeypatch):
+    """SPECNB_KERNEL_TYPES=all (the suite's setting) gives every model the same pass, a file that
+    asks for more interleaved layouts (forge's repack, the requantized drafts) included: one that
+    differed would compile a whole forward pass again (about 100 s on a 2-core CI machine)."""
+    from specnb.gguf.forge import requantize
+    from specnb.run.backend_cpu import file_repacked
+    monkeypatch.setenv("SPECNB_KERNEL_TYPES", "all")
+    src = tiny_path("Q8_0")
+    asks = load_model(requantize(src, tiny_dir / "all-types-repack-Q4_0.gguf", "Q4_0", repack=True))
+    assert file_repacked(asks) == (T.Q4_0,)
+    for act in ("q8", "f32"):
+        sels = {Context(m, n_ctx=8, activations=act).backend._fused_types for m in (load_model(src), asks)}
+        assert len(sels) == 1, act
+    (ts,) = sels                                          # the last one: float32 activations
+    assert ts.i.any is None and sel_types(ts.f) == T.SUPPORTED_QTYPES
+    ts = Context(asks, n_ctx=8, activations="q8").backend._fused_types
+    assert {t for f, t in T._X16_FIELD_TYPE.items() if getattr(ts.i, f) is not None} == T.X16_QTYPES
+    from specnb.kernels.matmul_q8 import _Q8_SEL        # matmul_q8's entry point reuses the pass's kernels
+    assert ts.i == _Q8_SEL
+
+
 def test_a_pair_shares_one_selection(tiny_path):
     from specnb.run.pair import open_pair
     p = open_pair(tiny_path("Q4_0"), tiny_path("Q6_K"), n_ctx=32)

@@ -206,9 +206,9 @@ class CpuBackend:
             e, ms = kernel_qtypes(m, self._q8)
             emb.add(e)
             mats |= ms
-        if kernel_types() == "all":
-            emb = set(SUPPORTED_QTYPES)
-            mats = emb | {X16_OF[t] for t in self._interleaved}
+        if kernel_types() == "all":                # every type, and with q8 every interleaved layout
+            emb = set(SUPPORTED_QTYPES)              # (a file may ask for more: file_repacked)
+            mats = emb | (set(X16_QTYPES) if self._q8 else set())
         self._fused_types = fused.fused_types(emb, mats, self._q8)
         # how far ahead the int8 kernels prefetch the weights, in the file's layouts and in the
         # interleaved ones: measured once per machine (kernels/tuning.py); the float32 path does not

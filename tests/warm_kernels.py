@@ -6,6 +6,13 @@ Python entry points, one after the other, in whichever test comes first. conftes
 file twice side by side before the tests start, one activation mode each; on a warm cache each
 run only loads what is cached (a few seconds).
 
+The int8 pass alone compiles about three times as long as the float32 one. So its four int8
+drivers are shared out: the int8 process starts with the per-row K types' one (the longest), the
+float32 process with the other three (the interleaved K and 32-block layouts, the per-row 32-block
+types), each called with the pass's own argument types; then each compiles its pass, the int8
+one finding those three in the cache. (Numba looks a signature up in the cache on disk before it
+compiles it; two processes compiling the same one both write it, and one copy wins.)
+
     python tests/warm_kernels.py f32|q8
 """
 import os
@@ -22,6 +29,7 @@ def warm(mode: str) -> float:
     from specnb.model.testing import tiny_model
     from specnb.run.context import Batch, Context
     t0 = time.perf_counter()
+    _int8_drivers(mode)
     with tempfile.TemporaryDirectory(prefix="specnb-warm-") as d:
         for arch in ("llama", "qwen2"):
             m = load_model(tiny_model(os.path.join(d, f"{arch}.gguf"), qtype="Q8_0", n_layer=1,
@@ -42,6 +50,29 @@ def warm(mode: str) -> float:
         matmul(x, w, qtypes.Q4_K, out)
         dequantize(w, qtypes.Q4_K, 256)
     return time.perf_counter() - t0
+
+
+def _int8_drivers(mode: str) -> None:
+    # matmul_q8_by's four drivers, called as the int8 pass calls them: x and out writable C
+    # float32, the weights read-only, the pass's selection with every type (_Q8_SEL, which
+    # tests/test_kernel_types.py checks), the prefetch distances int64. A signature that differed
+    # would cost the time twice, never a wrong result.
+    import numpy as np
+    from specnb.kernels import matmul_q8, matmul_x16, matmul_x16k, qtypes
+    rng = np.random.default_rng(1)
+    sel = matmul_q8._Q8_SEL
+    x = rng.standard_normal((3, 256)).astype(np.float32)
+    out = np.empty((3, 32), np.float32)
+
+    def blocks(qt, interleaved=False):
+        w = qtypes.random_blocks(qt, 32, 256, rng)
+        return matmul_x16.interleave(w, qt) if interleaved else w
+    if mode == "q8":
+        matmul_q8._matmul_q8_k(x, blocks(qtypes.Q4_K), qtypes.Q4_K, out, sel, -1)
+        return
+    matmul_x16k.matmul_x16k_by(x, blocks(qtypes.Q4_K, True), qtypes.Q4_KX16, out, sel.q4_kx16, sel.q6_kx16, -1)
+    matmul_x16.matmul_x16_by(x, blocks(qtypes.Q5_0, True), qtypes.Q5_0X16, out, sel, -1)
+    matmul_q8._matmul_q8_32(x, blocks(qtypes.Q8_0), qtypes.Q8_0, out, sel, -1)
 
 
 if __name__ == "__main__":

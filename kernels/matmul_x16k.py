@@ -54,6 +54,9 @@ from .tiles import (tbcast4, tbroadcast, tdot4, tdot4p, tdotw, tfloat, tfma, til
                     tsplat_i32, tstore_f32, tzeros)
 
 _inline = njit(fastmath=False, forceinline=True, _nrt=False)
+# a piece of a pass, inlined into it by Numba before LLVM sees the pass (forceinline leaves the
+# pieces' loops to LLVM apart, which unrolled the Q6_K pass's quarters into twice the code)
+_piece = njit(fastmath=False, inline="always", _nrt=False)
 # rows per pass. Each row's float sum lives in its output row (read and written once a
 # super-block), so the registers hold only what a row needs inside one: Q4_K an integer sum and
 # a sub-block's dot (one AVX-512 register each, two AVX2 ones), Q6_K the sum and 4 sub-block dots.
@@ -70,7 +73,7 @@ R_MAX = 12 if _AVX512 else 6 if _VNNI256 else 4
 # AVX2 without VNNI: a Q4_K sub-block's pmaddubsw pair sums add up in int16 (8 steps x 2 products x
 # 15 x 128 = 30720 < 2^15, exact) and one pmaddwd with the scale finishes it, where tdot4 pays a
 # pmaddwd and an int32 add per 64 bytes and tmac a vpmulld: the same integers, fewer instructions
-# (Q6_K: _pass_q6_k_pairs16)
+# (Q6_K: _q6_quarter_pairs16)
 PAIRS16 = _AVX2_ONLY and not _VNNI256
 # (Q6_K: a pass of up to 8 rows summing a quarter of a half at a time read the weights 4 times
 # over; with the weights streaming from memory, 5 rows then cost 610-630 us a 1536 x 8960 down
@@ -118,7 +121,7 @@ def interleave_k(w: np.ndarray, qtype: int) -> np.ndarray:
 # The activations are matmul_q8's chunk-major block_q8_K (quantize_q8.py): element 64 c + e of
 # super-block b of row r at byte 64 ((4 b + c) n_rows + r) + e of qx, d at dx[b n_rows + r]; the
 # sums of 16 (Q6_K) of its q at bsum[(b n_rows + r) * 16 + i]; Q4_K's sums of 32, negated, two to an
-# int32 (_neg_pairs) at bsum[(b n_rows + r) * 4 + i // 2].
+# int32 (_pairs16) at bsum[(b n_rows + r) * 4 + i // 2].
 
 @_inline
 def prefetch_span(w, lo, hi, ahead, last):
@@ -166,9 +169,10 @@ def _pass_q4_k(R):
 
 
 def _pass_q6_k(R):
-    # R <= Q6_R_MAX rows: each (half, k) triple of vectors read once, its 4 sub-blocks summed in 4 tiles
-    if PAIRS16:
-        return _pass_q6_k_pairs16(R)
+    # R <= Q6_R_MAX rows; a super-block in four quarters (half h, kk: the steps 4kk .. 4kk + 3 of
+    # the sub-blocks i, i + 2, i + 4, i + 6), each quarter's weights read once
+    quarter = _q6_quarter_pairs16(R) if PAIRS16 else _q6_quarter_tiles(R)
+    offset = _q6_offset_pairs16(R)
 
     @_inline
     def run(r, base, w, p, nb, qx, dx, bsum, out, o, n_out, n_rows, ahead, last):
@@ -185,90 +189,93 @@ def _pass_q6_k(R):
                     i = 8 * h + kk                                   # the sub-blocks i, i + 2, i + 4, i + 6
                     if ahead >= 0 and r == 0:   # the first tile reads the weights from memory: a quarter ahead
                         prefetch_span(w, q + 840 * (2 * h + kk), q + 840 * (2 * h + kk) + 840, ahead, last)
-                    t0 = tsplat_i32(bsum, 16 * ib + i, 16, R, -32)
-                    t1 = tsplat_i32(bsum, 16 * ib + i + 2, 16, R, -32)
-                    t2 = tsplat_i32(bsum, 16 * ib + i + 4, 16, R, -32)
-                    t3 = tsplat_i32(bsum, 16 * ib + i + 6, 16, R, -32)
-                    for k in range(4 * kk, 4 * kk + 4):
-                        v = q + 288 + 64 * (24 * h + 3 * k)         # ql word 16h + k, 16h + 8 + k, qh 8h + k
-                        a = vload_b64(w, v)
-                        c = vload_b64(w, v + 64)
-                        hb = vload_b64(w, v + 128)
-                        t0 = tdot4(t0, (a & 15) | ((hb & 3) << 4), tbcast4(qx, x0 + 4 * k, 64, R))
-                        t1 = tdot4(t1, (c & 15) | ((hb & 12) << 2), tbcast4(qx, x0 + 32 + 4 * k, 64, R))
-                        t2 = tdot4(t2, (a >> 4) | (hb & 48), tbcast4(qx, x1 + 4 * k, 64, R))
-                        t3 = tdot4(t3, (c >> 4) | ((hb >> 2) & 48), tbcast4(qx, x1 + 32 + 4 * k, 64, R))
-                    acc = tmac(acc, t0, vload_i8x16(w, q + 32 + 16 * i))
-                    acc = tmac(acc, t1, vload_i8x16(w, q + 32 + 16 * (i + 2)))
-                    acc = tmac(acc, t2, vload_i8x16(w, q + 32 + 16 * (i + 4)))
-                    acc = tmac(acc, t3, vload_i8x16(w, q + 32 + 16 * (i + 6)))
+                    acc = quarter(acc, w, q, qx, x0, x1, bsum, ib, h, kk, i)
+            if PAIRS16:                                              # (a constant: one variant compiles)
+                acc = offset(acc, w, q, bsum, ib)
             f = tfma(tfloat(acc), tmul(tbroadcast(dx, ib, 1, R, 16), vhalf16(w, q)), tload_f32(out, r0 * n_out + o,
                                                                                               n_out, R, 16))
             tstore_f32(out, r0 * n_out + o, n_out, f)
     return run
 
 
-def _pass_q6_k_pairs16(R):
+def _q6_quarter_tiles(R):
+    # the VNNI levels' quarter: each step's three vectors (ql word 16h + k, 16h + 8 + k, qh 8h + k)
+    # read once, the 4 sub-blocks summed in 4 tiles that start at -32 bsum16, then tmac by the scales
+    @_piece
+    def quarter(acc, w, q, qx, x0, x1, bsum, ib, h, kk, i):
+        t0 = tsplat_i32(bsum, 16 * ib + i, 16, R, -32)
+        t1 = tsplat_i32(bsum, 16 * ib + i + 2, 16, R, -32)
+        t2 = tsplat_i32(bsum, 16 * ib + i + 4, 16, R, -32)
+        t3 = tsplat_i32(bsum, 16 * ib + i + 6, 16, R, -32)
+        for k in range(4 * kk, 4 * kk + 4):
+            v = q + 288 + 64 * (24 * h + 3 * k)
+            a = vload_b64(w, v)
+            c = vload_b64(w, v + 64)
+            hb = vload_b64(w, v + 128)
+            t0 = tdot4(t0, (a & 15) | ((hb & 3) << 4), tbcast4(qx, x0 + 4 * k, 64, R))
+            t1 = tdot4(t1, (c & 15) | ((hb & 12) << 2), tbcast4(qx, x0 + 32 + 4 * k, 64, R))
+            t2 = tdot4(t2, (a >> 4) | (hb & 48), tbcast4(qx, x1 + 4 * k, 64, R))
+            t3 = tdot4(t3, (c >> 4) | ((hb >> 2) & 48), tbcast4(qx, x1 + 32 + 4 * k, 64, R))
+        acc = tmac(acc, t0, vload_i8x16(w, q + 32 + 16 * i))
+        acc = tmac(acc, t1, vload_i8x16(w, q + 32 + 16 * (i + 2)))
+        acc = tmac(acc, t2, vload_i8x16(w, q + 32 + 16 * (i + 4)))
+        return tmac(acc, t3, vload_i8x16(w, q + 32 + 16 * (i + 6)))
+    return quarter
+
+
+def _q6_quarter_pairs16(R):
     # AVX2 without VNNI (PAIRS16): two steps' pmaddubsw pairs of a sub-block summed in int16 (4
     # products x 63 x 128 = 32256 < 2^15, exact), finished by one pmaddwd with the sub-block's scale
-    # in pair form (made once a quarter, shared by every row); the -32 bsum16 term apart, as sum_i
-    # sc_i bsum16_i in int16 pairs (bsum: _pairs16) times -32 once a super-block. The same integers
-    # as the 4-tile pass, which pays a pmaddwd by ones and an int32 add per 64 bytes and a vpmulld
-    # per sub-block, and holds 4 tiles a row (llama.cpp's AVX2 ggml_vec_dot_q6_K_q8_K: maddubs,
-    # then a madd by the scale)
-    @_inline
-    def run(r, base, w, p, nb, qx, dx, bsum, out, o, n_out, n_rows, ahead, last):
-        r0 = base + r
-        tstore_f32(out, r0 * n_out + o, n_out, tzeros(np.float32, 16, R))       # the float sums
-        for b in range(nb):
-            q = p + X16_ROWS * 210 * b
-            ib = b * n_rows + r0
-            acc = tzeros(np.int32, 16, R)
-            for h in range(2):
-                x0 = ((4 * b + 2 * h) * n_rows + r0) * 64
-                x1 = x0 + 64 * n_rows
-                for kk in range(2):
-                    i = 8 * h + kk
-                    if ahead >= 0 and r == 0:   # the first tile reads the weights from memory: a quarter ahead
-                        prefetch_span(w, q + 840 * (2 * h + kk), q + 840 * (2 * h + kk) + 840, ahead, last)
-                    s0 = vpairs(vload_i8x16(w, q + 32 + 16 * i))
-                    s1 = vpairs(vload_i8x16(w, q + 32 + 16 * (i + 2)))
-                    s2 = vpairs(vload_i8x16(w, q + 32 + 16 * (i + 4)))
-                    s3 = vpairs(vload_i8x16(w, q + 32 + 16 * (i + 6)))
-                    for k2 in range(4 * kk, 4 * kk + 4, 2):         # steps k2, k2 + 1, sub-block by sub-block
-                        t = tzeros(np.int32, 16, R)
-                        for k in range(k2, k2 + 2):
-                            v = q + 288 + 64 * (24 * h + 3 * k)     # ql word 16h + k, 16h + 8 + k, qh 8h + k
-                            t = tdot4p(t, (vload_b64(w, v) & 15) | ((vload_b64(w, v + 128) & 3) << 4),
-                                       tbcast4(qx, x0 + 4 * k, 64, R))
-                        acc = tdotw(acc, s0, t)
-                        t = tzeros(np.int32, 16, R)
-                        for k in range(k2, k2 + 2):
-                            v = q + 288 + 64 * (24 * h + 3 * k)
-                            t = tdot4p(t, (vload_b64(w, v + 64) & 15) | ((vload_b64(w, v + 128) & 12) << 2),
-                                       tbcast4(qx, x0 + 32 + 4 * k, 64, R))
-                        acc = tdotw(acc, s1, t)
-                        t = tzeros(np.int32, 16, R)
-                        for k in range(k2, k2 + 2):
-                            v = q + 288 + 64 * (24 * h + 3 * k)
-                            t = tdot4p(t, (vload_b64(w, v) >> 4) | (vload_b64(w, v + 128) & 48),
-                                       tbcast4(qx, x1 + 4 * k, 64, R))
-                        acc = tdotw(acc, s2, t)
-                        t = tzeros(np.int32, 16, R)
-                        for k in range(k2, k2 + 2):
-                            v = q + 288 + 64 * (24 * h + 3 * k)
-                            t = tdot4p(t, (vload_b64(w, v + 64) >> 4) | ((vload_b64(w, v + 128) >> 2) & 48),
-                                       tbcast4(qx, x1 + 32 + 4 * k, 64, R))
-                        acc = tdotw(acc, s3, t)
-            sb = tzeros(np.int32, 16, R)
-            for j in range(0, 16, 2):                                # sc_j bsum_j + sc_j+1 bsum_j+1
-                cj = (vload_i8x16(w, q + 32 + 16 * j) & 0xFFFF) | (vload_i8x16(w, q + 32 + 16 * (j + 1)) << 16)
-                sb = tdotw(sb, cj, tsplat_i32(bsum, 8 * ib + j // 2, 8, R, 1))
-            acc = tmac(acc, sb, vload_i8x16(_MINUS32, 0))
-            f = tfma(tfloat(acc), tmul(tbroadcast(dx, ib, 1, R, 16), vhalf16(w, q)), tload_f32(out, r0 * n_out + o,
-                                                                                              n_out, R, 16))
-            tstore_f32(out, r0 * n_out + o, n_out, f)
-    return run
+    # in pair form (made once a quarter, shared by every row); the -32 bsum16 term apart
+    # (_q6_offset_pairs16). The same integers as the tiles' quarter, which pays a pmaddwd by ones
+    # and an int32 add per 64 bytes and a vpmulld per sub-block, and holds 4 tiles a row
+    # (llama.cpp's AVX2 ggml_vec_dot_q6_K_q8_K: maddubs, then a madd by the scale)
+    @_piece
+    def quarter(acc, w, q, qx, x0, x1, bsum, ib, h, kk, i):
+        s0 = vpairs(vload_i8x16(w, q + 32 + 16 * i))
+        s1 = vpairs(vload_i8x16(w, q + 32 + 16 * (i + 2)))
+        s2 = vpairs(vload_i8x16(w, q + 32 + 16 * (i + 4)))
+        s3 = vpairs(vload_i8x16(w, q + 32 + 16 * (i + 6)))
+        for k2 in range(4 * kk, 4 * kk + 4, 2):                 # steps k2, k2 + 1, sub-block by sub-block
+            t = tzeros(np.int32, 16, R)
+            for k in range(k2, k2 + 2):
+                v = q + 288 + 64 * (24 * h + 3 * k)             # ql word 16h + k, 16h + 8 + k, qh 8h + k
+                t = tdot4p(t, (vload_b64(w, v) & 15) | ((vload_b64(w, v + 128) & 3) << 4),
+                           tbcast4(qx, x0 + 4 * k, 64, R))
+            acc = tdotw(acc, s0, t)
+            t = tzeros(np.int32, 16, R)
+            for k in range(k2, k2 + 2):
+                v = q + 288 + 64 * (24 * h + 3 * k)
+                t = tdot4p(t, (vload_b64(w, v + 64) & 15) | ((vload_b64(w, v + 128) & 12) << 2),
+                           tbcast4(qx, x0 + 32 + 4 * k, 64, R))
+            acc = tdotw(acc, s1, t)
+            t = tzeros(np.int32, 16, R)
+            for k in range(k2, k2 + 2):
+                v = q + 288 + 64 * (24 * h + 3 * k)
+                t = tdot4p(t, (vload_b64(w, v) >> 4) | (vload_b64(w, v + 128) & 48),
+                           tbcast4(qx, x1 + 4 * k, 64, R))
+            acc = tdotw(acc, s2, t)
+            t = tzeros(np.int32, 16, R)
+            for k in range(k2, k2 + 2):
+                v = q + 288 + 64 * (24 * h + 3 * k)
+                t = tdot4p(t, (vload_b64(w, v + 64) >> 4) | ((vload_b64(w, v + 128) >> 2) & 48),
+                           tbcast4(qx, x1 + 32 + 4 * k, 64, R))
+            acc = tdotw(acc, s3, t)
+        return acc
+    return quarter
+
+
+def _q6_offset_pairs16(R):
+    # the pairs16 quarters' -32 sum_i sc_i bsum16_i: sc_j bsum_j + sc_j+1 bsum_j+1 as int16 pairs
+    # (bsum: _pairs16), times -32 once a super-block
+    @_piece
+    def offset(acc, w, q, bsum, ib):
+        sb = tzeros(np.int32, 16, R)
+        for j in range(0, 16, 2):
+            cj = (vload_i8x16(w, q + 32 + 16 * j) & 0xFFFF) | (vload_i8x16(w, q + 32 + 16 * (j + 1)) << 16)
+            sb = tdotw(sb, cj, tsplat_i32(bsum, 8 * ib + j // 2, 8, R, 1))
+        return tmac(acc, sb, vload_i8x16(_MINUS32, 0))
+    return offset
 
 
 _MINUS32 = np.full(16, -32, np.int8)
@@ -369,23 +376,14 @@ def _bsums(bs, per):
 
 
 @njit(fastmath=False)
-def _pairs16(bsum):
-    # Q6_K's sums of 16 (int32, 16 per super-block and row, |sum| <= 2048) two to an int32 (sub-block
-    # 2p in the low half, 2p + 1 in the high one), for _pass_q6_k_pairs16's tdotw with the scales
+def _pairs16(bsum, sign):
+    # block sums (int32, |sum| <= 4096: an int16 holds it) times sign (1 or -1), two to an int32
+    # (sub-block 2p in the low half, 2p + 1 in the high one), for the passes' tdotw: Q4_K's sums
+    # of 32 negated (the mins' -sum_j mn_j bsum_j as four two-product steps), AVX2's Q6_K sums of
+    # 16 as they are (_q6_offset_pairs16)
     out = np.empty(bsum.size // 2, np.int32)
     for i in range(out.size):
-        out[i] = (bsum[2 * i] & 0xFFFF) | (bsum[2 * i + 1] << 16)
-    return out
-
-
-@njit(fastmath=False)
-def _neg_pairs(bsum):
-    # Q4_K's sums of 32 (int32, 8 per super-block and row) -> their negations two to an int32
-    # (sub-block 2p in the low half, 2p + 1 in the high one: |sum| <= 4096 fits an int16), for the
-    # mins' pair products (tdotw): -sum_j mn_j bsum_j as four two-product steps
-    out = np.empty(bsum.size // 2, np.int32)
-    for i in range(out.size):
-        out[i] = ((-bsum[2 * i]) & 0xFFFF) | ((-bsum[2 * i + 1]) << 16)
+        out[i] = ((sign * bsum[2 * i]) & 0xFFFF) | ((sign * bsum[2 * i + 1]) << 16)
     return out
 
 
@@ -427,7 +425,7 @@ def matmul_x16k_by(x, w, qtype, out, q4_k, q6_k, ahead):
     if X16_ROWS * n_groups < w.shape[0]:
         _x16k_tail(qxf, dxf, bsum, w, qtype, out, X16_ROWS * n_groups, nb, q4_k, q6_k)
     # the rows' form of the sums
-    bsr = _neg_pairs(bsum) if qtype == Q4_KX16 else _pairs16(bsum) if PAIRS16 else bsum
+    bsr = _pairs16(bsum, -1) if qtype == Q4_KX16 else _pairs16(bsum, 1) if PAIRS16 else bsum
     if w.shape[0] * n_in <= SERIAL_MAX_ELEMENTS or n_groups < 2:
         # g0 as an int64 (0 * n_groups), not the literal 0: one compiled copy of the rows kernels
         _x16k_rows(qxf, dxf, bsr, w, qtype, out, 0 * n_groups, n_groups, nb, ahead, q4_k, q6_k)

@@ -222,12 +222,13 @@ def _first_tile(*ts):
 
 _I8x64, _I32x16 = Vec(types.int8, 64), Vec(types.int32, 16)
 
-tdot4 = _tile_op("tdot4", lambda acc, u, x: _vec(acc) == _I32x16 and _vec(u) == _I8x64 and _vec(x) == _I8x64,
-                 lambda acc, u, x: _first_tile(acc, u, x),
-                 lambda b, acc, u, x: dot4_codegen(b, acc, u, x))
-tdot4p = _tile_op("tdot4p", lambda acc, u, x: _vec(acc) == _I32x16 and _vec(u) == _I8x64 and _vec(x) == _I8x64,
-                 lambda acc, u, x: _first_tile(acc, u, x),
-                 lambda b, acc, u, x: dot4p_codegen(b, acc, u, x))
+def _dot4_args(acc, u, x):
+    # tdot4's and tdot4p's operands: int32 x 16 sums, 64 bytes of weights and of activations
+    return _vec(acc) == _I32x16 and _vec(u) == _I8x64 and _vec(x) == _I8x64
+
+
+tdot4 = _tile_op("tdot4", _dot4_args, _first_tile, lambda b, acc, u, x: dot4_codegen(b, acc, u, x))
+tdot4p = _tile_op("tdot4p", _dot4_args, _first_tile, lambda b, acc, u, x: dot4p_codegen(b, acc, u, x))
 tdot4s = _tile_op("tdot4s", lambda acc, u, x, s: _vec(acc) == _I32x16 and _vec(u) == _I8x64
                   and _vec(x) == _I8x64 and _vec(s) == _I32x16,
                   lambda acc, u, x, s: _first_tile(acc, u, x, s),

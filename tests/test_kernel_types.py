@@ -62,15 +62,14 @@ def test_all_types_is_one_selection_for_every_file(tiny_path, tiny_dir, monkeypa
     src = tiny_path("Q8_0")
     asks = load_model(requantize(src, tiny_dir / "all-types-repack-Q4_0.gguf", "Q4_0", repack=True))
     assert file_repacked(asks) == (T.Q4_0,)
-    for act in ("q8", "f32"):
-        sels = {Context(m, n_ctx=8, activations=act).backend._fused_types for m in (load_model(src), asks)}
-        assert len(sels) == 1, act
-    (ts,) = sels                                          # the last one: float32 activations
-    assert ts.i.any is None and sel_types(ts.f) == T.SUPPORTED_QTYPES
-    ts = Context(asks, n_ctx=8, activations="q8").backend._fused_types
-    assert {t for f, t in T._X16_FIELD_TYPE.items() if getattr(ts.i, f) is not None} == T.X16_QTYPES
+    sels = {act: {Context(m, n_ctx=8, activations=act).backend._fused_types for m in (load_model(src), asks)}
+            for act in ("q8", "f32")}
+    assert [len(s) for s in sels.values()] == [1, 1]
+    (q8,), (f32,) = sels["q8"], sels["f32"]
+    assert f32.i.any is None and sel_types(f32.f) == T.SUPPORTED_QTYPES
+    assert {t for f, t in T._X16_FIELD_TYPE.items() if getattr(q8.i, f) is not None} == T.X16_QTYPES
     from specnb.kernels.matmul_q8 import _Q8_SEL        # matmul_q8's entry point reuses the pass's kernels
-    assert ts.i == _Q8_SEL
+    assert q8.i == _Q8_SEL
 
 
 def test_a_pair_shares_one_selection(tiny_path):

@@ -285,8 +285,10 @@ class CpuBackend:
         # compiled pass, for bench --profile; the same logits)
         h = self.h
         cos, sin = rope_angles(pos, h.n_rot, h.rope_freq_base, h.rope_freq_scale, self._ff)
-        args = (np.ascontiguousarray(tokens, np.int64), np.ascontiguousarray(pos, np.int64),
-                np.ascontiguousarray(seq, np.int64), valid, np.ascontiguousarray(out_rows, np.int64),
+        # (the ids copied into new writable arrays: a caller's read-only array would otherwise be
+        # another argument type, and Numba would compile the whole pass again for it)
+        args = (np.array(tokens, np.int64), np.array(pos, np.int64), np.array(seq, np.int64), valid,
+                np.array(out_rows, np.int64),
                 self.k, self.v, cos, sin, self._fused_weights, self._fused_shape, self._fused_types, clock)
         if clock is not None:
             return fused.forward(*args)

@@ -145,7 +145,8 @@ def pytest_sessionstart(session):
     passes and the kernels' entry points in two processes side by side (tests/warm_kernels.py):
     on a fresh cache that halves the minutes the first tests would otherwise spend compiling on
     one core. Runs once, in the process that starts pytest-xdist's workers (so that they find
-    the kernels cached), never for a run of single files. SPECNB_TEST_WARM=0 skips it."""
+    the kernels cached), never for a run of single files; then the prefetch verdict, once on a
+    machine that has none recorded. SPECNB_TEST_WARM=0 skips it."""
     import subprocess
     import sys
     import time
@@ -160,9 +161,16 @@ def pytest_sessionstart(session):
     procs = [subprocess.Popen([sys.executable, script, mode], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for mode in ("q8", "f32")]
     said = []
-    for p in procs:
+
+    def done(p):
         out, err = p.communicate()
         said.append(out.strip() if p.returncode == 0 else f"failed ({err.strip().splitlines()[-1:]})")
+    for p in procs:
+        done(p)
+    # then the prefetch verdict, once, with nothing else running (not in each worker's first test)
+    done(subprocess.Popen([sys.executable, script, "prefetch"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True))
     tr = cfg.pluginmanager.get_plugin("terminalreporter")
-    msg = f"kernels compiled or loaded in two processes: {', '.join(said)} ({time.perf_counter() - t0:.0f} s)"
+    msg = (f"kernels compiled or loaded in two processes, then the prefetch verdict: {', '.join(said)} "
+           f"({time.perf_counter() - t0:.0f} s)")
     tr.write_line(msg) if tr is not None else print(msg)

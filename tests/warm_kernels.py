@@ -13,7 +13,11 @@ types), each called with the pass's own argument types; then each compiles its p
 one finding those three in the cache. (Numba looks a signature up in the cache on disk before it
 compiles it; two processes compiling the same one both write it, and one copy wins.)
 
-    python tests/warm_kernels.py f32|q8
+Then, with both done, `prefetch` records this machine's prefetch distance once (kernels/tuning.py:
+the first int8 decode of a process on a new machine measures it otherwise), on a quiet machine
+rather than in whichever test of each pytest-xdist worker comes first, beside the other's tests.
+
+    python tests/warm_kernels.py f32|q8|prefetch
 """
 import os
 import sys
@@ -75,7 +79,17 @@ def _int8_drivers(mode: str) -> None:
     matmul_q8._matmul_q8_32(x, blocks(qtypes.Q8_0), qtypes.Q8_0, out, sel, -1)
 
 
+def prefetch() -> float:
+    """The prefetch verdict for this machine and the default thread count: read where recorded,
+    else measured now and recorded (SPECNB_PREFETCH, where set, wins and nothing is measured)."""
+    from specnb.kernels import tuning
+    t0 = time.perf_counter()
+    tuning.prefetch_ahead()
+    return time.perf_counter() - t0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in ("f32", "q8"):
-        sys.exit("usage: python tests/warm_kernels.py f32|q8 (the activation mode to compile)")
-    print(f"{sys.argv[1]}: {warm(sys.argv[1]):.0f} s")
+    if len(sys.argv) != 2 or sys.argv[1] not in ("f32", "q8", "prefetch"):
+        sys.exit("usage: python tests/warm_kernels.py f32|q8|prefetch (an activation mode to "
+                 "compile, or the prefetch verdict)")
+    print(f"{sys.argv[1]}: {(prefetch() if sys.argv[1] == 'prefetch' else warm(sys.argv[1])):.0f} s")

@@ -43,10 +43,9 @@ per-row kernels' (matmul_q8: lanes folded before the floats) in their last bits.
 import numpy as np
 from numba import njit, prange
 
-from .blocks import _scale16
+from .blocks import _scale16, _scale_min_k4
 from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS
-from .qtypes import (Q4_K, Q4_KX16, Q6_K, Q6_KX16, X16_ROWS, _BLOCK_BYTES, qtype_name, x16_groups, x16_join,
-                     x16_planes, x16_rows_first, x16_words)
+from .qtypes import Q4_K, Q4_KX16, Q6_K, Q6_KX16, X16_ROWS, _BLOCK_BYTES, qtype_name, x16_groups
 from .quantize_q8 import _alloc_q8_k, _quantize_q8_k
 from .simd import _AVX2_ONLY, _AVX512, _VNNI256, sfma
 from .simd_wide import prefetch_l2, vhalf16, vload_b64, vload_i8x16, vload_u8x16, vpairs
@@ -88,33 +87,59 @@ _BLOCK = {t: int(_BLOCK_BYTES[t]) for t in (Q4_K, Q6_K)}    # bytes of one row's
 
 # ---- the layout ----------------------------------------------------------------------------------
 
-def _scale_min_k4(s):
-    # [..., 12] Q4_K scale bytes -> (sc, mn) [..., 8] (ggml's get_scale_min_k4)
-    s = s.astype(np.int64)
-    sc = np.concatenate([s[..., 0:4] & 63, (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)], axis=-1)
-    mn = np.concatenate([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], axis=-1)
-    return sc, mn
-
-
 def interleave_k(w: np.ndarray, qtype: int) -> np.ndarray:
     """uint8 [n_out, row_bytes] of Q4_K or Q6_K -> the same bytes regrouped for X16_OF[qtype]
     (read-only, C-contiguous, the same shape)."""
     qtype = int(qtype)
     if qtype not in _BLOCK:
         raise ValueError(f"interleave_k: {qtype_name(qtype)} has no interleaved K layout (only Q4_K, Q6_K)")
-    W = x16_groups(w, _BLOCK[qtype], "interleave_k", f"{qtype_name(qtype)} super-blocks")
-    G, _, nb, _ = W.shape
-    if qtype == Q4_K:
-        sc, mn = _scale_min_k4(W[..., 4:16])
-        p = np.concatenate([sc | ((mn & 3) << 6), (mn[..., 0::2] >> 2) | ((mn[..., 1::2] >> 2) << 4)], axis=-1)
-        parts = [x16_rows_first(W[..., 0:2]), x16_rows_first(W[..., 2:4]), x16_planes(p.astype(np.uint8)),
-                 x16_words(W[..., 16:144])]
-    else:
-        ql = x16_words(W[..., 0:128]).reshape(G, nb, 2, 2, 8, 64)      # [half, low / high 32 bytes, k]
-        qh = x16_words(W[..., 128:192]).reshape(G, nb, 2, 1, 8, 64)     # [half, k]
-        qs = np.concatenate([ql, qh], axis=3).transpose(0, 1, 2, 4, 3, 5).reshape(G, nb, 3072)
-        parts = [x16_rows_first(W[..., 208:210]), x16_planes(W[..., 192:208]), qs]
-    return x16_join(parts, np.asarray(w))
+    G = len(x16_groups(w, _BLOCK[qtype], "interleave_k", f"{qtype_name(qtype)} super-blocks"))  # (checks w)
+    w = np.ascontiguousarray(w)
+    out = np.empty_like(w)
+    _regroup_k(w, out, G, qtype == Q6_K)
+    out[X16_ROWS * G:] = w[X16_ROWS * G:]                          # the tail, as the file has it
+    out.flags.writeable = False
+    return out
+
+
+@njit(cache=True, parallel=True)
+def _regroup_k(w, out, n_groups, q6):
+    # the first n_groups groups of 16 rows of w (uint8 [n_out, row_bytes] of Q4_K or, q6, Q6_K
+    # super-blocks) into out in the layout above, group-block after group-block, a group per
+    # thread. Compiled: NumPy's reshapes and transposes took 13 s for the 1.5B's matrices, every
+    # time a context opened it (Intel Xeon family 6 model 167, 2 threads)
+    rb = w.shape[1]
+    bb = 210 if q6 else 144
+    wf, of = w.reshape(-1), out.reshape(-1)       # flat: no array view per row
+    for g in prange(n_groups):
+        for b in range(rb // bb):
+            o = X16_ROWS * (g * rb + bb * b)                         # the group-block in out
+            for r in range(X16_ROWS):
+                c = (X16_ROWS * g + r) * rb + bb * b                 # row r's super-block b in w
+                if q6:
+                    of[o + 2 * r] = wf[c + 208]                      # d
+                    of[o + 2 * r + 1] = wf[c + 209]
+                    for i in range(16):                              # the scales, sub-block i at 16 i + r
+                        of[o + 32 + 16 * i + r] = wf[c + 192 + i]
+                    for h in range(2):                               # step k of half h: ql words 16h + k,
+                        for k in range(8):                           # 16h + 8 + k, qh word 8h + k
+                            v = o + 288 + 64 * (24 * h + 3 * k) + 4 * r
+                            for e in range(4):
+                                of[v + e] = wf[c + 4 * (16 * h + k) + e]
+                                of[v + 64 + e] = wf[c + 4 * (16 * h + 8 + k) + e]
+                                of[v + 128 + e] = wf[c + 128 + 4 * (8 * h + k) + e]
+                else:
+                    for j in range(4):                               # d, dmin
+                        of[o + 32 * (j // 2) + 2 * r + j % 2] = wf[c + j]
+                    for i in range(4):                               # the 12 planes of scales and mins
+                        sc0, mn0 = _scale_min_k4(wf, c + 4, 2 * i)
+                        sc1, mn1 = _scale_min_k4(wf, c + 4, 2 * i + 1)
+                        of[o + 64 + 32 * i + r] = np.uint8(sc0 | ((mn0 & 3) << 6))
+                        of[o + 80 + 32 * i + r] = np.uint8(sc1 | ((mn1 & 3) << 6))
+                        of[o + 192 + 16 * i + r] = np.uint8((mn0 >> 2) | ((mn1 >> 2) << 4))
+                    for k in range(32):                              # word k of the nibbles
+                        for e in range(4):
+                            of[o + 256 + 64 * k + 4 * r + e] = wf[c + 16 + 4 * k + e]
 
 
 # ---- the passes: R activation rows x one group of 16 weight rows ----------------------------------

@@ -110,34 +110,6 @@ def x16_groups(w, block_bytes: int, who: str, what: str) -> np.ndarray:
     return w[:G * X16_ROWS].reshape(G, X16_ROWS, nb, block_bytes)
 
 
-def x16_rows_first(a: np.ndarray) -> np.ndarray:
-    # [G, 16, nb, n] -> [G, nb, 16 n]: each block's 16 rows' n bytes side by side
-    G, _, nb, n = a.shape
-    return a.transpose(0, 2, 1, 3).reshape(G, nb, X16_ROWS * n)
-
-
-def x16_words(a: np.ndarray) -> np.ndarray:
-    # [G, 16, nb, 4 n] -> [G, nb, 64 n]: 64-byte vector c holds 4-byte word c of each of the 16 rows
-    G, _, nb, n4 = a.shape
-    return a.reshape(G, X16_ROWS, nb, n4 // 4, 4).transpose(0, 2, 3, 1, 4).reshape(G, nb, 16 * n4)
-
-
-def x16_planes(a: np.ndarray) -> np.ndarray:
-    # [G, 16, nb, n] one byte per row and field -> [G, nb, 16 n]: field f of row r at 16 f + r
-    G, _, nb, n = a.shape
-    return a.transpose(0, 2, 3, 1).reshape(G, nb, X16_ROWS * n)
-
-
-def x16_join(parts, w: np.ndarray) -> np.ndarray:
-    """The groups' regrouped parts ([G, nb, bytes] each, in layout order), then the tail rows as
-    w has them -> read-only uint8 of w's shape."""
-    G = w.shape[0] // X16_ROWS
-    groups = np.concatenate(parts, axis=-1).reshape(-1)
-    out = np.concatenate([groups, w[G * X16_ROWS:].reshape(-1)]).reshape(w.shape)
-    out.flags.writeable = False
-    return out
-
-
 def qtype_name(qtype: int) -> str:
     """'Q4_1' for 3; 'Q5_0x16' for specnb's interleaved Q5_0; 'type#99' for a code gguf does not know."""
     if int(qtype) in X16_BASE:

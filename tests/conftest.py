@@ -15,6 +15,19 @@ os.environ.setdefault("SPECNB_KERNEL_TYPES", "all")
 from specnb.gguf.forge import requantize  # noqa: E402
 from specnb.model.testing import tiny_model as _tiny_model  # noqa: E402
 
+
+def worker_threads(n_workers: int, n_cpus: int, n_max: int) -> int:
+    """Numba threads for each of n_workers pytest-xdist workers: the cores shared out, at least
+    one. Two workers of two OpenMP threads on two cores wait at each other's barriers: beside
+    one busy core, the default pair's decoding tests ran 4-12x slower than alone."""
+    return max(1, min(n_max, n_cpus // max(1, n_workers)))
+
+
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")) > 1:       # a worker of several
+    import numba
+    numba.set_num_threads(worker_threads(int(os.environ["PYTEST_XDIST_WORKER_COUNT"]),
+                                         os.cpu_count() or 1, numba.config.NUMBA_NUM_THREADS))
+
 TINY_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K",
               "Q5_K", "Q6_K"]
 

@@ -180,8 +180,14 @@ def pytest_sessionstart(session):
         said.append(out.strip() if p.returncode == 0 else f"failed ({err.strip().splitlines()[-1:]})")
     for p in procs:
         done(p)
-    # then the prefetch verdict, once, with nothing else running (not in each worker's first test)
-    done(subprocess.Popen([sys.executable, script, "prefetch"], stdout=subprocess.PIPE,
+    # then the prefetch verdicts, once, with nothing else running (not in each worker's first
+    # test): at the default thread count and at the workers'
+    n_workers = cfg.getoption("numprocesses", None)
+    threads = []
+    if isinstance(n_workers, int) and n_workers > 1:
+        import numba
+        threads.append(str(worker_threads(n_workers, os.cpu_count() or 1, numba.config.NUMBA_NUM_THREADS)))
+    done(subprocess.Popen([sys.executable, script, "prefetch", *threads], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True))
     tr = cfg.pluginmanager.get_plugin("terminalreporter")
     msg = (f"kernels compiled or loaded in two processes, then the prefetch verdict: {', '.join(said)} "

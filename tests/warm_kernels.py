@@ -17,7 +17,7 @@ Then, with both done, `prefetch` records this machine's prefetch distance once (
 the first int8 decode of a process on a new machine measures it otherwise), on a quiet machine
 rather than in whichever test of each pytest-xdist worker comes first, beside the other's tests.
 
-    python tests/warm_kernels.py f32|q8|prefetch
+    python tests/warm_kernels.py f32|q8|prefetch [THREADS...]
 """
 import os
 import sys
@@ -82,21 +82,24 @@ def _int8_drivers(mode: str) -> None:
     matmul_q8._matmul_q8_32(x, blocks(qtypes.Q8_0), qtypes.Q8_0, out, sel, -1)
 
 
-def prefetch() -> float:
-    """The prefetch verdicts for this machine, one thread and the default count (a pytest-xdist
-    worker's, conftest.worker_threads, and a notebook's): read where recorded, else measured now
-    and recorded (SPECNB_PREFETCH, where set, wins and nothing is measured)."""
+def prefetch(threads=()) -> float:
+    """The prefetch verdicts for this machine at the default thread count (a notebook's) and at
+    each of `threads` (the pytest-xdist workers', conftest.worker_threads): read where recorded,
+    else measured now and recorded (SPECNB_PREFETCH, where set, wins and nothing is measured)."""
     import numba
 
     from specnb.kernels import tuning
     t0 = time.perf_counter()
-    for n in sorted({1, numba.get_num_threads()}):
+    for n in sorted({numba.get_num_threads(), *threads}):
         tuning.prefetch_ahead(n)
     return time.perf_counter() - t0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in ("f32", "q8", "prefetch"):
-        sys.exit("usage: python tests/warm_kernels.py f32|q8|prefetch (an activation mode to "
-                 "compile, or the prefetch verdict)")
-    print(f"{sys.argv[1]}: {(prefetch() if sys.argv[1] == 'prefetch' else warm(sys.argv[1])):.0f} s")
+    if len(sys.argv) < 2 or sys.argv[1] not in ("f32", "q8", "prefetch") or (
+            sys.argv[1] != "prefetch" and len(sys.argv) != 2) or not all(a.isdigit() for a in sys.argv[2:]):
+        sys.exit("usage: python tests/warm_kernels.py f32|q8 (an activation mode to compile) | "
+                 "prefetch [THREADS...] (the prefetch verdicts)")
+    mode = sys.argv[1]
+    t = prefetch([int(a) for a in sys.argv[2:]]) if mode == "prefetch" else warm(mode)
+    print(f"{mode}: {t:.0f} s")

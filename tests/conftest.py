@@ -23,10 +23,27 @@ def worker_threads(n_workers: int, n_cpus: int, n_max: int) -> int:
     return max(1, min(n_max, n_cpus // max(1, n_workers)))
 
 
-if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")) > 1:       # a worker of several
+def _share_the_cores(n_workers: int) -> None:
+    """This worker's Numba threads. With one, OpenMP's other pool thread waits passively: GNU
+    libgomp's idle threads otherwise spin between parallel regions (its default, active wait),
+    even when a region runs on one thread, and that spinning takes the core the other worker
+    needs (tests/test_notebook_answers.py: 60 CPU-s beside a busy core, 21 s without the
+    spinning). The setting is read once, when Numba starts its threads; subprocesses, whose
+    regions run on every core, keep the default."""
     import numba
-    numba.set_num_threads(worker_threads(int(os.environ["PYTEST_XDIST_WORKER_COUNT"]),
-                                         os.cpu_count() or 1, numba.config.NUMBA_NUM_THREADS))
+    n = worker_threads(n_workers, os.cpu_count() or 1, numba.config.NUMBA_NUM_THREADS)
+    saved = os.environ.get("OMP_WAIT_POLICY")
+    if n == 1 and saved is None:
+        os.environ["OMP_WAIT_POLICY"] = "passive"
+    try:
+        numba.set_num_threads(n)            # (starts the threads: libgomp reads its settings)
+    finally:
+        if saved is None:
+            os.environ.pop("OMP_WAIT_POLICY", None)
+
+
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")) > 1:       # a worker of several
+    _share_the_cores(int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
 
 TINY_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K",
               "Q5_K", "Q6_K"]

@@ -7,7 +7,7 @@
 - every SIMD level gives the same bits: the kernels recompiled with SPECNB_SIMD=generic (the plain
   LLVM vector IR a CPU without AVX2, e.g. an ARM laptop, compiles), and as an AVX2-only and an
   AVX-VNNI CPU would compile them (simd.cpu_features_for), in fresh processes, against the host's
-  own level.
+  own level as the forward passes run it (their drivers, from the suite's compiled kernels).
 """
 import json
 import os
@@ -229,23 +229,35 @@ import numpy as np
 from specnb.kernels import matmul, matmul_q8, matmul_x16, matmul_x16k, qtypes, simd
 rng = np.random.default_rng(5)
 out = {"level": simd.SIMD_LEVEL}
+# native: each product through the drivers the forward passes call, with the passes' own
+# selections (every type) and argument types, so that the kernels the suite compiled before its
+# tests (tests/warm_kernels.py) serve them; a lower level: the rows kernels themselves, each with
+# a selection of its own type, so that only those compile there (the drivers' prange loops would
+# compile every rows kernel twice more)
+native = sys.argv[2] == "native"
+si, sf = matmul_q8._Q8_SEL, qtypes.type_sel(qtypes.SUPPORTED_QTYPES)
 n = 11                           # more rows than a tile: the scratch-buffer passes too
 x = rng.standard_normal((n, 512)).astype(np.float32)
 buf = np.empty(16 * 384, np.uint8)
+ahead = 256                      # prefetching 256 bytes ahead: the instruction at every level, no effect on bits
 for name in sys.argv[1].split(","):
     qt = int(getattr(qtypes, name))
-    w = qtypes.random_blocks(qt, 17, 512, rng)
+    w = qtypes.random_blocks(qt, 17, 512, rng)          # 17 x 512: the drivers' serial branch
     r = np.empty((n, 17), np.float32)
-    if name in ("Q4_K", "Q6_K"):
-        qx, dx, bs = matmul_q8.pack_q8_k(x)
-        accs = np.empty(matmul_q8.O_BLOCK * n * 16, np.float32)
-        # (prefetching 256 bytes ahead: the prefetch instruction at every level, no effect on bits)
-        getattr(matmul_q8, "_rows_" + name.lower())(qx, dx, bs, w, r, 0, 17, 2, buf, accs, 256)
-    else:
-        qx, d16, s16 = matmul_q8.pack_q8_32(x)
-        getattr(matmul_q8, "_rows_" + name.lower())(qx, d16, s16, w, r, 0, 17, 16, buf, 256)
     f = np.empty((n, 17), np.float32)
-    matmul._matmul_rows(x, w, qt, f, 0, 17, np.empty(512, np.float32), qtypes.type_sel([qt]))
+    k = name in ("Q4_K", "Q6_K")
+    if native:
+        (matmul_q8._matmul_q8_k if k else matmul_q8._matmul_q8_32)(x, w, qt, r, si, ahead)
+        matmul.matmul_sel(x, w, qt, f, sf)
+    else:
+        if k:
+            qx, dx, bs = matmul_q8.pack_q8_k(x)
+            accs = np.empty(matmul_q8.O_BLOCK * n * 16, np.float32)
+            getattr(matmul_q8, "_rows_" + name.lower())(qx, dx, bs, w, r, 0, 17, 2, buf, accs, ahead)
+        else:
+            qx, d16, s16 = matmul_q8.pack_q8_32(x)
+            getattr(matmul_q8, "_rows_" + name.lower())(qx, d16, s16, w, r, 0, 17, 16, buf, ahead)
+        matmul._matmul_rows(x, w, qt, f, 0, 17, np.empty(512, np.float32), qtypes.type_sel([qt]))
     out[name] = [r.view(np.uint32).tolist(), f.view(np.uint32).tolist()]
     if name in ("Q4_K", "Q6_K", "Q5_0"):    # interleaved 16 rows (matmul_x16k, matmul_x16): 35
                                             # outputs (two groups and a tail), 13 rows
@@ -261,10 +273,11 @@ for name in sys.argv[1].split(","):
             xi[4, ::256] = -2.0
         r = np.empty((13, 35), np.float32)
         q16, wx = qtypes.X16_OF[qt], matmul_x16.interleave(w, qt)
+        s16 = si if native else qtypes.type_sel([q16])
         if name == "Q5_0":          # (the products alone: matmul_q8's dispatch would compile every type)
-            matmul_x16.matmul_x16_by(xi, wx, q16, r, qtypes.type_sel([q16]), -1)
+            matmul_x16.matmul_x16_by(xi, wx, q16, r, s16, ahead)
         else:
-            matmul_x16k.matmul_x16k_by(xi, wx, q16, r, name == "Q4_K", name == "Q6_K", -1)
+            matmul_x16k.matmul_x16k_by(xi, wx, q16, r, s16.q4_kx16, s16.q6_kx16, ahead)
         out[name + "X16"] = r.view(np.uint32).tolist()
 print(json.dumps(out))
 """
@@ -272,11 +285,16 @@ LEVEL_TYPES = "Q4_K,Q6_K,Q8_0,Q4_1,Q5_0"
 
 
 def _start_level(level, tmp_path):
-    env = dict(os.environ, SPECNB_SIMD=level, NUMBA_CACHE_DIR=str(tmp_path / level))
+    # the host's own level in the suite's Numba cache (tests/warm_kernels.py compiled both passes
+    # there); the others, compiled afresh, each in a folder of its own
+    env = dict(os.environ, SPECNB_SIMD=level)
+    if level != "auto":
+        env["NUMBA_CACHE_DIR"] = str(tmp_path / level)
     if level in ("avx2", "avxvnni"):    # compiled as such a CPU would: no 512-bit register anywhere
         env.update(SPECNB_SIMD="auto", NUMBA_CPU_FEATURES=S.cpu_features_for(level))
-    return subprocess.Popen([sys.executable, "-c", _LEVEL_SCRIPT, LEVEL_TYPES], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-c", _LEVEL_SCRIPT, LEVEL_TYPES,
+                             "native" if level == "auto" else "narrow"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _result(proc):
@@ -288,7 +306,9 @@ def _result(proc):
 @pytest.mark.slow
 def test_every_simd_level_gives_the_same_bits(tmp_path):
     # compiles the int8 and float32 row kernels of five types and their interleaved products afresh
-    # at each level (minutes of one core each: the levels compile side by side, one process each)
+    # at each lower level (a minute of one core each: the levels compile side by side, one process
+    # each); the host's level takes the passes' own kernels, which the suite compiled before its
+    # tests (run alone, this test compiles those first: minutes)
     lower = [lv for lv in ("avx2", "avxvnni") if lv != S.SIMD_LEVEL and S._simd_level(lv, S._FEATURES) == lv]
     levels = ["generic", *lower]
     procs = {level: _start_level(level, tmp_path) for level in ["auto", *levels]}

@@ -18,25 +18,25 @@ from specnb.model.testing import tiny_model as _tiny_model  # noqa: E402
 
 def worker_threads(n_workers: int, n_cpus: int, n_max: int) -> int:
     """Numba threads for each of n_workers pytest-xdist workers: the cores shared out, at least
-    one. Two workers of two OpenMP threads on two cores wait at each other's barriers: beside
-    one busy core, the default pair's decoding tests ran 4-12x slower than alone."""
+    one. (A worker's kernel calls run on these; a Context it opens takes every core, Context's
+    default, so its decoding regions still run on all of them: see _share_the_cores.)"""
     return max(1, min(n_max, n_cpus // max(1, n_workers)))
 
 
 def _share_the_cores(n_workers: int) -> None:
-    """This worker's Numba threads. With one, OpenMP's other pool thread waits passively: GNU
-    libgomp's idle threads otherwise spin between parallel regions (its default, active wait),
-    even when a region runs on one thread, and that spinning takes the core the other worker
-    needs (tests/test_notebook_answers.py: 60 CPU-s beside a busy core, 21 s without the
-    spinning). The setting is read once, when Numba starts its threads; subprocesses, whose
-    regions run on every core, keep the default."""
+    """This worker's Numba threads, and a passive wait for its OpenMP threads. Several workers'
+    parallel regions share the cores; GNU libgomp's threads spin at the end of each region and
+    between regions (its default, active wait), and that spinning takes the CPU time the other
+    worker needs: beside two busy cores, tests/test_notebook_answers.py used 60 CPU-s, 21.5 with
+    OMP_WAIT_POLICY=passive, 20.7 with a pool of one thread. The setting is read once, when
+    Numba starts its threads, and removed after: subprocesses, which run alone on their cores
+    more often, keep the default; a user's own setting is left alone."""
     import numba
-    n = worker_threads(n_workers, os.cpu_count() or 1, numba.config.NUMBA_NUM_THREADS)
     saved = os.environ.get("OMP_WAIT_POLICY")
-    if n == 1 and saved is None:
+    if saved is None:
         os.environ["OMP_WAIT_POLICY"] = "passive"
-    try:
-        numba.set_num_threads(n)            # (starts the threads: libgomp reads its settings)
+    try:                                    # (starts the threads: libgomp reads its settings)
+        numba.set_num_threads(worker_threads(n_workers, os.cpu_count() or 1, numba.config.NUMBA_NUM_THREADS))
     finally:
         if saved is None:
             os.environ.pop("OMP_WAIT_POLICY", None)

@@ -23,6 +23,12 @@ def worker_threads(n_workers: int, n_cpus: int, n_max: int) -> int:
     return max(1, min(n_max, n_cpus // max(1, n_workers)))
 
 
+def worker_share(n_workers: int) -> int:
+    """worker_threads on this machine: its cores, and Numba's maximum."""
+    import numba
+    return worker_threads(n_workers, os.cpu_count() or 1, numba.config.NUMBA_NUM_THREADS)
+
+
 def _share_the_cores(n_workers: int) -> None:
     """This worker's Numba threads, and a passive wait for its OpenMP threads. Several workers'
     parallel regions share the cores; GNU libgomp's threads spin at the end of each region and
@@ -36,7 +42,7 @@ def _share_the_cores(n_workers: int) -> None:
     if saved is None:
         os.environ["OMP_WAIT_POLICY"] = "passive"
     try:                                    # (starts the threads: libgomp reads its settings)
-        numba.set_num_threads(worker_threads(n_workers, os.cpu_count() or 1, numba.config.NUMBA_NUM_THREADS))
+        numba.set_num_threads(worker_share(n_workers))
     finally:
         if saved is None:
             os.environ.pop("OMP_WAIT_POLICY", None)
@@ -200,10 +206,7 @@ def pytest_sessionstart(session):
     # then the prefetch verdicts, once, with nothing else running (not in each worker's first
     # test): at the default thread count and at the workers'
     n_workers = cfg.getoption("numprocesses", None)
-    threads = []
-    if isinstance(n_workers, int) and n_workers > 1:
-        import numba
-        threads.append(str(worker_threads(n_workers, os.cpu_count() or 1, numba.config.NUMBA_NUM_THREADS)))
+    threads = [str(worker_share(n_workers))] if isinstance(n_workers, int) and n_workers > 1 else []
     done(subprocess.Popen([sys.executable, script, "prefetch", *threads], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True))
     tr = cfg.pluginmanager.get_plugin("terminalreporter")

@@ -42,18 +42,23 @@ from .matmul import _N_CHUNKS, SERIAL_MAX_ELEMENTS
 from .qtypes import (Q4_0, Q4_0X16, Q4_1, Q4_1X16, Q5_0, Q5_0X16, Q5_1, Q5_1X16, Q8_0, Q8_0X16, X16_BASE, X16_OF,
                      X16_ROWS, _BLOCK_BYTES, qtype_name, x16_groups)
 from .blocks import _scale16
-from .matmul_x16k import K_BASE, interleave_k, prefetch_span
+from .matmul_x16k import K_BASE, PAIRS16, interleave_k, prefetch_span
 from .quantize_q8 import _quantize_rows
 from .simd import _AVX512, _VNNI256, ld_i8, ld_u32, sfma
 from .simd_wide import vabs8, vhalf16, vload_b64
-from .tiles import (tbcast4, tbroadcast, tdot4, tfloat, tfma, tile_rows, tmul, tnegate_where, tsplat_i32, tstore_f32,
-                    tzeros)
+from .tiles import (tbcast4, tbroadcast, tdot4, tdot4p, tfloat, tfma, tile_rows, tmul, tnegate_where, tpairsum,
+                    tsplat_i32, tstore_f32, tzeros)
 
 _jit = njit(cache=True, fastmath=False)
 _inline = njit(fastmath=False, forceinline=True, _nrt=False)
 # rows per pass: AVX-512 holds 8 rows' integer and float accumulators (one register each) in its
 # 32 registers; on AVX2 each takes two of 16 (AVX-VNNI: 6 rows, measured with matmul_x16k's)
 R_MAX = 8 if _AVX512 else 6 if _VNNI256 else 4
+# AVX2 without VNNI (matmul_x16k.PAIRS16): a block's pmaddubsw pairs add up in int16 and one
+# pmaddwd by ones finishes them, where tdot4 pays a pmaddwd and an int32 add per 64 bytes (16 a
+# group-block, 2 now): Q4_0 / Q4_1 in one run of 8 steps (8 x 2 x 15 x 127 = 30,480 < 2^15), Q5_0 /
+# Q5_1 in two of 4 (4 x 2 x 31 x 127 = 31,496); the same integers. Q8_0's sign trick keeps tdot4
+# (one pair reaches 2 x 128 x 127)
 
 # A 32-block type's GGUF block, as the layout and the kernels read it: its bytes (qtypes'
 # table), where its quants start (after d, m, qh), the offset of its unsigned quants (w = u - off),
@@ -143,6 +148,7 @@ def _pass(qtype, R):
                 acc = tdot4(acc, vabs8(v), tnegate_where(tbcast4(qx, xi + 4 * k, n, R), v))
             return acc
         h = vload_b64(w, q + hdr + 256) if five else vload_b64(w, q)      # (h unused without Q5)
+        t = tzeros(np.int32, 16, R)                    # PAIRS16: the int16 pair sums
         for c in range(4):
             v = vload_b64(w, q + hdr + 64 * c)
             lo = v & 15
@@ -150,9 +156,16 @@ def _pass(qtype, R):
             if five:
                 lo = lo | ((h << (4 - c)) & 16)        # bit c of h: the fifth bit of element 4c + j
                 hi = hi | ((h >> c) & 16)              # bit c + 4: element 16 + 4c + j
-            acc = tdot4(acc, lo, tbcast4(qx, xi + 4 * c, n, R))
-            acc = tdot4(acc, hi, tbcast4(qx, xi + 16 + 4 * c, n, R))
-        return acc
+            if PAIRS16:
+                t = tdot4p(t, lo, tbcast4(qx, xi + 4 * c, n, R))
+                t = tdot4p(t, hi, tbcast4(qx, xi + 16 + 4 * c, n, R))
+                if five and c == 1:                    # Q5_*: an int16 half holds 4 steps
+                    acc = tpairsum(acc, t)
+                    t = tzeros(np.int32, 16, R)
+            else:
+                acc = tdot4(acc, lo, tbcast4(qx, xi + 4 * c, n, R))
+                acc = tdot4(acc, hi, tbcast4(qx, xi + 16 + 4 * c, n, R))
+        return tpairsum(acc, t) if PAIRS16 else acc
 
     @_inline
     def run(r, base, w, p, nb, qx, dx, sq, sx, out, o, n_out, n_rows, ahead, last):

@@ -31,6 +31,8 @@ array a, for r < R (R a literal constant). No bounds checks: the callers check t
     tmac(acc, t, s)                      i32 lanes: acc[r] + t[r] * s (wrapping, as vpmulld / vpaddd)
     tdotw(acc, c, t)                     i32 lanes: acc[r] + c16[2l] t16[2l] + c16[2l+1] t16[2l+1], c and
                                          t i32x16 holding int16 pairs (vpdpwssd: two products a lane)
+    tpairsum(acc, t)                     i32 lanes: acc[r] + t16[2l] + t16[2l+1] (tdotw with ones: a tdot4p
+                                         tile finished unscaled, one pmaddwd)
     tfloat(t) tfma(a, b, c) tmul tadd    lane-wise; a plain vector argument serves every row
     tstore_hsum(out, i, stride, t)       out[i + r stride] = hsum(t[r]), a fixed halving tree
     tstore_f32(a, i, stride, t)          a[i + r stride : + lanes] = t[r] (float32 tiles)
@@ -271,6 +273,9 @@ tmac = _tile_op("tmac", lambda acc, t, s: _same_vec(acc, t, s) and _vec(acc).dty
                 lambda acc, t, s: _first_tile(acc, t, s), lambda b, acc, t, s: b.add(acc, b.mul(t, s)))
 tdotw = _tile_op("tdotw", lambda acc, c, t: _same_vec(acc, c, t) and _vec(acc) == _I32x16,
                  lambda acc, c, t: _first_tile(acc, c, t), dotw_codegen)
+_ONES16 = ir.Constant(ir.VectorType(_i32, 16), [0x00010001] * 16)     # 1 in both int16 halves of a lane
+tpairsum = _tile_op("tpairsum", lambda acc, t: _same_vec(acc, t) and _vec(acc) == _I32x16, _first_tile,
+                    lambda b, acc, t: dotw_codegen(b, acc, _ONES16, t))
 tfloat = _tile_op("tfloat", lambda t: _vec(t).dtype == types.int32,
                   lambda t: Tile(Vec(types.float32, t.vec.lanes), t.rows),
                   lambda b, v: b.sitofp(v, ir.VectorType(ir.FloatType(), v.type.count)))

@@ -208,6 +208,31 @@ def test_tdot4p_sums_byte_pairs_in_int16_halves():
 
 
 @njit
+def _pairsum(u, x, a0, out):
+    t = TL.tzeros(np.int32, 16, 2)
+    for k in range(8):                           # a Q4_0 group-block's eight steps, summed in int16
+        t = TL.tdot4p(t, W.vload_b64(u, 64 * k), TL.tload_bytes(x, 64 * k, 512, 2, 64))
+    TL.tstore_f32(out, 0, 16, TL.tfloat(TL.tpairsum(TL.tsplat_i32(a0, 0, 1, 2, 1), t)))
+
+
+def test_tpairsum_adds_both_int16_halves_to_the_int32_lanes():
+    # lane l of row r: a0[r] + both int16 halves of a tdot4p tile (the AVX2 32-block passes'
+    # unscaled finish), the halves at -30480 and +30480 in row 0 and row 1's lane 0
+    rng = np.random.default_rng(9)
+    u = rng.integers(0, 16, 512).astype(np.uint8)
+    x = rng.integers(-127, 128, 1024).astype(np.int8)
+    u[:] = np.where(np.arange(512) % 64 < 4, 15, u)
+    x[:] = np.where(np.arange(1024) % 64 < 4, np.repeat([-127, 127], 512), x)
+    a0 = np.array([-(1 << 20), 7], np.int32)
+    out = np.empty(32, np.float32)
+    _pairsum(u, x, a0, out)
+    prod = u.astype(np.int64).reshape(1, 8, 64) * x.astype(np.int64).reshape(2, 8, 64)    # [row, step, byte]
+    want = prod.reshape(2, 8, 16, 4).sum(-1).sum(1) + a0[:, None]                           # [row, lane]
+    assert out.reshape(2, 16).tolist() == want.tolist()
+    assert (want[:, 0] - a0).tolist() == [-60960, 60960]
+
+
+@njit
 def _bits32(w, out):
     v = S.vbits32(w)
     S.vstore(out, 0, S.vfloat(S.vdot_u8i8(v, S.vload_b32(np.ones(32, np.int8), 0))))
@@ -263,14 +288,15 @@ for name in sys.argv[1].split(","):
                                             # outputs (two groups and a tail), 13 rows
         w = qtypes.random_blocks(qt, 35, 512, rng)
         xi = rng.standard_normal((13, 512)).astype(np.float32)
-        if name != "Q5_0":          # the int16 sums of AVX2's passes at their bound: weight row 3's quants
-            w = np.array(w)
-            bb, q0, q1 = (144, 16, 144) if name == "Q4_K" else (210, 0, 192)    # all 15 / 63, against
-            for b in range(2):                                                  # activation rows of
-                w[3, bb * b + q0:bb * b + q1] = 255                             # -127 and of +127 only
-            xi[2] = -1.0
-            xi[4] = 1.999
-            xi[4, ::256] = -2.0
+        # the int16 sums of AVX2's passes at their bound: weight row 3's quants all 15 / 63 / 31
+        # (Q5_0: its fifth bits too), against activation rows of -127 and of +127 only
+        w = np.array(w)
+        bb, q0, q1 = {"Q4_K": (144, 16, 144), "Q6_K": (210, 0, 192), "Q5_0": (22, 2, 22)}[name]
+        for b in range(512 // (256 if k else 32)):
+            w[3, bb * b + q0:bb * b + q1] = 255
+        xi[2] = -1.0
+        xi[4] = 1.999
+        xi[4, ::256] = -2.0
         r = np.empty((13, 35), np.float32)
         q16, wx = qtypes.X16_OF[qt], matmul_x16.interleave(w, qt)
         s16 = si if native else qtypes.type_sel([q16])

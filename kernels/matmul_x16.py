@@ -54,11 +54,6 @@ _inline = njit(fastmath=False, forceinline=True, _nrt=False)
 # rows per pass: AVX-512 holds 8 rows' integer and float accumulators (one register each) in its
 # 32 registers; on AVX2 each takes two of 16 (AVX-VNNI: 6 rows, measured with matmul_x16k's)
 R_MAX = 8 if _AVX512 else 6 if _VNNI256 else 4
-# AVX2 without VNNI (matmul_x16k.PAIRS16): a block's pmaddubsw pairs add up in int16 and one
-# pmaddwd by ones finishes them, where tdot4 pays a pmaddwd and an int32 add per 64 bytes (16 a
-# group-block, 2 now): Q4_0 / Q4_1 in one run of 8 steps (8 x 2 x 15 x 127 = 30,480 < 2^15), Q5_0 /
-# Q5_1 in two of 4 (4 x 2 x 31 x 127 = 31,496); the same integers. Q8_0's sign trick keeps tdot4
-# (one pair reaches 2 x 128 x 127)
 
 # A 32-block type's GGUF block, as the layout and the kernels read it: its bytes (qtypes'
 # table), where its quants start (after d, m, qh), the offset of its unsigned quants (w = u - off),
@@ -141,7 +136,12 @@ def _pass(qtype, R):
     @_inline
     def block(acc, w, q, qx, xi, n):
         # the integer dot products of one group-block (at byte q of w) with R rows' block of 32
-        # activations (row r at qx[xi + r n]), added to acc (i32x16 per row, lane = weight row)
+        # activations (row r at qx[xi + r n]), added to acc (i32x16 per row, lane = weight row).
+        # AVX2 without VNNI (matmul_x16k.PAIRS16): the pmaddubsw pairs add up in int16 and one
+        # pmaddwd by ones finishes them, where tdot4 pays a pmaddwd and an int32 add per 64 bytes
+        # (16 a group-block, 2 now): Q4_* in one run of 8 steps (8 x 2 x 15 x 127 = 30,480 < 2^15),
+        # Q5_* in two of 4 (4 x 2 x 31 x 127 = 31,496); the same integers. Q8_0's sign trick keeps
+        # tdot4 (one pair reaches 2 x 128 x 127)
         if qtype == Q8_0:
             for k in range(8):
                 v = vload_b64(w, q + hdr + 64 * k)

@@ -29,7 +29,8 @@ The verdict is kept in prefetch.json in the stamped kernel-cache folder (kernels
 keyed by the CPU and the thread count, so an edit of any kernel measures again.
 
 The int8 compute limit: the peak rate of the 64-byte int8 dot product the kernels are built on
-(tiles.tdot4: one VNNI vpdpbusd with AVX-512, vpmaddubsw + vpmaddwd with AVX2, sdot on ARM), the
+(tiles.tdot4: one VNNI vpdpbusd with AVX-512, sdot on ARM; with AVX2 alone the kernels' int16 form,
+tiles.tdot4p's vpmaddubsw + vpaddw, finished by a vpmaddwd every 8 steps), the
 roofline's compute ceiling (Williams, Waterman and Patterson 2009) for the int8 kernels. Each
 extra row of a verification batch costs multiply-adds, not weight bytes, so `bench` sets what a
 row beyond the first costs beside what it would cost at this rate:
@@ -57,11 +58,11 @@ import numpy as np
 from numba import njit, prange
 
 from .matmul_q8 import one_row_q4_k, pack_q8_k
-from .matmul_x16k import matmul_x16k_by
+from .matmul_x16k import PAIRS16, matmul_x16k_by
 from .qtypes import Q4_KX16, X16K_QTYPES, type_sel
 from .simd import _AVX512, _VNNI256, SIMD_LEVEL
 from .simd_wide import vload_b64
-from .tiles import tbcast4, tdot4, tfloat, tstore_hsum, tzeros
+from .tiles import tbcast4, tdot4, tdot4p, tfloat, tpairsum, tstore_hsum, tzeros
 
 CANDIDATES = (-1, 256, 512, 1024, 2048, 4096)     # bytes ahead; -1: the hardware's prefetchers alone
 CANDIDATES_X16 = (-1, 2048, 4096, 8192, 16384)    # the interleaved layouts' (into L2, so further ahead)
@@ -285,32 +286,49 @@ def describe(v: dict) -> str:
 PEAK_ENV = "SPECNB_INT8_PEAK"
 PEAK_ROWS = 12 if _AVX512 else 6 if _VNNI256 else 4   # accumulators per thread: a VNNI vpdpbusd's
 # latency is about 5 cycles at 1-2 a cycle (AVX-VNNI, two 256-bit halves a row: 4 rows 343, 6 rows
-# 451, 8 rows 320 G/s on the Intel Xeon family 6 model 167); AVX2's sums chain through vpaddd only
+# 451, 8 rows 320 G/s on the Intel Xeon family 6 model 167); AVX2's int16 sums chain through vpaddw only
 PEAK_VECS = 16                        # 64-byte vectors per row of a thread's data: (1 + PEAK_ROWS) KiB
 MIN_CPU_SHARE = 0.9                   # a measurement whose threads had less of their CPUs is not kept
 MACS_PER_DOT = 64                     # multiply-adds of one tdot4 (64 bytes times 64 bytes)
 PEAK_INSTRUCTIONS = {"avx512": "VNNI vpdpbusd", "avxvnni": "AVX-VNNI vpdpbusd (256-bit)",
-                     "avx2": "vpmaddubsw + vpmaddwd", "neon": "sdot",
+                     "avx2": "vpmaddubsw + vpaddw (int16 sums of 8, then a vpmaddwd)", "neon": "sdot",
                      "neon-i8mm": "usdot", "generic": "plain LLVM vector multiply-adds"}
+
+
+# AVX2 without VNNI: the 32-block and K kernels sum their pmaddubsw pairs in int16 over 8 steps
+# (nibble weights: 8 x 2 x 15 x 127 < 2^15) and finish with one pmaddwd (matmul_x16k.PAIRS16); tdot4's
+# pmaddwd and int32 add per step ran at 145-195 G/s where this form ran 246-248 on an AMD EPYC Zen 3
+# (family 25 model 1), 2 threads: measured as tdot4, the limit sat below what the kernels reached
+PEAK_STEPS16 = 8
 
 
 @njit(cache=True, fastmath=False)
 def _dot4_rounds(w, x, out, t, n_iter):
     # thread t's part: n_iter rounds of PEAK_ROWS 64-byte dot products in the kernels' own form
     # (tiles.tdot4 of one weight vector and each row's 4 activation bytes broadcast: with VNNI a
-    # vpdpbusd with a {1to16} memory operand) into PEAK_ROWS independent accumulators. Round i takes
-    # weight vector i mod PEAK_VECS and word (i / PEAK_VECS) mod 16 of that vector's 64 bytes in each
-    # activation row, so 16 PEAK_VECS rounds visit every pair once; every load comes from L1 and none
-    # is hoisted. (Whole 64-byte activation loads instead bound a Zen 4 by its load ports: 190-196
-    # G/s a thread against 235 with the broadcasts the kernels use.)
+    # vpdpbusd with a {1to16} memory operand; PAIRS16: tdot4p into int16 pair sums, tpairsum after
+    # every PEAK_STEPS16, so the weights must be nibbles) into PEAK_ROWS independent accumulators.
+    # Round i takes weight vector i mod PEAK_VECS and word (i / PEAK_VECS) mod 16 of that vector's
+    # 64 bytes in each activation row, so 16 PEAK_VECS rounds visit every pair once; every load
+    # comes from L1 and none is hoisted. (Whole 64-byte activation loads instead bound a Zen 4 by
+    # its load ports: 190-196 G/s a thread against 235 with the broadcasts the kernels use.)
     row = PEAK_VECS * 64
     wb = t * row
     xb = t * PEAK_ROWS * row
     acc = tzeros(np.int32, 16, PEAK_ROWS)
-    for it in range(n_iter):
-        off = (it % PEAK_VECS) * 64
-        word = (it // PEAK_VECS) % 16
-        acc = tdot4(acc, vload_b64(w, wb + off), tbcast4(x, xb + off + 4 * word, row, PEAK_ROWS))
+    steps = PEAK_STEPS16 if PAIRS16 else 1
+    for i0 in range(0, n_iter, steps):
+        s = tzeros(np.int32, 16, PEAK_ROWS)             # PAIRS16: the int16 pair sums
+        for it in range(i0, min(i0 + steps, n_iter)):
+            off = (it % PEAK_VECS) * 64
+            word = (it // PEAK_VECS) % 16
+            wv, xv = vload_b64(w, wb + off), tbcast4(x, xb + off + 4 * word, row, PEAK_ROWS)
+            if PAIRS16:
+                s = tdot4p(s, wv, xv)
+            else:
+                acc = tdot4(acc, wv, xv)
+        if PAIRS16:
+            acc = tpairsum(acc, s)
     tstore_hsum(out, t * PEAK_ROWS, 1, tfloat(acc))        # (so that the sums are not dead code)
 
 
@@ -342,9 +360,10 @@ def measure_int8_peak(n_threads: int | None = None, reps: int = 5, seconds: floa
     if n < 1 or reps < 1 or not seconds > 0:
         raise ValueError(f"measure_int8_peak: needs n_threads >= 1, reps >= 1, seconds > 0, not "
                          f"{n_threads!r}, {reps!r}, {seconds!r}")
-    # weights < 128 and activations in -127..127, as the kernels call tdot4 (no vpmaddubsw saturation)
+    # nibble weights and activations in -127..127, as the 4-bit kernels call tdot4 and tdot4p (no
+    # vpmaddubsw saturation, and int16 pair sums of 8 steps exact)
     rng = np.random.default_rng(0)
-    w = _cache_line_aligned(rng.integers(0, 64, n * PEAK_VECS * 64, dtype=np.uint8))
+    w = _cache_line_aligned(rng.integers(0, 16, n * PEAK_VECS * 64, dtype=np.uint8))
     x = _cache_line_aligned(rng.integers(-127, 128, n * PEAK_ROWS * PEAK_VECS * 64, dtype=np.int8))
     out = np.empty(n * PEAK_ROWS, np.float32)
     before = numba.get_num_threads()

@@ -205,12 +205,15 @@ def test_the_peak_kernel_does_the_dot_products_it_counts():
     # 16 PEAK_VECS rounds pair every 64-byte weight vector once with each of the 16 activation words
     # of the same 64 bytes, broadcast: accumulator r holds, over the thread's vectors v, the sum over
     # byte positions b < 4 of (the sum of w[v, 4l + b] over lanes l) (the sum of x_r[v, 4j + b] over
-    # words j) (small integers: exact in float32), so the rate counts real work
+    # words j) (small integers: exact in float32), so the rate counts real work. Nibble weights and
+    # the activations' full range, as the 4-bit kernels call it; then every weight 15 beside a row of
+    # 127s (AVX2's int16 pair sums of 8 steps at 8 x 2 x 15 x 127), over a count of rounds that
+    # ends inside a run of 8, against the rounds summed one by one
     import numpy as np
     rng = np.random.default_rng(1)
     row, R, V = tuning.PEAK_VECS * 64, tuning.PEAK_ROWS, tuning.PEAK_VECS
-    w = rng.integers(0, 64, 2 * row, dtype=np.uint8)
-    x = rng.integers(-63, 64, 2 * R * row, dtype=np.int8)
+    w = rng.integers(0, 16, 2 * row, dtype=np.uint8)
+    x = rng.integers(-127, 128, 2 * R * row, dtype=np.int8)
     out = np.zeros(2 * R, np.float32)
     tuning._dot4_rounds(w, x, out, 1, 16 * V)                     # thread 1's part only
     wv = w[row:].astype(np.int64).reshape(V, 16, 4).sum(1)        # [v, b]
@@ -219,6 +222,17 @@ def test_the_peak_kernel_does_the_dot_products_it_counts():
     assert out[:R].tolist() == [0.0] * R and out[R:].astype(np.int64).tolist() == want
     tuning._dot4_rounds(w, x, out, 1, 3 * 16 * V)
     assert out[R:].astype(np.int64).tolist() == [3 * v for v in want]
+
+    w[row:] = 15
+    x[R * row:(R + 1) * row] = 127
+    n_iter = 8 * V + 5                                           # (sums < 2^24: exact in float32)
+    tuning._dot4_rounds(w, x, out, 1, n_iter)
+    wt, xt = w[row:].astype(np.int64), x[R * row:].astype(np.int64).reshape(R, row)
+    want = [sum(int(wt[64 * (i % V):64 * (i % V) + 64].reshape(16, 4).sum(0)
+                    @ xt[r, 64 * (i % V) + 4 * (i // V % 16):][:4]) for i in range(n_iter))
+            for r in range(R)]
+    assert want[0] == n_iter * 16 * 4 * 15 * 127
+    assert out[R:].astype(np.int64).tolist() == want
 
 
 @pytest.mark.parametrize("n_threads", [1, 2])

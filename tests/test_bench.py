@@ -424,3 +424,21 @@ def test_goals_of_a_pair_include_its_waterfall_s():
     assert ("the headline on code >= 1.6x specnb's plain decoding", "1.09x, line 3", False) in g
     assert not any(m == "run bench --spec" for _, m, _ in g)
     assert "[MISSED] the headline on code" in bench_report.format_goals(r)
+
+
+def test_a_restricted_draft_head_reads_its_share_of_the_head(pair_paths, tiny_path):
+    # against the GGUF file's own tensor table: every matrix but the token embedding (a lookup),
+    # the output head's rows cut to N of n_vocab; a tied head (the embedding is the head) the same
+    import gguf
+    from specnb.model import load_model
+    from specnb.measure.bench import decode_bytes, draft_decode_bytes
+    for path in (pair_paths[1], tiny_path("Q8_0", seed=0, tied=True)):
+        t = {x.name: int(x.n_bytes) for x in gguf.GGUFReader(str(path)).tensors if len(x.shape) == 2}
+        head = t.get("output.weight", t["token_embd.weight"])
+        whole = sum(t.values()) - (t["token_embd.weight"] if "output.weight" in t else 0)
+        m = load_model(path)
+        V = m.output.n_out
+        assert draft_decode_bytes(m) == draft_decode_bytes(m, V) == draft_decode_bytes(m, 10 * V) == whole
+        assert decode_bytes(m) == whole
+        for n in (1, V // 4, V - 1):
+            assert draft_decode_bytes(m, n) == whole - head * (V - n) // V

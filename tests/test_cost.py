@@ -78,3 +78,27 @@ def test_accepted_length_distribution(alpha, gamma):
         assert sum(probs[i + 1:]) == pytest.approx(alpha ** (i + 1), abs=1e-12)
     with pytest.raises(ParamError):
         cost.accepted_length_probs(alpha, -1)
+
+
+def test_best_speedup_with_rows_is_theorem_3_8_with_the_batch_priced_by_its_rows():
+    # against speedup_engine (the same accounting from per-position rates alpha^(i+1), the draft's
+    # gamma evaluations, a (gamma + 1)-row batch at 1 + gamma row_cost) at every gamma, and the limits
+    for alpha, c, r in [(0.92, 0.22, 0.18), (0.91, 0.27, 0.21), (0.5, 0.3, 0.25), (0.0, 0.1, 0.1)]:
+        s, g = cost.best_speedup_with_rows(alpha, c, r, n_max=12)
+        each = [cost.speedup_engine([alpha ** (i + 1) for i in range(k)], c, 1 + k * r, k) for k in range(1, 13)]
+        assert s == pytest.approx(max(each)) and each[g - 1] == pytest.approx(s) and 1 <= g <= 12
+    # an AMD EPYC Zen 3's case (docs/benchmarks.md): a draft at 0.218 / 0.980 GB, a row of 1.544 G
+    # multiply-adds at 243 G/s against a 35 ms step, 92% acceptance: 1.63x at 4 or 5 tokens
+    s, g = cost.best_speedup_with_rows(0.92, 0.218 / 0.980, 1.544 / 243 / 0.035)
+    assert s == pytest.approx(1.63, abs=0.005) and g in (4, 5)     # (1.6294 and 1.6295)
+    assert cost.best_speedup_with_rows(1.0, 0.0, 0.0, n_max=7) == (8.0, 7)     # free drafts, free rows
+    assert cost.best_speedup_with_rows(0.0, 0.0, 0.0)[0] == pytest.approx(1.0)  # nothing accepted
+    assert cost.best_speedup_with_rows(0.9, 0.0, 1.0)[1] == 1                   # a row costs a step
+
+
+@pytest.mark.parametrize("kw, name", [(dict(c=-0.1), "c"), (dict(row_cost=float("nan")), "row_cost"),
+                                      (dict(n_max=0), "n_max"), (dict(n_max=True), "n_max"),
+                                      (dict(c=True), "c")])
+def test_best_speedup_with_rows_names_a_bad_value(kw, name):
+    with pytest.raises(ParamError, match=name):
+        cost.best_speedup_with_rows(**{"alpha": 0.8, "c": 0.2, "row_cost": 0.2, **kw})

@@ -49,6 +49,16 @@ def decode_bytes(model) -> int:
     return n
 
 
+def draft_decode_bytes(model, n_draft_vocab: int | None = None) -> int:
+    """decode_bytes of a draft whose output head computes only n_draft_vocab of its rows
+    (--spec-draft-vocab N: every row of the head has the same bytes); None or N >= the vocabulary:
+    the whole head."""
+    n, n_out = decode_bytes(model), model.output.n_out
+    if n_draft_vocab is None or n_draft_vocab >= n_out:
+        return n
+    return n - model.output.data.nbytes * (n_out - int(n_draft_vocab)) // n_out
+
+
 def macs_per_row(model) -> int:
     """Multiply-adds one row of a batch costs in the matrix products: n_in * n_out summed over
     every matrix a step multiplies by, the output head included (the token embedding is a

@@ -126,6 +126,24 @@ def speedup_engine(rates, c: float, verify_cost: float, draft_evals: float) -> f
     return (1.0 + sum(rates)) / (float(c) * float(draft_evals) + float(verify_cost))
 
 
+def best_speedup_with_rows(alpha: float, c: float, row_cost: float, n_max: int = 16) -> tuple[float, int]:
+    """The best expected speed-up over draft lengths gamma = 1 .. n_max when the verification
+    batch is priced by its rows: Theorem 3.8 with a (gamma + 1)-row batch costing 1 + gamma
+    row_cost one-row target decodes,
+
+        max over gamma of (1 - alpha^(gamma+1)) / ((1 - alpha) (1 + gamma (c + row_cost)))
+
+    -> (speed-up, gamma). With a draft priced by its bytes and a row by the int8 compute limit it
+    is a CPU's roofline for speculative decoding (`specnb bench --spec -md`)."""
+    for name, v in (("c", c), ("row_cost", row_cost)):
+        check_param(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                    and v >= 0.0, name, v, "a number >= 0 (in one-row target decodes)")
+    check_param(isinstance(n_max, int) and not isinstance(n_max, bool) and n_max >= 1, "n_max", n_max,
+                "an integer >= 1")
+    return max((expected_tokens_per_call(alpha, g) / (1.0 + g * (float(c) + float(row_cost))), g)
+               for g in range(1, n_max + 1))
+
+
 def conditional_rates(rates) -> list:
     """Unconditional rates per position -> P(position i accepted | positions < i accepted)."""
     rates, out, prev = _check_rates(rates), [], 1.0

@@ -85,6 +85,40 @@ def test_pair_waterfall_reports_the_demo_waterfall_and_the_goals(pair_paths):
     text = format_pair_waterfall(r)
     assert "| 0. plain decoding (the target alone)" in text and "goals (the pair's" in text
     assert text.count("[specnb, beyond llama.cpp]") >= 4 and h["command"] in text
+    # the roofline of the recommended line: the draft the line ran, priced by its bytes (its head
+    # cut to the line's vocabulary), a row by the int8 limit over plain decoding's time per token
+    from specnb.model import load_model
+    from specnb.model.registry import requantized_draft
+    from specnb.measure.bench import decode_bytes, draft_decode_bytes, macs_per_row
+    from specnb.measure.cost import best_speedup_with_rows
+    rf, rec = r["roofline"], demo.recommended(r)
+    tgt = load_model(pair_paths[0])
+    dft = load_model(requantized_draft(pair_paths[1]) if rec["fields"].get("draft") else pair_paths[1])
+    assert rf["stage"] == rec["stage"] > 0 and rf["alpha"] == rec["accept_rate"] > 0
+    assert rf["target_gb"] * 1e9 == decode_bytes(tgt)
+    assert rf["draft_gb"] * 1e9 == draft_decode_bytes(dft, demo.stage_params(rec["fields"]).draft_vocab or None)
+    assert rf["c"] == pytest.approx(rf["draft_gb"] / rf["target_gb"])
+    assert rf["t_step_ms"] == pytest.approx(1e3 / r["stages"][0]["tok_s"])
+    assert rf["row"] == pytest.approx(macs_per_row(tgt) / (rf["gmacs_s"] * 1e9) / (rf["t_step_ms"] / 1e3))
+    assert (rf["speedup"], rf["draft_max"]) == best_speedup_with_rows(min(rf["alpha"], 1.0), rf["c"], rf["row"])
+    assert rf["of_roofline"] == pytest.approx(rec["speedup"] / rf["speedup"])
+    assert f"this CPU's roofline for line {rf['stage']}: {rf['speedup']:.2f}x" in text
+    assert f"this CPU's roofline for line {rf['stage']}" in r["goals"][0][1]
+
+
+def test_the_roofline_needs_int8_activations_on_the_cpu_a_draft_model_and_drafts():
+    from types import SimpleNamespace as NS
+    from specnb.app import demo
+    stages = [{"stage": 0, "tok_s": 20.0, "speedup": 1.0, "fields": None, "accept_rate": None},
+              {"stage": 1, "tok_s": 30.0, "speedup": 1.5, "fields": {}, "accept_rate": 0.9}]
+    w = {"stages": stages, "headline": stages[1]}
+    q8 = NS(ctx_tgt=NS(backend_name="cpu", activations="q8", n_threads=1))    # (no models: never read)
+    for ctx in (NS(backend_name="cpu", activations="f32", n_threads=1),
+                NS(backend_name="cuda", activations="q8", n_threads=1)):
+        assert demo.roofline({None: NS(ctx_tgt=ctx)}, w) is None
+    assert demo.roofline({None: q8}, dict(w, headline=dict(stages[1], accept_rate=None))) is None
+    assert demo.roofline({None: q8}, dict(w, headline=dict(stages[1], fields={"types": ("ngram-simple",)}))) is None
+    assert demo.roofline_lines(None) == []
 
 
 def _made_up(headline_speedup, c, poem_speedup, identical=True):

@@ -7,7 +7,9 @@
    median speed-up over plain decoding, the draft's cost c and the verification batch's price per
    extra row as measured in the loop, acceptance, and whether the output was plain decoding's on
    every prompt (it must be: the target's own sampler decides every token). The headline is the
-   fastest line whose output was, with the speculative-simple command that runs it on any prompt.
+   fastest line whose output was, with the speculative-simple command that runs it on any prompt,
+   and beside it this CPU's roofline for that line (roofline(): its acceptance with a draft token
+   at its share of the bytes and each verification row at the int8 compute limit).
 2. A prompt where acceptance is low (a poem): llama.cpp's defaults, why they run as fast as they
    do in one line, and the headline configuration with --spec-draft-n-max auto [specnb, beyond
    llama.cpp: llama.cpp's draft length is a fixed integer], which measures whether drafting pays
@@ -400,6 +402,47 @@ def headline_json(w: dict, target: str, draft: str, lc: dict | None) -> dict | N
 
 
 # ---- printing -------------------------------------------------------------------------------------
+def roofline(pairs: dict, w: dict) -> dict | None:
+    """This CPU's roofline for the recommended line (the headline, else the last): the best speed-up
+    its acceptance allows (cost.best_speedup_with_rows) with a draft token priced by its bytes, c =
+    the draft's bytes a token (its restricted head's rows only) over the target's, both read at the
+    same bandwidth, and a verification row beyond the first by the int8 compute limit, the target's
+    multiply-adds a row at tuning.int8_peak() over plain decoding's time per token: what the line
+    would reach with every kernel at the machine's ceilings. None without int8 activations on the
+    CPU, without a draft model or without drafted tokens."""
+    from ..kernels.tuning import int8_peak
+    from ..measure.bench import decode_bytes, draft_decode_bytes, macs_per_row
+    from ..measure.cost import best_speedup_with_rows
+    rec, plain = recommended(w), w["stages"][0]
+    pair = pair_of(pairs, rec)
+    ctx = pair.ctx_tgt
+    params = stage_params(rec["fields"]) if rec.get("fields") else None
+    if (params is None or not params.needs_draft_model() or ctx.backend_name != "cpu"
+            or ctx.activations != "q8" or not rec.get("accept_rate") or not plain.get("tok_s")):
+        return None
+    gmacs = int8_peak(ctx.n_threads)
+    d_bytes = draft_decode_bytes(pair.draft, params.draft_vocab or None)
+    t_bytes = decode_bytes(pair.target)
+    t_step = 1.0 / plain["tok_s"]
+    c, r = d_bytes / t_bytes, macs_per_row(pair.target) / (gmacs * 1e9) / t_step
+    s, n = best_speedup_with_rows(min(rec["accept_rate"], 1.0), c, r)
+    return {"stage": rec["stage"], "speedup": s, "draft_max": n, "alpha": rec["accept_rate"], "c": c,
+            "row": r, "draft_gb": d_bytes / 1e9, "target_gb": t_bytes / 1e9, "gmacs_s": gmacs,
+            "t_step_ms": 1e3 * t_step, "of_roofline": rec["speedup"] / s if rec.get("speedup") else None}
+
+
+def roofline_lines(rf: dict | None) -> list:
+    """The roofline as text: its speed-up, what it assumes, and the share the line reached."""
+    if rf is None:
+        return []
+    return [f"  this CPU's roofline for line {rf['stage']}: {rf['speedup']:.2f}x at draft-max {rf['draft_max']} "
+            f"with its {100 * rf['alpha']:.0f}% acceptance, if a draft token cost its share of the bytes (c = "
+            f"{rf['c']:.2f}: {rf['draft_gb']:.3f} against {rf['target_gb']:.3f} GB) and a row beyond the "
+            f"first its multiply-adds at the int8 limit ({rf['row']:.2f} of a {rf['t_step_ms']:.1f} ms "
+            f"step at {rf['gmacs_s']:.0f} G/s)"
+            + (f"; the line reached {100 * rf['of_roofline']:.0f}% of it" if rf["of_roofline"] else "")]
+
+
 def why_line(row: dict) -> str:
     """One line: what a round commits, what it costs in target-token times, hence the speedup."""
     u = row["t_plain_token_ms"]
@@ -497,9 +540,10 @@ def demo(n_predict: int = 64, n_threads=None, backend: str = "cpu", json_out: bo
         w = _winning(echo, pair, code_prompts, n_predict, timing, stages, pairs)
         lc = _beside_llama_cpp(echo, exe, pair, w, n_predict) if exe else None
         names = (cli_name(pair.target), cli_name(pair.draft))
-        for ln in format_waterfall(w) + headline_lines(w, *names, lc):
+        rf = roofline(pairs, w)
+        for ln in format_waterfall(w) + headline_lines(w, *names, lc) + roofline_lines(rf):
             echo(ln)
-        out.update(waterfall=w["stages"], headline=headline_json(w, *names, lc),
+        out.update(waterfall=w["stages"], headline=headline_json(w, *names, lc), roofline=rf,
                    identical_waterfall=w["identical"])
         if lc is not None:
             out["llama_cpp"] = lc
@@ -620,7 +664,7 @@ def pair_waterfall(target=None, draft=None, n_predict: int = 64, n_threads=None,
     names = (cli_name(pair.target), cli_name(pair.draft))
     lc = llama_cpp if llama_cpp and llama_cpp.get("tg_tok_s") else None
     out = {"target": names[0], "draft": names[1], "activations": pair.ctx_tgt.activations, **w,
-           "headline": headline_json(w, *names, lc), "llama_cpp": lc}
+           "headline": headline_json(w, *names, lc), "llama_cpp": lc, "roofline": roofline(pairs, w)}
     if poem:
         from .flags import spec_flags
         rec = recommended(w)
@@ -641,8 +685,10 @@ def waterfall_goals(r: dict) -> list:
     if h is None:
         measured = "no line's output was plain decoding's on every prompt"
     else:
+        rf = r.get("roofline")
         measured = (f"{h['speedup']:.2f}x, line {h['stage']}" + ("" if h["stage"] else " (plain decoding)")
-                    + (f"; {h['vs_llama_cpp']:.2f}x llama.cpp's plain decoding" if "vs_llama_cpp" in h else ""))
+                    + (f"; {h['vs_llama_cpp']:.2f}x llama.cpp's plain decoding" if "vs_llama_cpp" in h else "")
+                    + (f"; this CPU's roofline for line {rf['stage']}: {rf['speedup']:.2f}x" if rf else ""))
     out = [(f"the headline on code >= {HEADLINE_GOAL}x specnb's plain decoding", measured,
             h is not None and h["speedup"] >= HEADLINE_GOAL)]
     if "poem" in r:
@@ -665,6 +711,7 @@ def format_pair_waterfall(r: dict, goals: bool = True) -> str:
     L = [f"speculative decoding of the pair, {r['draft']} drafting for {r['target']}, on the demo's code "
          f"prompts (activations {r['activations']}), one line per configuration:"]
     L += format_waterfall(r) + headline_lines(r, r["target"], r["draft"], r.get("llama_cpp"))
+    L += roofline_lines(r.get("roofline"))
     if "poem" in r:
         p = r["poem"]
         L.append(f"  the poem, sampled, line {p['stage']} with {' '.join(p['flags'])}: {p['speedup']:.2f}x "

@@ -401,7 +401,6 @@ def headline_json(w: dict, target: str, draft: str, lc: dict | None) -> dict | N
     return out
 
 
-# ---- printing -------------------------------------------------------------------------------------
 def roofline(pairs: dict, w: dict) -> dict | None:
     """This CPU's roofline for the recommended line (the headline, else the last): the best speed-up
     its acceptance allows (cost.best_speedup_with_rows) with a draft token priced by its bytes, c =
@@ -431,6 +430,7 @@ def roofline(pairs: dict, w: dict) -> dict | None:
             "t_step_ms": 1e3 * t_step, "of_roofline": rec["speedup"] / s if rec.get("speedup") else None}
 
 
+# ---- printing -------------------------------------------------------------------------------------
 def roofline_lines(rf: dict | None) -> list:
     """The roofline as text: its speed-up, what it assumes, and the share the line reached."""
     if rf is None:

@@ -435,16 +435,12 @@ def roofline_lines(rf: dict | None) -> list:
     """The roofline as text: its speed-up, what it assumes, and the share the line reached."""
     if rf is None:
         return []
-    reached = rf["of_roofline"]
     return [f"  this CPU's roofline for line {rf['stage']}: {rf['speedup']:.2f}x at draft-max {rf['draft_max']} "
-            f"with its {100 * rf['alpha']:.0f}% acceptance (taken as independent at each position), if a draft "
-            f"token cost its share of the bytes (c = {rf['c']:.2f}: {rf['draft_gb']:.3f} against "
-            f"{rf['target_gb']:.3f} GB) and a row beyond the first its multiply-adds at the int8 limit "
-            f"({rf['row']:.2f} of a {rf['t_step_ms']:.1f} ms step at {rf['gmacs_s']:.0f} G/s)"
-            + ("" if not reached else f"; the line reached {100 * reached:.0f}% of it" + (
-               "" if reached <= 1 else ": more than the model allows, as when acceptance comes in runs "
-               "(whole drafts accepted) that independent positions do not count, or plain decoding ran "
-               "slow in this run"))]
+            f"with its {100 * rf['alpha']:.0f}% acceptance, if a draft token cost its share of the bytes (c = "
+            f"{rf['c']:.2f}: {rf['draft_gb']:.3f} against {rf['target_gb']:.3f} GB) and a row beyond the "
+            f"first its multiply-adds at the int8 limit ({rf['row']:.2f} of a {rf['t_step_ms']:.1f} ms "
+            f"step at {rf['gmacs_s']:.0f} G/s)"
+            + (f"; the line reached {100 * rf['of_roofline']:.0f}% of it" if rf["of_roofline"] else "")]
 
 
 def why_line(row: dict) -> str:

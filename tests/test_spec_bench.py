@@ -92,6 +92,9 @@ def test_pair_waterfall_reports_the_demo_waterfall_and_the_goals(pair_paths):
     from specnb.measure.bench import decode_bytes, draft_decode_bytes, macs_per_row
     from specnb.measure.cost import best_speedup_with_rows
     rf, rec = r["roofline"], demo.recommended(r)
+    if not rec["accept_rate"]:      # the run's timing picked a line that accepted nothing: no roofline
+        assert rf is None and "roofline" not in text
+        return
     tgt = load_model(pair_paths[0])
     dft = load_model(requantized_draft(pair_paths[1]) if rec["fields"].get("draft") else pair_paths[1])
     assert rf["stage"] == rec["stage"] > 0 and rf["alpha"] == rec["accept_rate"] > 0

@@ -302,6 +302,13 @@ PEAK_INSTRUCTIONS = {"avx512": "VNNI vpdpbusd", "avxvnni": "AVX-VNNI vpdpbusd (2
 PEAK_STEPS16 = 8
 
 
+@njit(fastmath=False, forceinline=True, _nrt=False)
+def _peak_operands(w, x, wb, xb, row, it):
+    # round it's weight vector and every row's 4 activation bytes broadcast (_dot4_rounds)
+    off = (it % PEAK_VECS) * 64
+    return vload_b64(w, wb + off), tbcast4(x, xb + off + 4 * ((it // PEAK_VECS) % 16), row, PEAK_ROWS)
+
+
 @njit(cache=True, fastmath=False)
 def _dot4_rounds(w, x, out, t, n_iter):
     # thread t's part: n_iter rounds of PEAK_ROWS 64-byte dot products in the kernels' own form
@@ -316,19 +323,17 @@ def _dot4_rounds(w, x, out, t, n_iter):
     wb = t * row
     xb = t * PEAK_ROWS * row
     acc = tzeros(np.int32, 16, PEAK_ROWS)
-    steps = PEAK_STEPS16 if PAIRS16 else 1
-    for i0 in range(0, n_iter, steps):
-        s = tzeros(np.int32, 16, PEAK_ROWS)             # PAIRS16: the int16 pair sums
-        for it in range(i0, min(i0 + steps, n_iter)):
-            off = (it % PEAK_VECS) * 64
-            word = (it // PEAK_VECS) % 16
-            wv, xv = vload_b64(w, wb + off), tbcast4(x, xb + off + 4 * word, row, PEAK_ROWS)
-            if PAIRS16:
+    if PAIRS16:                                         # (a constant: one branch compiles)
+        for i0 in range(0, n_iter, PEAK_STEPS16):
+            s = tzeros(np.int32, 16, PEAK_ROWS)         # the int16 pair sums of PEAK_STEPS16 rounds
+            for it in range(i0, min(i0 + PEAK_STEPS16, n_iter)):
+                wv, xv = _peak_operands(w, x, wb, xb, row, it)
                 s = tdot4p(s, wv, xv)
-            else:
-                acc = tdot4(acc, wv, xv)
-        if PAIRS16:
             acc = tpairsum(acc, s)
+    else:
+        for it in range(n_iter):
+            wv, xv = _peak_operands(w, x, wb, xb, row, it)
+            acc = tdot4(acc, wv, xv)
     tstore_hsum(out, t * PEAK_ROWS, 1, tfloat(acc))        # (so that the sums are not dead code)
 
 

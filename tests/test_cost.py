@@ -92,7 +92,8 @@ def test_best_speedup_with_rows_is_theorem_3_8_with_the_batch_priced_by_its_rows
     s, g = cost.best_speedup_with_rows(0.92, 0.218 / 0.980, 1.544 / 243 / 0.035)
     assert s == pytest.approx(1.63, abs=0.005) and g in (4, 5)     # (1.6294 and 1.6295)
     assert cost.best_speedup_with_rows(1.0, 0.0, 0.0, n_max=7) == (8.0, 7)     # free drafts, free rows
-    assert cost.best_speedup_with_rows(0.0, 0.0, 0.0)[0] == pytest.approx(1.0)  # nothing accepted
+    assert cost.best_speedup_with_rows(0.0, 0.0, 0.0) == (1.0, 1)     # nothing accepted: every length
+                                                                      # ties, and the shorter is kept
     assert cost.best_speedup_with_rows(0.9, 0.0, 1.0)[1] == 1                   # a row costs a step
 
 

@@ -133,15 +133,16 @@ def best_speedup_with_rows(alpha: float, c: float, row_cost: float, n_max: int =
 
         max over gamma of (1 - alpha^(gamma+1)) / ((1 - alpha) (1 + gamma (c + row_cost)))
 
-    -> (speed-up, gamma). With a draft priced by its bytes and a row by the int8 compute limit it
-    is a CPU's roofline for speculative decoding (`specnb bench --spec -md`)."""
+    -> (speed-up, gamma), ties to the shorter draft (as figures.cost_map.best_speedup). With a
+    draft priced by its bytes and a row by the int8 compute limit it is a CPU's roofline for
+    speculative decoding (`specnb bench --spec -md`)."""
     for name, v in (("c", c), ("row_cost", row_cost)):
         check_param(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                     and v >= 0.0, name, v, "a number >= 0 (in one-row target decodes)")
     check_param(isinstance(n_max, int) and not isinstance(n_max, bool) and n_max >= 1, "n_max", n_max,
                 "an integer >= 1")
-    return max((expected_tokens_per_call(alpha, g) / (1.0 + g * (float(c) + float(row_cost))), g)
-               for g in range(1, n_max + 1))
+    return max(((expected_tokens_per_call(alpha, g) / (1.0 + g * (float(c) + float(row_cost))), g)
+                for g in range(1, n_max + 1)), key=lambda sg: sg[0])
 
 
 def conditional_rates(rates) -> list:

@@ -309,6 +309,9 @@ def test_extra_row_costs_arithmetic():
     none = extra_row_costs(bc, 0.080, 1.6e9, None)                             # no limit (f32)
     assert none["ideal_extra_row_cost"] is None and none["extra_row_x_limit"] is None
     assert none["extra_row_cost"] == e["extra_row_cost"]
+    from specnb.measure.bench import ideal_row_cost
+    assert ideal_row_cost(1.6e9, 100.0, 0.080) == pytest.approx(0.2)
+    assert ideal_row_cost(1.6e9, None, 0.080) is None and ideal_row_cost(1.6e9, 100.0, 0.0) is None
 
 
 def test_macs_per_row_counts_every_product_once(tiny_path):
@@ -442,3 +445,10 @@ def test_a_restricted_draft_head_reads_its_share_of_the_head(pair_paths, tiny_pa
         assert decode_bytes(m) == whole
         for n in (1, V // 4, V - 1):
             assert draft_decode_bytes(m, n) == whole - head * (V - n) // V
+    # the cost ratio the bytes predict (figures.cost_map.c_from_bytes), the draft's head cut the same way
+    from specnb.figures.cost_map import c_from_bytes
+    tgt, dft = load_model(pair_paths[0]), load_model(pair_paths[1])
+    V = dft.output.n_out
+    assert c_from_bytes(dft, tgt) == c_from_bytes(dft, tgt, V) == decode_bytes(dft) / decode_bytes(tgt)
+    cut = c_from_bytes(dft, tgt, V // 4)
+    assert cut == draft_decode_bytes(dft, V // 4) / decode_bytes(tgt) < c_from_bytes(dft, tgt)

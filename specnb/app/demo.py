@@ -409,8 +409,9 @@ def roofline(pairs: dict, w: dict) -> dict | None:
     multiply-adds a row at tuning.int8_peak() over plain decoding's time per token: what the line
     would reach with every kernel at the machine's ceilings. None without int8 activations on the
     CPU, without a draft model or without drafted tokens."""
+    from ..figures.cost_map import c_from_bytes
     from ..kernels.tuning import int8_peak
-    from ..measure.bench import decode_bytes, draft_decode_bytes, macs_per_row
+    from ..measure.bench import decode_bytes, draft_decode_bytes, ideal_row_cost, macs_per_row
     from ..measure.cost import best_speedup_with_rows
     rec, plain = recommended(w), w["stages"][0]
     pair = pair_of(pairs, rec)
@@ -419,14 +420,13 @@ def roofline(pairs: dict, w: dict) -> dict | None:
     if (params is None or not params.needs_draft_model() or ctx.backend_name != "cpu"
             or ctx.activations != "q8" or not rec.get("accept_rate") or not plain.get("tok_s")):
         return None
-    gmacs = int8_peak(ctx.n_threads)
-    d_bytes = draft_decode_bytes(pair.draft, params.draft_vocab or None)
-    t_bytes = decode_bytes(pair.target)
-    t_step = 1.0 / plain["tok_s"]
-    c, r = d_bytes / t_bytes, macs_per_row(pair.target) / (gmacs * 1e9) / t_step
+    gmacs, n_vocab, t_step = int8_peak(ctx.n_threads), params.draft_vocab or None, 1.0 / plain["tok_s"]
+    c = c_from_bytes(pair.draft, pair.target, n_vocab)
+    r = ideal_row_cost(macs_per_row(pair.target), gmacs, t_step)
     s, n = best_speedup_with_rows(min(rec["accept_rate"], 1.0), c, r)
     return {"stage": rec["stage"], "speedup": s, "draft_max": n, "alpha": rec["accept_rate"], "c": c,
-            "row": r, "draft_gb": d_bytes / 1e9, "target_gb": t_bytes / 1e9, "gmacs_s": gmacs,
+            "row": r, "draft_gb": draft_decode_bytes(pair.draft, n_vocab) / 1e9,
+            "target_gb": decode_bytes(pair.target) / 1e9, "gmacs_s": gmacs,
             "t_step_ms": 1e3 * t_step, "of_roofline": rec["speedup"] / s if rec.get("speedup") else None}
 
 

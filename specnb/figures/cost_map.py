@@ -91,12 +91,13 @@ def break_even_alpha(c: float, bc: dict, bd: dict | None = None, gammas=GAMMAS) 
     return hi
 
 
-def c_from_bytes(draft, target) -> float:
+def c_from_bytes(draft, target, n_draft_vocab: int | None = None) -> float:
     """The cost ratio the bytes predict: the weight bytes a draft step reads over a target
-    step's (measure.bench.decode_bytes). A one-row decode near the memory limit costs about its
-    bytes, so a draft costs about its share of them."""
-    from ..measure.bench import decode_bytes
-    return decode_bytes(draft) / decode_bytes(target)
+    step's (measure.bench.decode_bytes; the draft's with its output head cut to n_draft_vocab
+    rows, --spec-draft-vocab, measure.bench.draft_decode_bytes). A one-row decode near the memory
+    limit costs about its bytes, so a draft costs about its share of them."""
+    from ..measure.bench import decode_bytes, draft_decode_bytes
+    return draft_decode_bytes(draft, n_draft_vocab) / decode_bytes(target)
 
 
 # ---- the one-row decode against the memory floor ------------------------------------------------

@@ -69,16 +69,22 @@ def macs_per_row(model) -> int:
     return int(n)
 
 
+def ideal_row_cost(macs_per_row: float, gmacs_s, one_row_s: float) -> float | None:
+    """The least a row of arithmetic can add to a batch: macs_per_row multiply-adds at the int8
+    compute limit (gmacs_s G multiply-adds per second), as a share of a one-row step of one_row_s
+    seconds (the roofline's compute ceiling, Williams et al. 2009). None without a limit or a step."""
+    return macs_per_row / (gmacs_s * 1e9) / one_row_s if gmacs_s and one_row_s > 0 else None
+
+
 def extra_row_costs(batch_cost: dict, one_row_s: float, macs_per_row: float, gmacs_s=None) -> dict:
     """What each row beyond the first costs, from a batch-cost curve (cost(k) = time of k rows /
     time of 1 row) whose one-row step took one_row_s seconds:
     extra_row_cost {k: (cost(k) - 1) / (k - 1)} for every k > 1, in one-row steps;
-    ideal_extra_row_cost: macs_per_row at the int8 compute limit (gmacs_s G multiply-adds per
-    second) as a share of the one-row step, the least a row of arithmetic can add (the roofline's
-    compute ceiling, Williams et al. 2009); extra_row_x_limit {k: measured / ideal}.
-    The last two are None without a limit."""
+    ideal_extra_row_cost: ideal_row_cost, macs_per_row at the int8 compute limit (gmacs_s G
+    multiply-adds per second) as a share of the one-row step; extra_row_x_limit {k: measured /
+    ideal}. The last two are None without a limit."""
     per_row = {k: (c - 1.0) / (k - 1) for k, c in batch_cost.items() if k > 1}
-    ideal = macs_per_row / (gmacs_s * 1e9) / one_row_s if gmacs_s and one_row_s > 0 else None
+    ideal = ideal_row_cost(macs_per_row, gmacs_s, one_row_s)
     return {"extra_row_cost": per_row, "ideal_extra_row_cost": ideal,
             "extra_row_x_limit": {k: c / ideal for k, c in per_row.items()} if ideal else None}
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from .bench import batch_cost_samples, decode_bytes, extra_row_costs, macs_per_row
+from .bench import batch_cost_samples, decode_bytes, extra_row_costs, ideal_row_cost, macs_per_row
 
 # an extra row is "nearly free" at or below EXTRA_ROW_FREE of a one-row step, "cheap" at or below
 # EXTRA_ROW_CHEAP (the speculation goal on AVX2 CPUs: docs/benchmarks.md), and has a price above
@@ -66,7 +66,7 @@ class VerifyCost:
     @property
     def ideal_extra_row(self) -> float | None:
         """The same at the int8 compute limit (None in f32, or without a limit)."""
-        return extra_row_costs({1: 1.0}, self.one_row_s, self.macs_per_row, self.gmacs_s)["ideal_extra_row_cost"]
+        return ideal_row_cost(self.macs_per_row, self.gmacs_s, self.one_row_s)
 
     @property
     def x_limit(self) -> float | None:

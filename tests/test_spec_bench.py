@@ -92,34 +92,69 @@ def test_pair_waterfall_reports_the_demo_waterfall_and_the_goals(pair_paths):
     from specnb.measure.bench import decode_bytes, draft_decode_bytes, macs_per_row
     from specnb.measure.cost import best_speedup_with_rows
     rf, rec = r["roofline"], demo.recommended(r)
-    if not rec["accept_rate"]:      # the run's timing picked a line that accepted nothing: no roofline
+    for s in r["stages"][1:]:       # alpha: accepted over examined (cost.alpha_from_counts), >= the share
+        acc, exa = (sum(run["examined"][i] for run in s["runs"]) for i in (0, 1))   # of drafted tokens
+        assert acc <= sum(run["n_accept"] for run in s["runs"]) and exa <= sum(run["n_drafted"] for run in s["runs"])
+        assert s["alpha"] == (acc / exa if exa else None)
+        assert s["alpha"] is None or s["alpha"] >= s["accept_rate"] - 1e-12
+    if not rec["alpha"]:            # the run's timing picked a line that accepted nothing: no roofline
         assert rf is None and "roofline" not in text
         return
     tgt = load_model(pair_paths[0])
     dft = load_model(requantized_draft(pair_paths[1]) if rec["fields"].get("draft") else pair_paths[1])
-    assert rf["stage"] == rec["stage"] > 0 and rf["alpha"] == rec["accept_rate"] > 0
+    assert rf["stage"] == rec["stage"] > 0 and rf["alpha"] == rec["alpha"] > 0
     assert rf["target_gb"] * 1e9 == decode_bytes(tgt)
     assert rf["draft_gb"] * 1e9 == draft_decode_bytes(dft, demo.stage_params(rec["fields"]).draft_vocab or None)
     assert rf["c"] == pytest.approx(rf["draft_gb"] / rf["target_gb"])
     assert rf["t_step_ms"] == pytest.approx(1e3 / r["stages"][0]["tok_s"])
     assert rf["row"] == pytest.approx(macs_per_row(tgt) / (rf["gmacs_s"] * 1e9) / (rf["t_step_ms"] / 1e3))
-    assert (rf["speedup"], rf["draft_max"]) == best_speedup_with_rows(min(rf["alpha"], 1.0), rf["c"], rf["row"])
+    assert (rf["speedup"], rf["draft_max"]) == best_speedup_with_rows(rf["alpha"], rf["c"], rf["row"])
     assert rf["of_roofline"] == pytest.approx(rec["speedup"] / rf["speedup"])
     assert f"this CPU's roofline for line {rf['stage']}: {rf['speedup']:.2f}x" in text
     assert f"this CPU's roofline for line {rf['stage']}" in r["goals"][0][1]
 
 
+def test_the_roofline_prices_the_lines_draft_by_its_bytes_and_a_row_by_the_int8_limit(pair_paths):
+    """demo.roofline on a made-up waterfall whose headline (a draft with a restricted head, 90%
+    accepted, 1.3x) is known, whatever the run's timing: every field against the GGUF bytes, the
+    int8 limit, plain decoding's step and the formula."""
+    from types import SimpleNamespace as NS
+    from specnb.app import demo
+    from specnb.kernels.tuning import int8_peak
+    from specnb.measure.bench import decode_bytes, draft_decode_bytes, macs_per_row
+    from specnb.measure.cost import best_speedup_with_rows
+    from specnb.model import load_model
+    tgt, dft = load_model(pair_paths[0]), load_model(pair_paths[1])
+    n = dft.output.n_out // 2
+    stages = [{"stage": 0, "tok_s": 20.0, "speedup": 1.0, "fields": None, "accept_rate": None},
+              {"stage": 3, "tok_s": 26.0, "speedup": 1.3, "fields": {"reeval": False, "draft_vocab": n},
+               "accept_rate": 0.8, "alpha": 0.9}]
+    pairs = {None: NS(target=tgt, draft=dft, ctx_tgt=NS(backend_name="cpu", activations="q8", n_threads=1))}
+    rf = demo.roofline(pairs, {"stages": stages, "headline": stages[1]})
+    c = draft_decode_bytes(dft, n) / decode_bytes(tgt)
+    row = macs_per_row(tgt) / (int8_peak(1) * 1e9) / 0.05                  # a 50 ms step (20 tok/s)
+    assert c < decode_bytes(dft) / decode_bytes(tgt)                        # the head cut to n rows
+    assert rf["stage"] == 3 and rf["alpha"] == 0.9 and rf["gmacs_s"] == int8_peak(1)
+    assert rf["c"] == pytest.approx(c) and rf["row"] == pytest.approx(row) and rf["t_step_ms"] == pytest.approx(50)
+    assert rf["draft_gb"] * 1e9 == draft_decode_bytes(dft, n) and rf["target_gb"] * 1e9 == decode_bytes(tgt)
+    assert (rf["speedup"], rf["draft_max"]) == pytest.approx(best_speedup_with_rows(0.9, c, row))
+    assert rf["of_roofline"] == pytest.approx(1.3 / rf["speedup"])
+    (line,) = demo.roofline_lines(rf)
+    assert line.startswith(f"  this CPU's roofline for line 3: {rf['speedup']:.2f}x at draft-max {rf['draft_max']}")
+    assert f"the line reached {100 * 1.3 / rf['speedup']:.0f}% of it" in line
+
+
 def test_the_roofline_needs_int8_activations_on_the_cpu_a_draft_model_and_drafts():
     from types import SimpleNamespace as NS
     from specnb.app import demo
-    stages = [{"stage": 0, "tok_s": 20.0, "speedup": 1.0, "fields": None, "accept_rate": None},
-              {"stage": 1, "tok_s": 30.0, "speedup": 1.5, "fields": {}, "accept_rate": 0.9}]
+    stages = [{"stage": 0, "tok_s": 20.0, "speedup": 1.0, "fields": None, "accept_rate": None, "alpha": None},
+              {"stage": 1, "tok_s": 30.0, "speedup": 1.5, "fields": {}, "accept_rate": 0.9, "alpha": 0.9}]
     w = {"stages": stages, "headline": stages[1]}
     q8 = NS(ctx_tgt=NS(backend_name="cpu", activations="q8", n_threads=1))    # (no models: never read)
     for ctx in (NS(backend_name="cpu", activations="f32", n_threads=1),
                 NS(backend_name="cuda", activations="q8", n_threads=1)):
         assert demo.roofline({None: NS(ctx_tgt=ctx)}, w) is None
-    assert demo.roofline({None: q8}, dict(w, headline=dict(stages[1], accept_rate=None))) is None
+    assert demo.roofline({None: q8}, dict(w, headline=dict(stages[1], accept_rate=None, alpha=None))) is None
     assert demo.roofline({None: q8}, dict(w, headline=dict(stages[1], fields={"types": ("ngram-simple",)}))) is None
     assert demo.roofline_lines(None) == []
 

@@ -134,6 +134,7 @@ def _spec_params(spec):
 
 def _row(plain, spec) -> dict:
     """Speeds, acceptance, where a round's time goes, and the loop's costs, from the kept runs."""
+    from ..measure.stats import examined_counts
     (p,), p_share = plain
     (s, st, events, draft_len), s_share = spec
     n = max(len(events), 1)
@@ -150,7 +151,7 @@ def _row(plain, spec) -> dict:
     return {"identical": p.tokens == s.tokens, "n_tokens": len(s.tokens),
             "plain_tok_s": p.tok_per_s, "spec_tok_s": spec_tok_s,
             "speedup": spec_tok_s / p.tok_per_s if p.tok_per_s else 0.0,
-            "n_drafted": s.n_drafted, "n_accept": s.n_accept,
+            "n_drafted": s.n_drafted, "n_accept": s.n_accept, "examined": list(examined_counts(events)),
             "accept_rate": s.accept_rate, "acc_rate_per_pos": st.get("acc_rate_per_pos", []),
             "mean_acc_len": st.get("mean_acc_len", 0.0), "n_rounds": s.n_rounds,
             "tokens_per_round": len(s.tokens) / n,
@@ -253,7 +254,9 @@ def _median(xs):
 
 
 def _stage_row(i: int, st: dict | None, runs: list, draft: str | None) -> dict:
+    from ..measure.cost import alpha_from_counts
     drafted = sum(r.get("n_drafted", 0) for r in runs)
+    accepted, examined = (sum(r.get("examined", (0, 0))[i] for r in runs) for i in (0, 1))
     busy = [r["busy"] for r in runs if r.get("busy") is not None]
     return {"stage": i, "label": st["label"] if st else PLAIN, "beyond": bool(st and st["beyond"]),
             "fields": st["fields"] if st else None, "flags": st["flags"] if st else [],
@@ -262,6 +265,9 @@ def _stage_row(i: int, st: dict | None, runs: list, draft: str | None) -> dict:
             "c": _median(r.get("c") for r in runs),
             "verify_row": _median(r.get("verify_row") for r in runs),
             "accept_rate": sum(r["n_accept"] for r in runs) / drafted if drafted else None,
+            # the maximum-likelihood acceptance per position (cost.alpha_from_counts: accepted over
+            # the draft tokens the target examined, up to each draft's first rejection)
+            "alpha": alpha_from_counts(accepted, examined) if examined else None,
             "identical": all(r["identical"] for r in runs), "busy": max(busy) if busy else None,
             "runs": runs}
 
@@ -403,12 +409,13 @@ def headline_json(w: dict, target: str, draft: str, lc: dict | None) -> dict | N
 
 def roofline(pairs: dict, w: dict) -> dict | None:
     """This CPU's roofline for the recommended line (the headline, else the last): the best speed-up
-    its acceptance allows (cost.best_speedup_with_rows) with a draft token priced by its bytes, c =
-    the draft's bytes a token (its restricted head's rows only) over the target's, both read at the
-    same bandwidth, and a verification row beyond the first by the int8 compute limit, the target's
-    multiply-adds a row at tuning.int8_peak() over plain decoding's time per token: what the line
-    would reach with every kernel at the machine's ceilings. None without int8 activations on the
-    CPU, without a draft model or without drafted tokens."""
+    its acceptance allows (cost.best_speedup_with_rows, whose acceptance is the same alpha at every
+    position, independently: the line's maximum-likelihood alpha, its "alpha") with a draft token
+    priced by its bytes, c = the draft's bytes a token (its restricted head's rows only) over the
+    target's, both read at the same bandwidth, and a verification row beyond the first by the int8
+    compute limit, the target's multiply-adds a row at tuning.int8_peak() over plain decoding's
+    time per token: what the line would reach with every kernel at the machine's ceilings. None
+    without int8 activations on the CPU, without a draft model or without examined drafts."""
     from ..figures.cost_map import c_from_bytes
     from ..kernels.tuning import int8_peak
     from ..measure.bench import decode_bytes, draft_decode_bytes, ideal_row_cost, macs_per_row
@@ -418,13 +425,13 @@ def roofline(pairs: dict, w: dict) -> dict | None:
     ctx = pair.ctx_tgt
     params = stage_params(rec["fields"]) if rec.get("fields") else None
     if (params is None or not params.needs_draft_model() or ctx.backend_name != "cpu"
-            or ctx.activations != "q8" or not rec.get("accept_rate") or not plain.get("tok_s")):
+            or ctx.activations != "q8" or not rec.get("alpha") or not plain.get("tok_s")):
         return None
     gmacs, n_vocab, t_step = int8_peak(ctx.n_threads), params.draft_vocab or None, 1.0 / plain["tok_s"]
     c = c_from_bytes(pair.draft, pair.target, n_vocab)
     r = ideal_row_cost(macs_per_row(pair.target), gmacs, t_step)
-    s, n = best_speedup_with_rows(min(rec["accept_rate"], 1.0), c, r)
-    return {"stage": rec["stage"], "speedup": s, "draft_max": n, "alpha": rec["accept_rate"], "c": c,
+    s, n = best_speedup_with_rows(rec["alpha"], c, r)
+    return {"stage": rec["stage"], "speedup": s, "draft_max": n, "alpha": rec["alpha"], "c": c,
             "row": r, "draft_gb": draft_decode_bytes(pair.draft, n_vocab) / 1e9,
             "target_gb": decode_bytes(pair.target) / 1e9, "gmacs_s": gmacs,
             "t_step_ms": 1e3 * t_step, "of_roofline": rec["speedup"] / s if rec.get("speedup") else None}
@@ -436,7 +443,8 @@ def roofline_lines(rf: dict | None) -> list:
     if rf is None:
         return []
     return [f"  this CPU's roofline for line {rf['stage']}: {rf['speedup']:.2f}x at draft-max {rf['draft_max']} "
-            f"with its {100 * rf['alpha']:.0f}% acceptance, if a draft token cost its share of the bytes (c = "
+            f"with its drafts' alpha = {rf['alpha']:.2f} (accepted over examined, taken as independent at each "
+            f"position), if a draft token cost its share of the bytes (c = "
             f"{rf['c']:.2f}: {rf['draft_gb']:.3f} against {rf['target_gb']:.3f} GB) and a row beyond the "
             f"first its multiply-adds at the int8 limit ({rf['row']:.2f} of a {rf['t_step_ms']:.1f} ms "
             f"step at {rf['gmacs_s']:.0f} G/s)"

@@ -44,7 +44,7 @@ _API = {
     "row_price": "measure.verify_cost",
     # the demo's waterfall: plain decoding, llama.cpp's defaults, then each specnb extension
     "waterfall": "app.demo", "format_waterfall": "app.demo", "compare": "app.demo",
-    "verdict": "app.demo", "CODE_PROMPTS": "app.demo",
+    "verdict": "app.demo", "CODE_PROMPTS": "app.demo", "roofline_lines": "app.demo",
     "CODE_EDIT_REQUEST": "measure.spec_bench", "code_edit_prompt": "measure.spec_bench",
     # figures
     "fig_acceptance_per_position": "figures.runs", "fig_tokens_per_call": "figures.runs",
@@ -67,7 +67,7 @@ _API = {
 _MODULES = {"cost": "measure.cost"}
 
 if TYPE_CHECKING:       # for editors and type checkers: the same names, imported statically
-    from .app.demo import CODE_PROMPTS, compare, format_waterfall, verdict, waterfall
+    from .app.demo import CODE_PROMPTS, compare, format_waterfall, roofline_lines, verdict, waterfall
     from .figures.cost_map import (best_speedup, break_even_alpha, c_from_bytes, coverage_speedup,
                                    decode_roofline, engine_speedup, fig_cost_map, round_cost,
                                    streaming_gb_s)

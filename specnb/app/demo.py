@@ -284,7 +284,8 @@ def waterfall(pair, prompts, samplings, n_predict: int, timing: dict, stages=WAT
     and whether every output was plain decoding's. `say` gets one line per prompt and sampling.
     A stage with a "draft" runs on pairs[draft] (stage_pairs, made here unless given); its row
     names that draft (the -md of its command).
-    -> {"stages": [...], "headline": pick_headline(stages), "identical", "n_predict", ...}"""
+    -> {"stages": [...], "headline": pick_headline(stages), "identical", "n_predict", "roofline":
+    roofline(pairs, ...), ...}"""
     say = say or (lambda *a: None)
     pairs = pairs if pairs is not None else stage_pairs(pair, stages)
     names = {k: cli_name(p.draft) for k, p in pairs.items()}
@@ -317,9 +318,11 @@ def waterfall(pair, prompts, samplings, n_predict: int, timing: dict, stages=WAT
                                  key=lambda r: r["busy"] or 0.0)))
     rows = [_stage_row(i, st[i - 1] if i else None, r, names[st[i - 1]["draft"]] if i else None)
             for i, r in enumerate(runs)]
-    return {"stages": rows, "headline": pick_headline(rows), "n_predict": n_predict,
-            "prompts": [p[0] for p in prompts], "samplings": [s[0] for s in samplings],
-            "identical": all(r["identical"] for r in rows)}
+    w = {"stages": rows, "headline": pick_headline(rows), "n_predict": n_predict,
+         "prompts": [p[0] for p in prompts], "samplings": [s[0] for s in samplings],
+         "identical": all(r["identical"] for r in rows)}
+    w["roofline"] = roofline(pairs, w)
+    return w
 
 
 def _cell(v, fmt: str) -> str:
@@ -548,10 +551,9 @@ def demo(n_predict: int = 64, n_threads=None, backend: str = "cpu", json_out: bo
         w = _winning(echo, pair, code_prompts, n_predict, timing, stages, pairs)
         lc = _beside_llama_cpp(echo, exe, pair, w, n_predict) if exe else None
         names = (cli_name(pair.target), cli_name(pair.draft))
-        rf = roofline(pairs, w)
-        for ln in format_waterfall(w) + headline_lines(w, *names, lc) + roofline_lines(rf):
+        for ln in format_waterfall(w) + headline_lines(w, *names, lc) + roofline_lines(w["roofline"]):
             echo(ln)
-        out.update(waterfall=w["stages"], headline=headline_json(w, *names, lc), roofline=rf,
+        out.update(waterfall=w["stages"], headline=headline_json(w, *names, lc), roofline=w["roofline"],
                    identical_waterfall=w["identical"])
         if lc is not None:
             out["llama_cpp"] = lc
@@ -672,7 +674,7 @@ def pair_waterfall(target=None, draft=None, n_predict: int = 64, n_threads=None,
     names = (cli_name(pair.target), cli_name(pair.draft))
     lc = llama_cpp if llama_cpp and llama_cpp.get("tg_tok_s") else None
     out = {"target": names[0], "draft": names[1], "activations": pair.ctx_tgt.activations, **w,
-           "headline": headline_json(w, *names, lc), "llama_cpp": lc, "roofline": roofline(pairs, w)}
+           "headline": headline_json(w, *names, lc), "llama_cpp": lc}
     if poem:
         from .flags import spec_flags
         rec = recommended(w)

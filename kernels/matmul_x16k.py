@@ -66,9 +66,16 @@ _piece = njit(fastmath=False, inline="always", _nrt=False)
 # 17th row cost 3.6 ms against 4.4 for an average row of 1-16 (the 1.5B's interleaved matrices,
 # streaming; Intel Xeon family 6 model 167, same process, same bits). 16 registers: AVX-VNNI's
 # in-place dot products hold 6 rows (4: a row beyond the first at k = 5 / 9 cost 0.16 / 0.19 of a
-# step, 6: 0.13 / 0.17, 8 spills: 0.26 at k = 9), AVX2's pmaddubsw pairs 4 (6 was no faster); the
-# 1.5B, the same Xeon compiled as those CPUs would (simd.cpu_features_for), medians of 5, two rounds.
-R_MAX = 12 if _AVX512 else 6 if _VNNI256 else 4
+# step, 6: 0.13 / 0.17, 8 spills: 0.26 at k = 9); the 1.5B, the same Xeon compiled as those CPUs
+# would (simd.cpu_features_for), medians of 5, two rounds. AVX2's pmaddubsw pairs 5: one pass over
+# cached weights cost, for R = 1 .. 6 rows, Q4_K 32.4 46.0 61.0 65.5 77.4 93.3 us (512 x 1536) and
+# 44.1 64.2 100.4 95.8 112.4 143.5 (128 x 8960); Q6_K 43.1 59.6 74.9 93.4 105.0 128.2 and 60.4 92.8
+# 127.0 161.7 179.0 254.8 (AMD EPYC family 25 model 1, Zen 3, 1 thread, R taking turns, medians of
+# 31). A row costs the same in passes of 4-6, a pass of 3 about what 4 cost, and a pass of 1 twice
+# a row: 5 rows in one pass took 0.79-0.80x the time of 4 + 1, 9 as 5 + 4 0.87-0.88x that of
+# 4 + 4 + 1, and 8 as 5 + 3 1.06-1.11x that of 4 + 4; the products of 2 threads on the 1.5B's
+# shapes (same process, same bits): 5 rows 0.88-0.90x, 9 0.93-0.94x, 8 1.05-1.11x
+R_MAX = 12 if _AVX512 else 6 if _VNNI256 else 5
 # AVX2 without VNNI: a Q4_K sub-block's pmaddubsw pair sums add up in int16 (8 steps x 2 products x
 # 15 x 128 = 30720 < 2^15, exact) and one pmaddwd with the scale finishes it, where tdot4 pays a
 # pmaddwd and an int32 add per 64 bytes and tmac a vpmulld: the same integers, fewer instructions
@@ -79,8 +86,10 @@ PAIRS16 = _AVX2_ONLY and not _VNNI256
 # matrix against 470 in 4 + 1, and no batch size ran faster: Zen 4, same process, same bits. AVX2's
 # int16 pass holds one int32 sum a row, not 5 tiles: 6 rows a pass ran the products of 5-17 rows
 # 1.07-1.21x faster than 4, and 8 no faster than 6; Intel Xeon family 6 model 167 compiled as an
-# AVX2-only CPU without GFNI, medians of three rounds.)
-Q6_R_MAX = 5 if _AVX512 else 6 if PAIRS16 else 4
+# AVX2-only CPU without GFNI, medians of three rounds. On the Zen 3 above 5 a pass beat 6: a
+# 6-row pass of the 8960-wide matrix cost 42.5 us a row against 35.8 at 5, and 7 rows ran as
+# 5 + 2 in 0.86-0.96x the time of 6 + 1, 13 as 5 + 5 + 3 in 0.85-0.95x that of 6 + 6 + 1.)
+Q6_R_MAX = 5 if _AVX512 or PAIRS16 else 4
 K_BASE = {Q4_KX16: Q4_K, Q6_KX16: Q6_K}
 _BLOCK = {t: int(_BLOCK_BYTES[t]) for t in (Q4_K, Q6_K)}    # bytes of one row's super-block (GGUF)
 

@@ -127,8 +127,43 @@ def test_the_waterfall_on_the_tiny_pair_is_lossless(tiny_pair):
     assert q4.endswith(".Q4_0-requant.gguf") and q4 == registry.requantized_draft(tiny_pair.draft)
     assert f"| 4. + the draft requantized to Q4_0: -md {q4} [specnb, beyond llama.cpp]" in table
     assert all("-md" not in ln for ln in table.splitlines() if re.search(r"\| [0-35-9]\. ", ln))
+    for s in st[1:5]:                    # the stage's parts of c: each part's median over its runs
+        parts = [r["c_parts"] for r in s["runs"] if r["c_parts"]]   # (lines 1-4: fixed lengths, each drafts)
+        assert parts and s["c_parts"]["steps"] == pytest.approx(statistics.median(p["steps"] for p in parts))
+    for r in st[2]["runs"]:
+        assert r["c_parts"]["steps"] + r["c_parts"]["rows"] + r["c_parts"]["other"] == pytest.approx(r["c"])
+    said_c = "\n".join(demo_mod.headline_lines(dict(w, headline=st[2]), "t.gguf", "d.gguf"))
+    assert f"its draft cost c = {st[2]['c']:.2f} of a target step per drafted token: the draft's one-row steps " \
+           f"{st[2]['c_parts']['steps']:.2f}" in said_c
     h = demo_mod.headline_json(dict(w, headline=st[5]), "t.gguf", "d.gguf", None)
+    assert h["c_parts"] == st[5]["c_parts"]
     assert h["draft"] == q4 and h["command"].startswith(f"python -m specnb speculative-simple -m t.gguf -md {q4} ")
+
+
+def test_c_in_parts_from_the_draft_models_decodes_in_the_rounds(tiny_pair):
+    """c = the draft's one-row steps + its batches' extra rows + the rest, from the draft context's
+    decodes during the rounds only: their rows are the chain's own count of draft rows evaluated
+    in the rounds (the prompt's decode is not among them), and the parts add up to c."""
+    st = demo_mod.waterfall_stages()
+    ids = demo_mod.prompt_ids(tiny_pair.target.vocab, *TINY_PROMPTS[0][1:])
+    sp = demo_mod.samplings()[0][1]
+    for stage in (st[0], st[1]):         # llama.cpp's line (re-evaluating) and the draft keeping its rows
+        r, _, events, _, log = demo_mod._spec_run(tiny_pair, ids, sp, 16, stage["params"])()
+        assert log and sum(n for n, _ in log) == sum(ev.n_dft_eval for ev in events)
+        assert tiny_pair.ctx_dft.decode_log is None                 # the context's own setting restored
+        n_dft = sum(len(ev.slot.draft) for ev in events)
+        t_draft = sum(ev.t_draft + ev.t_process for ev in events)
+        u = 0.01                                                     # a plain step of 10 ms, say
+        p = demo_mod.c_parts(t_draft / n_dft / u, log, n_dft, u)
+        one = sorted(dt for n, dt in log if n == 1)
+        step = statistics.median(one)
+        assert p["step_ms"] == pytest.approx(1e3 * step)
+        assert p["steps"] == pytest.approx(len(log) * step / n_dft / u)
+        assert p["steps"] + p["rows"] == pytest.approx(sum(dt for _, dt in log) / n_dft / u)
+        assert p["steps"] + p["rows"] + p["other"] == pytest.approx(t_draft / n_dft / u)
+        assert p["other"] >= 0 and p["decodes"] == {n: sum(1 for m, _ in log if m == n) for n, _ in log}
+    assert demo_mod.c_parts(0.3, [(2, 0.01)], 3, 0.02) is None        # no one-row decode to price a step
+    assert demo_mod.c_parts(None, [(1, 0.01)], 3, 0.02) is None
 
 
 def test_demo_json_has_the_waterfall_and_the_headline_flags(capsys, pair_paths):

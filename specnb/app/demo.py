@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections import Counter
 
 from .flags import BEYOND
 from ..model.registry import DEFAULT_DRAFT, DEFAULT_TARGET, REAL_DRAFT, REAL_TARGET
@@ -120,10 +121,45 @@ def _spec_run(pair, ids, sp, n_predict: int, params):
     def run():
         ctx_dft = pair.ctx_dft if params.needs_draft_model() else None   # n-gram types need none
         loop = SpeculativeLoop(pair.ctx_tgt, ctx_dft, ids, n_predict, sp, params)
-        events = []
-        r = loop.run(on_round=events.append)[0]
-        return r, loop.chain.main_stats(), events, loop.policy.stats()
+        events, log = [], None
+        if ctx_dft is not None:          # the draft model's decodes in the rounds, not its prompt's
+            loop.prefill()
+            saved, ctx_dft.decode_log = ctx_dft.decode_log, []
+            try:
+                r = loop.run(on_round=events.append)[0]
+            finally:
+                log, ctx_dft.decode_log = ctx_dft.decode_log, saved
+        else:
+            r = loop.run(on_round=events.append)[0]
+        return r, loop.chain.main_stats(), events, loop.policy.stats(), log
     return run
+
+
+def c_parts(c, log, n_dft: int, u: float) -> dict | None:
+    """The loop's draft cost c (a drafted token's drafting and process() time over plain decoding's
+    time per token u, n_dft tokens) in three parts, from the draft model's decodes in the rounds
+    (`log`: (rows, seconds) each): "steps", one one-row step (the median of the one-row decodes)
+    per decode, "rows", what its batches cost beyond that (the rows it catches up: after a round
+    whose draft was all accepted, the last draft token, which it never decoded, beside the
+    target's new token), and "other", the rest of the drafting time (sampling, bookkeeping).
+    They add up to c. None without a one-row decode to price a step."""
+    one = [dt for n, dt in log or () if n == 1]
+    if c is None or not one or not n_dft or not u:
+        return None
+    step = statistics.median(one)
+    t_dec = sum(dt for _, dt in log)
+    steps = len(log) * step / n_dft / u
+    return {"steps": steps, "rows": t_dec / n_dft / u - steps, "other": c - t_dec / n_dft / u,
+            "step_ms": 1e3 * step, "decodes": dict(sorted(Counter(n for n, _ in log).items()))}
+
+
+def _c_parts_median(runs: list) -> dict | None:
+    # a stage's parts of c: each part's median over the runs that have them (so, like the medians
+    # of c, they need not add up to the stage's c exactly)
+    parts = [r["c_parts"] for r in runs if r.get("c_parts")]
+    if not parts:
+        return None
+    return {k: statistics.median(p[k] for p in parts) for k in ("steps", "rows", "other", "step_ms")}
 
 
 def _spec_params(spec):
@@ -136,7 +172,7 @@ def _row(plain, spec) -> dict:
     """Speeds, acceptance, where a round's time goes, and the loop's costs, from the kept runs."""
     from ..measure.stats import examined_counts
     (p,), p_share = plain
-    (s, st, events, draft_len), s_share = spec
+    (s, st, events, draft_len, log), s_share = spec
     n = max(len(events), 1)
     u = p.t_gen_s / max(len(p.tokens), 1)                  # plain decoding's time per token
     spec_tok_s = len(s.tokens) / s.t_gen_s if s.t_gen_s else 0.0
@@ -148,6 +184,7 @@ def _row(plain, spec) -> dict:
     drafted = [ev for ev in events if ev.slot.draft]
     extra = sum(len(ev.slot.draft) for ev in drafted)
     busy = [x for x in (p_share, s_share) if x is not None]
+    c = t_draft / n_dft / u if n_dft and u else None
     return {"identical": p.tokens == s.tokens, "n_tokens": len(s.tokens),
             "plain_tok_s": p.tok_per_s, "spec_tok_s": spec_tok_s,
             "speedup": spec_tok_s / p.tok_per_s if p.tok_per_s else 0.0,
@@ -161,8 +198,8 @@ def _row(plain, spec) -> dict:
             "t_round_ms": 1e3 * sum(ev.t_round for ev in events) / n,
             "rows_per_round": rows,
             # the draft's cost c in the loop: drafting and process() per token the draft model
-            # drafted, over plain decoding's time per token (None: it drafted none)
-            "c": t_draft / n_dft / u if n_dft and u else None,
+            # drafted, over plain decoding's time per token (None: it drafted none), and its parts
+            "c": c, "c_parts": c_parts(c, log, n_dft, u),
             # the verification batch's price per row beyond the first, over a plain step
             "verify_row": ((sum(ev.t_verify for ev in drafted) - u * len(drafted)) / extra / u
                            if extra and u else None),
@@ -262,7 +299,7 @@ def _stage_row(i: int, st: dict | None, runs: list, draft: str | None) -> dict:
             "fields": st["fields"] if st else None, "flags": st["flags"] if st else [],
             "draft": draft, "step": st["step"] if st else [],
             "speedup": _median(r["speedup"] for r in runs), "tok_s": _median(r["tok_s"] for r in runs),
-            "c": _median(r.get("c") for r in runs),
+            "c": _median(r.get("c") for r in runs), "c_parts": _c_parts_median(runs),
             "verify_row": _median(r.get("verify_row") for r in runs),
             "accept_rate": sum(r["n_accept"] for r in runs) / drafted if drafted else None,
             # the maximum-likelihood acceptance per position (cost.alpha_from_counts: accepted over
@@ -391,6 +428,13 @@ def headline_lines(w: dict, target: str, draft: str, lc: dict | None = None) -> 
                  f"({h['tok_s']:.1f} vs {plain['tok_s']:.1f} tok/s, medians)" +
                  (f", {h['tok_s'] / lc['tg_tok_s']:.2f}x llama.cpp's plain decoding "
                   f"({lc['tg_tok_s']:.1f} tok/s)" if lc else "") + f": speculation {verdict(h['speedup'])}")
+        p = h.get("c_parts")
+        if p and h.get("c") is not None:
+            L.append(f"  its draft cost c = {h['c']:.2f} of a target step per drafted token: the draft's "
+                     f"one-row steps {p['steps']:.2f} ({p['step_ms']:.1f} ms each), its batches' rows "
+                     f"beyond one {p['rows']:.2f} (catching up after a fully accepted round: the last "
+                     f"draft token beside the target's new one), sampling and bookkeeping "
+                     f"{p['other']:.2f} (medians over the runs)")
     L.append("  run it on your own prompt (add --chat to wrap it as a chat message, as the first "
              "two prompts are):")
     L.append("    " + command(target, (h.get("draft") or draft) if h["stage"] else None, h["flags"]))
@@ -402,7 +446,7 @@ def headline_json(w: dict, target: str, draft: str, lc: dict | None) -> dict | N
     h = w["headline"]
     if h is None:
         return None
-    out = {k: h[k] for k in ("stage", "label", "flags", "speedup", "tok_s", "c", "accept_rate")}
+    out = {k: h.get(k) for k in ("stage", "label", "flags", "speedup", "tok_s", "c", "c_parts", "accept_rate")}
     out["draft"] = (h.get("draft") or draft) if h["stage"] else None
     out["command"] = command(target, out["draft"], h["flags"])
     if lc:

@@ -211,6 +211,12 @@ class SpeculativeLoop:
                 self.chain.begin(sl.seq, sl.prompt)
         self._started = True
 
+    def prefill(self) -> None:
+        """Evaluate the prompts now (rounds() and step() do it on first use): what follows is rounds
+        only, as a caller timing them apart from the prompt wants."""
+        if not self._started:
+            self._prefill()
+
     def rounds(self):
         """Yield one RoundEvent per round until every slot is done."""
         if not self._started:

@@ -463,6 +463,7 @@ def roofline(pairs: dict, w: dict) -> dict | None:
     compute limit, the target's multiply-adds a row at tuning.int8_peak() over plain decoding's
     time per token: what the line would reach with every kernel at the machine's ceilings. None
     without int8 activations on the CPU, without a draft model or without examined drafts."""
+    from ..figures.cost_map import c_from_bytes
     from ..kernels.tuning import int8_peak
     from ..measure.bench import decode_bytes, draft_decode_bytes, ideal_row_cost, macs_per_row
     from ..measure.cost import best_speedup_with_rows
@@ -473,13 +474,13 @@ def roofline(pairs: dict, w: dict) -> dict | None:
     if (params is None or not params.needs_draft_model() or ctx.backend_name != "cpu"
             or ctx.activations != "q8" or not rec.get("alpha") or not plain.get("tok_s")):
         return None
-    gmacs, t_step = int8_peak(ctx.n_threads), 1.0 / plain["tok_s"]
-    d_bytes, t_bytes = draft_decode_bytes(pair.draft, params.draft_vocab or None), decode_bytes(pair.target)
-    c = d_bytes / t_bytes                                   # (figures.cost_map.c_from_bytes)
+    gmacs, n_vocab, t_step = int8_peak(ctx.n_threads), params.draft_vocab or None, 1.0 / plain["tok_s"]
+    c = c_from_bytes(pair.draft, pair.target, n_vocab)
     r = ideal_row_cost(macs_per_row(pair.target), gmacs, t_step)
     s, n = best_speedup_with_rows(rec["alpha"], c, r)
     return {"stage": rec["stage"], "speedup": s, "draft_max": n, "alpha": rec["alpha"], "c": c,
-            "row": r, "draft_gb": d_bytes / 1e9, "target_gb": t_bytes / 1e9, "gmacs_s": gmacs,
+            "row": r, "draft_gb": draft_decode_bytes(pair.draft, n_vocab) / 1e9,
+            "target_gb": decode_bytes(pair.target) / 1e9, "gmacs_s": gmacs,
             "t_step_ms": 1e3 * t_step, "of_roofline": rec["speedup"] / s if rec.get("speedup") else None}
 
 

@@ -10,8 +10,8 @@ from specnb import ParamError
 from specnb.run.context import Context
 from specnb.measure.cost import speedup
 from specnb.speculation.draft_len import (
-    AUTO_CAP, CATCH_UP_WINDOW, HEURISTIC_CAP, HEURISTIC_START, NO_GAIN_RECHECK, PROBE_FIRST, PROBE_LEN,
-    PROBE_MAX, PROBE_SHARE, Acceptance, AutoDraftLen, BatchCost, Decision, HeuristicDraftLen, best_length,
+    AUTO_CAP, CATCH_UP_ROUNDS, CATCH_UP_WINDOW, GROW, HEURISTIC_CAP, HEURISTIC_START, NO_GAIN_RECHECK, PROBE_FIRST,
+    PROBE_LEN, PROBE_MAX, PROBE_SHARE, Acceptance, AutoDraftLen, BatchCost, Decision, HeuristicDraftLen, best_length,
     cap_few_samples, expected_tokens, expected_tokens_upto, format_chosen, monotone, parse_draft_max)
 from specnb.speculation.events import RoundEvent, SlotRound
 from specnb.speculation.params import SpecParams
@@ -76,6 +76,29 @@ def test_batch_cost_interpolates_and_extrapolates():
     for t in (5.0, 2.0, 2.0):             # a running median: one slow spell does not count
         bc.add(3, t)
     assert bc(3) == 2.0
+
+
+def test_batch_cost_past_a_measured_step_follows_its_slope():
+    """Between the rounds' largest size and the prompt's batch far above, the roofline reads the
+    next size as cheap as the last; with a smaller size measured too, the step from it continues
+    (clipped to the straight line to the prompt's batch). A Zen 3's 1.5B: each row ~10 ms."""
+    bc = BatchCost()
+    for k, t in ((1, 0.038), (4, 0.062), (5, 0.088), (23, 0.250)):
+        bc.add(k, t)
+    line = 0.088 + (0.250 - 0.088) * (6 - 5) / (23 - 5)
+    assert bc(6) == pytest.approx(min(line, 0.088 + 0.026)) == pytest.approx(line)   # 97 ms, not 88
+    assert bc.upto(7)[6] == pytest.approx(bc(6))
+    assert bc(5) == 0.088 and bc(23) == 0.250
+    # a curve flat, then rising (AVX-512 VNNI): the slope below is the roofline's reading
+    flat = BatchCost()
+    for k, t in ((1, 0.020), (2, 0.020), (3, 0.021), (50, 0.200)):
+        flat.add(k, t)
+    assert flat(4) == pytest.approx(0.022) and flat(4) < flat.upto(4, cautious=True)[4]
+    # with one size below the gap (the first), the roofline as before
+    one = BatchCost()
+    for k, t in ((1, 0.038), (23, 0.250)):
+        one.add(k, t)
+    assert one(6) == pytest.approx(max(0.038, 0.250 * 6 / 23))
 
 
 def _isotonic_minmax(y, w):
@@ -282,6 +305,62 @@ def test_auto_drafts_long_when_acceptance_is_high_and_the_draft_cheap():
     dec = pol.choose()
     assert dec.d >= 6 and dec.gain > 2 and dec.reason == "best"
     assert isinstance(dec, Decision) and dec.as_dict()["d"] == dec.d
+
+
+def test_auto_grows_a_draft_one_token_beyond_the_longest_verified():
+    """Untried sizes read optimistically, but a round drafts at most GROW tokens more than the
+    longest draft verified so far: the lengths climb one by one to where they pay."""
+    pol = AutoDraftLen(8)
+    pol.update_candidate_strategy(_event(0, 0, 1.0))
+    seen = []
+    for _ in range(12):
+        dec = pol.choose()
+        assert dec.d <= pol.reach() == min(8, pol.max_draft + GROW)
+        seen.append(dec.d)
+        pol.update_candidate_strategy(_event(dec.d, dec.d, 1.0 + 0.05 * dec.d, dec=dec,
+                                             pol=pol, dft=[(1 + dec.d, 0.05), (1, 0.02)] if dec.d else []))
+    assert seen[:8] == [1, 2, 3, 4, 5, 6, 7, 8] and pol.reach() == 8
+
+
+def test_auto_prices_the_seed_as_the_draft_memory_needs_it():
+    """Re-evaluating, the seed decode holds the last round's committed rows (1 + E(d)); keeping its
+    rows (--no-reeval), the seed row and, after a fully accepted round, the last draft token."""
+    pol = AutoDraftLen(4)
+    pol.update_candidate_strategy(_event(0, 0, 1.0))
+    for k, t in ((1, 0.010), (2, 0.014), (3, 0.018), (4, 0.022), (5, 0.026)):
+        pol.observe_draft_decode(k, t)
+    a = [0.9, 0.8, 0.5, 0.5]
+    e = expected_tokens_upto(a, 4)
+    assert pol.draft_cost(3, accept=a) == pytest.approx(pol.t_draft_rows(1 + round(e[3])) + 2 * 0.010)
+    pol.keeps_rows = True
+    full = 0.9 * 0.8 * 0.5                                   # all three accepted: E(3) - E(2)
+    assert pol.draft_cost(3, accept=a) == pytest.approx(0.010 + full * 0.004 + 2 * 0.010)
+
+
+def test_auto_charges_a_catch_up_over_the_rounds_it_opens():
+    """A draft after idle rounds first decodes the rows the draft model missed: its cost beyond a
+    steady seed counts spread over CATCH_UP_ROUNDS rounds. Where a one-token draft pays a little
+    in steady drafting, a long catch-up on a draft whose rows are dear (a Zen 3's 0.5B: a row
+    beyond the first ~0.45 of its step) tips the choice to plain decoding."""
+    pol = AutoDraftLen(1)
+    pol.keeps_rows = True
+    pol.update_candidate_strategy(_event(0, 0, 0.040))
+    for i in range(40):
+        pol.update_candidate_strategy(_event(1, int(i % 10 < 6), 0.048, pol=pol,
+                                             dft=[(1, 0.009), (2, 0.013), (1, 0.009)]))
+    pol.observe_draft_decode(12, 0.060)
+    steady = pol.decide()
+    assert steady.d == 1 and steady.gain > 1
+    behind = pol.decide(behind=11)
+    assert behind.d == 0
+    dt = pol.t_draft_rows.upto(12)
+    seed = dt[1] + pol.rates("draft-simple")[0] * (dt[2] - dt[1])   # a one-token draft accepted in full
+    t = pol.target_cost(2) + seed + (dt[12] - seed) / CATCH_UP_ROUNDS
+    assert behind.rates[1] == pytest.approx(steady.expected_tokens / t)
+    pol.draft_behind = lambda: 11                            # as DeferredDraftSimple reports it
+    assert pol.choose().d == 0
+    pol.draft_behind = lambda: 1
+    assert pol.choose().d == 1
 
 
 def test_auto_for_a_free_ngram_draft_weighs_only_the_verification():
@@ -581,10 +660,11 @@ def test_auto_decision_is_best_length_of_its_costs(seed):
     def check(source):
         a = pol.rates(source)
         want = best_length(a, pol.target_cost, lambda d: pol.draft_cost(d, source, a), pol.n_max)
+        near = best_length(a, pol.target_cost, lambda d: pol.draft_cost(d, source, a), pol.reach())
         dec = pol.decide(source)
-        assert dec.d == want[0] and dec.rates == pytest.approx(want[1], rel=1e-12)
+        assert dec.d == near[0] <= pol.max_draft + GROW and dec.rates == pytest.approx(want[1], rel=1e-12)
         full = best_length(1.0, lambda k: pol.t_target.upto(pol.n_max + 2, cautious=True)[k],
-                           lambda d: (pol._draft_cost_e(d, 1.0 + d, cautious=True)
+                           lambda d: (pol._draft_cost_e(d, 1.0 + d, 1.0, cautious=True)
                                       if source == "draft-simple" else 0.0),
                            pol.n_max)
         assert pol.hopeless(source) == (full[0] == 0)
@@ -610,8 +690,10 @@ class _Scripted(AutoDraftLen):
     def __init__(self, script):
         super().__init__(4)
         self.script = list(script)
+        self.behind_seen = []
 
     def choose(self, source="draft-simple", remaining=None):
+        self.behind_seen.append(self.draft_behind())
         d, why = self.script.pop(0) if self.script else (2, "best")
         return Decision(d, why)
 
@@ -635,6 +717,11 @@ def test_a_probe_after_idle_rounds_catches_up_only_the_last_rows(pair, reeval):
     assert probe.slot.draft_len.reason == "probe" and len(probe.slot.draft) == 1
     missed = probe.slot.n_past - (len(prompt) - 1)       # the rows since the prompt
     assert missed == 10 > CATCH_UP_WINDOW
+    # what the draft model would catch up, as the policy sees it before each round: after round
+    # i of those drafting nothing, their i rows (the prompt's last row is the seed's, not missed)
+    assert loop.policy.behind_seen[:11] == list(range(11))
+    # drafting since: the last draft token (kept rows), or the committed rows to re-evaluate
+    assert all(b <= (1 + 2 if reeval else 1) for b in loop.policy.behind_seen[12:])
     assert [n for r, n in decodes if r == 10][0] == CATCH_UP_WINDOW + 1
     assert ds.offset(0) == missed - CATCH_UP_WINDOW
     # the round's record gives the draft KV's end in the target's positions: after drafting and

@@ -36,6 +36,8 @@ class DeferredDraftSimple(DraftSimple):
     def __init__(self, target, ctx_dft, policy, **kw):
         super().__init__(target, ctx_dft, **kw)
         self.policy = policy                  # draft_len.AutoDraftLen: decisions in, timings out
+        policy.keeps_rows = not self.reeval   # its seed decodes (the policy's draft_cost)
+        policy.draft_behind = self.behind
         self._begun: set = set()              # sequences past their prompt: their rows wait
         self._pending: list[list] = [[] for _ in range(self.n_seq)]   # (token, position)
         self._off: list[int] = [0] * self.n_seq
@@ -96,6 +98,15 @@ class DeferredDraftSimple(DraftSimple):
             self._drop_pending(s, p)                   # a row at p replaces the rows from p on
             self._pending[s].append((int(t), int(p)))
         return True
+
+    def behind(self) -> int:
+        """The most rows any sequence would decode before its seed row if it drafted now: the
+        target's rows noted since the draft memory last followed, past what it holds."""
+        n = 0
+        for s in self._begun:
+            held = self.ctx.seq_pos_max(s) + self._off[s]         # in the target's positions
+            n = max(n, sum(1 for _, p in self._pending[s] if p > held))
+        return n
 
     def pos_max(self, seq: int) -> int:
         p = self.ctx.seq_pos_max(seq)

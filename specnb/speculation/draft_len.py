@@ -17,13 +17,19 @@ schedule, or `auto`, chosen before every round from the costs this run measures.
              prior), t_target(k) the measured time of a round's target side with k rows
              (verification batch, sampling, rollback: running medians per k, pooled where
              they fall with k, between the measured sizes the roofline of the two (`between`:
-             optimistic, so untried sizes get tried), a size measured fewer than TRUSTED
-             times no dearer than the straight line between the better-measured sizes around
-             it (one slow sample would otherwise keep it untried, and so uncorrected, for the
-             rest of the run), the prefill as the start-up point), t_draft(d) the
-             draft model's measured decodes (its seed batch with the rows it must catch up,
-             then d - 1 one-row steps; before it has drafted, the target's times the ratio of
-             the two models' measured decodes of the prompt). d = 0 is plain decoding of one
+             optimistic, so untried sizes get tried) but no cheaper than the step just below
+             continued (`onward`), a size measured fewer than TRUSTED times no dearer than the
+             straight line between the better-measured sizes around it (one slow sample would
+             otherwise keep it untried, and so uncorrected, for the rest of the run), the
+             prefill as the start-up point), t_draft(d) the draft model's measured decodes (its
+             seed batch, then d - 1 one-row steps; the seed holds the last round's committed
+             rows when the draft re-evaluates them, else the seed row and, after a fully
+             accepted round, the last draft token; before it has drafted, the target's times
+             the ratio of the two models' measured decodes of the prompt). d ranges over 0 ..
+             min(n_max, the longest draft verified + GROW): each longer size is tried one step
+             at a time. A draft after idle rounds first catches up the rows the draft model
+             missed (the seed batch grows by them): that cost, paid once, counts spread over
+             CATCH_UP_ROUNDS rounds. d = 0 is plain decoding of one
              token: T(0) = t_target(1). An n-gram draft costs nothing to make: for it only
              t_target counts. While d = 0 wins, a probe (a short draft) runs now and then, its
              interval doubling (PROBE_FIRST, PROBE_FIRST*2, ... PROBE_MAX rounds), so a change
@@ -67,6 +73,8 @@ PROBE_LEN = 1                 # draft tokens of a probe
 PROBE_SHARE = 0.015           # the probes' measured net cost kept within this share of the run
 NO_GAIN_RECHECK = 8           # a "no gain" verdict is read again from the costs every N rounds
 CATCH_UP_WINDOW = 4           # a probe's draft model decodes at most this many of the rows it missed
+GROW = 1                      # a draft at most this many tokens longer than the longest one verified
+CATCH_UP_ROUNDS = 8           # a draft after idle rounds: its catch-up charged over this many rounds
 
 
 def parse_draft_max(value) -> tuple[str, int]:
@@ -169,6 +177,21 @@ def between(k: int, k0: int, t0: float, k1: int, t1: float) -> float:
     return min(chord(k, k0, t0, k1, t1), max(t0, t1 * k / k1))
 
 
+LOCAL_SLOPE = True
+
+
+def onward(k: int, kp: int, tp: float, k0: int, t0: float, k1: int, t1: float) -> float:
+    """A k-row step's time between measured sizes k0 < k < k1, with a smaller one kp < k0 measured
+    too: `between`, but no cheaper than the step from kp to k0 continued (and no dearer than the
+    straight line to k1). Where each row costs about the same (a CPU whose rows are compute), the
+    roofline toward a large batch far above (the prompt's) reads the next size as free as the last
+    one; the slope just below says what a row costs there."""
+    b = between(k, k0, t0, k1, t1)
+    if not LOCAL_SLOPE:
+        return b
+    return max(b, min(chord(k, k0, t0, k1, t1), t0 + (t0 - tp) * (k - k0) / (k0 - kp)))
+
+
 def _median(xs) -> float:
     """statistics.median, without its generality (a policy takes medians every round)."""
     v = sorted(xs)
@@ -206,8 +229,9 @@ class BatchCost:
     each measured k, a size with fewer than TRUSTED times no dearer than its better-measured
     neighbours say (`cap_few_samples`), made non-decreasing in k (`monotone`: sizes whose medians
     fall with k are pooled, weighted by their sample counts); between measured sizes `between`
-    (the roofline of the two, at most the straight line); above the largest, the slope of the last
-    two points (never negative); below the smallest, the smallest's value."""
+    (the roofline of the two, at most the straight line), past the second measured size `onward`
+    (no cheaper than the step below continued); above the largest, the slope of the last two
+    points (never negative); below the smallest, the smallest's value."""
 
     def __init__(self, window: int = WINDOW, trusted: int = TRUSTED):
         self.window, self.trusted = window, trusted
@@ -251,7 +275,12 @@ class BatchCost:
                 out.append(t0)
             elif j + 1 < len(pts):
                 k1, t1 = pts[j + 1]
-                out.append((chord if cautious else between)(k, k0, t0, k1, t1))
+                if cautious:
+                    out.append(chord(k, k0, t0, k1, t1))
+                elif j > 0:
+                    out.append(onward(k, *pts[j - 1], k0, t0, k1, t1))
+                else:
+                    out.append(between(k, k0, t0, k1, t1))
             else:                               # above the largest: the last two points' slope
                 out.append(t_last + slope * (k - k_last))
         return out
@@ -274,9 +303,11 @@ class BatchCost:
             return math.nan
         if k <= pts[0][0]:
             return pts[0][1]
-        for (k0, t0), (k1, t1) in zip(pts, pts[1:]):
-            if k <= k1:
-                return between(k, k0, t0, k1, t1)
+        for j, ((k0, t0), (k1, t1)) in enumerate(zip(pts, pts[1:])):
+            if k == k1:
+                return t1
+            if k < k1:
+                return onward(k, *pts[j - 1], k0, t0, k1, t1) if j > 0 else between(k, k0, t0, k1, t1)
         if len(pts) == 1:
             return pts[0][1]
         (k0, t0), (k1, t1) = pts[-2], pts[-1]
@@ -357,6 +388,9 @@ class DraftLenPolicy:
         self.chosen: dict[int, int] = {}          # how often each length was chosen
         self.last: Decision | None = None
         self.round: dict | None = None            # this round's {impl type: Decision}
+        # () -> the rows the draft model would decode before its seed row if it drafted now (the
+        # rows it missed while rounds drafted nothing); DeferredDraftSimple sets it
+        self.draft_behind = None
 
     def lengths(self, types, remaining: int | None = None) -> dict | None:
         """This round's {impl type: Decision} (one decision for every sequence), or None when
@@ -444,44 +478,60 @@ class AutoDraftLen(DraftLenPolicy):
         self.probe_share = PROBE_SHARE
         self._held: dict = {}                     # per source: ["no gain" Decision, rounds it holds]
         self.prefill_ratio: float | None = None   # draft / target seconds on the same prompt rows
+        self.keeps_rows = False                   # the draft keeps its rows (--no-reeval; set by it)
+        self.max_draft = 0                        # the longest draft a round has verified
 
     # ---- the model of a round ------------------------------------------------------------
     def rates(self, source: str) -> list:
         return self.acc.setdefault(source, Acceptance()).rates(self.n_max)
 
     def draft_cost(self, d: int, source: str = "draft-simple", accept=None) -> float:
-        """Seconds the draft model spends on a d-token draft in steady drafting: one seed decode
-        with the last round's committed rows (1 + E(d) rows), then d - 1 one-row steps."""
+        """Seconds the draft model spends on a d-token draft in steady drafting: one seed decode,
+        then d - 1 one-row steps. The seed holds the rows the draft misses: re-evaluating, the last
+        round's committed ones (1 + E(d) rows); keeping its rows (--no-reeval), the seed row and,
+        after a fully accepted round (probability E(d) - E(d - 1)), the last draft token."""
         if d <= 0 or source != "draft-simple":
             return 0.0
-        e = expected_tokens(accept if accept is not None else self.rates(source), d)
-        return self._draft_cost_e(d, e)
+        es = expected_tokens_upto(accept if accept is not None else self.rates(source), d)
+        return self._draft_cost_e(d, es[d], es[d] - es[d - 1])
 
-    def _draft_cost_e(self, d: int, e: float, cautious: bool = False) -> float:
-        k = 1 + round(e)
+    def _seed_cost(self, tab: list, e: float, p_full: float) -> float:
+        # the seed decode's expected seconds (draft_cost), from a table of k-row decode times
+        if self.keeps_rows:
+            return tab[1] + p_full * (tab[2] - tab[1])
+        return tab[1 + round(e)]
+
+    def _draft_cost_e(self, d: int, e: float, p_full: float, cautious: bool = False) -> float:
         if self.t_draft_rows.known:
             tab = self.t_draft_rows.upto(self.n_max + 2, cautious)
-            return tab[k] + (d - 1) * tab[1]
+            return self._seed_cost(tab, e, p_full) + (d - 1) * tab[1]
         # before the draft model has drafted: its decodes estimated as the target's, times the
         # ratio of the two models' measured decodes of the same prompt rows
         tab = self.t_target.upto(self.n_max + 2, cautious)
-        return self.prefill_ratio * (tab[k] + (d - 1) * tab[1])
+        return self.prefill_ratio * (self._seed_cost(tab, e, p_full) + (d - 1) * tab[1])
 
     def target_cost(self, k: int) -> float:
         tab = self.t_target.upto(self.n_max + 2)
         return tab[k] if 0 <= k < len(tab) else self.t_target(k)
 
-    def _rates(self, source: str, es: list, cautious: bool = False) -> list:
+    def _rates(self, source: str, es: list, cautious: bool = False, behind: int = 0) -> list:
         """E(d) / T(d) for d in 0..n_max from the cost tables: best_length's rates, computed in one
-        pass (the policy decides every round, so its own cost counts)."""
+        pass (the policy decides every round, so its own cost counts). behind: the rows the draft
+        model must catch up first (rounds that drafted nothing); the catch-up's cost beyond a
+        steady seed is paid once, so it counts spread over CATCH_UP_ROUNDS rounds."""
         n = self.n_max
         tt = self.t_target.upto(n + 2, cautious)
         rates = [es[0] / tt[1] if tt[1] > 0 else math.inf]
         if source == "draft-simple":
-            dt = self.t_draft_rows.upto(n + 2, cautious) if self.t_draft_rows.known else \
-                [self.prefill_ratio * x for x in tt]
+            if self.t_draft_rows.known:
+                dt = self.t_draft_rows.upto(max(n, behind) + 2, cautious)
+            else:
+                dt = [self.prefill_ratio * x for x in self.t_target.upto(max(n, behind) + 2, cautious)]
             for d in range(1, n + 1):
-                t = tt[1 + d] + dt[1 + round(es[d])] + (d - 1) * dt[1]
+                seed = self._seed_cost(dt, es[d], es[d] - es[d - 1])
+                t = tt[1 + d] + seed + (d - 1) * dt[1]
+                if behind > 1:
+                    t += max(dt[1 + behind] - seed, 0.0) / CATCH_UP_ROUNDS
                 rates.append(es[d] / t if t > 0 else math.inf)
         else:
             for d in range(1, n + 1):
@@ -496,12 +546,21 @@ class AutoDraftLen(DraftLenPolicy):
                 best = d
         return best
 
-    def decide(self, source: str = "draft-simple") -> Decision:
+    def reach(self) -> int:
+        """The longest draft a round may choose: GROW tokens beyond the longest one verified so
+        far (at most n_max). A size nobody has tried is read optimistically (`between`), so that
+        it gets tried; one step at a time, each try measures the next size, where a jump to the
+        longest draft the optimistic reading favours can cost a short run several long rounds
+        (drafts of 7-12 tokens verified at 3-6 one-row steps each, on code with 97% acceptance)."""
+        return min(self.n_max, self.max_draft + GROW)
+
+    def decide(self, source: str = "draft-simple", behind: int = 0) -> Decision:
         """The argmax decision from the current estimates, without counting it: best_length's,
-        with target_cost and draft_cost, from the tables in one pass."""
+        with target_cost and draft_cost, from the tables in one pass, over the lengths up to
+        reach(); behind: the draft model's rows to catch up (_rates)."""
         es = self.acc.setdefault(source, Acceptance()).expected_upto(self.n_max)
-        rates = self._rates(source, es)
-        d = self._argmax(rates)
+        rates = self._rates(source, es, behind=behind)
+        d = self._argmax(rates[:self.reach() + 1])
         return Decision(d, "best", es[d], rates[d], rates[0], rates)
 
     def hopeless(self, source: str = "draft-simple") -> bool:
@@ -535,7 +594,8 @@ class AutoDraftLen(DraftLenPolicy):
             if remaining is not None and remaining < self.probe_first:
                 return Decision(0, "budget")
             return Decision(min(self.probe_len, self.n_max), "start-up")
-        dec = self.decide(source)
+        behind = self.draft_behind() if source == "draft-simple" and self.draft_behind else 0
+        dec = self.decide(source, behind)
         st = self._probe.setdefault(source, [0, self.probe_first])   # [rounds of d = 0, interval]
         if dec.d == 0 and self.hopeless(source):
             # even a draft accepted in full would not pay at the measured costs: a probe could only
@@ -615,6 +675,7 @@ class AutoDraftLen(DraftLenPolicy):
         for r in ev.slots:
             if r.replay or not r.draft:
                 continue
+            self.max_draft = max(self.max_draft, len(r.draft))
             self.acc.setdefault(r.impl or "draft-simple", Acceptance()).observe(len(r.draft), r.n_accepted)
 
     def stats(self) -> dict:

@@ -78,12 +78,15 @@ def test_pair_waterfall_reports_the_demo_waterfall_and_the_goals(pair_paths):
     assert h["stage"] == demo.pick_headline(r["stages"])["stage"]
     assert h["vs_llama_cpp"] == pytest.approx(h["tok_s"] / 1.0)
     assert "--spec-draft-n-max" in r["poem"]["flags"] and "auto" in r["poem"]["flags"]
+    runs = r["poem"]["runs"]                     # the goal's figure: the median of the comparisons
+    assert len(runs) == demo.POEM_RUNS and runs == sorted(runs) and r["poem"]["speedup"] == runs[len(runs) // 2]
     goals = {g: met for g, _, met in r["goals"]}
     assert goals["output identical everywhere"] is True
     assert set(goals) == {"the headline on code >= 1.6x specnb's plain decoding", "on the poem >= 0.97x",
                           "draft cost c in the loop <= 0.25", "output identical everywhere"}
     text = format_pair_waterfall(r)
     assert "| 0. plain decoding (the target alone)" in text and "goals (the pair's" in text
+    assert f"the median of {demo.POEM_RUNS} comparisons, {runs[0]:.2f}-{runs[-1]:.2f}x" in text
     assert text.count("[specnb, beyond llama.cpp]") >= 4 and h["command"] in text
     # the roofline of the recommended line: the draft the line ran, priced by its bytes (its head
     # cut to the line's vocabulary), a row by the int8 limit over plain decoding's time per token

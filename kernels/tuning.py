@@ -33,7 +33,8 @@ The int8 compute limit: the peak rate of the 64-byte int8 dot product the kernel
 tiles.tdot4p's vpmaddubsw + vpaddw, finished by a vpmaddwd every 8 steps), the
 roofline's compute ceiling (Williams, Waterman and Patterson 2009) for the int8 kernels. Each
 extra row of a verification batch costs multiply-adds, not weight bytes, so `bench` sets what a
-row beyond the first costs beside what it would cost at this rate:
+row beyond the first costs beside what it would cost at this rate, measured again beside its runs
+(peak_beside: on a shared host the rate moves with the cores' other hardware threads):
 
     int8_peak()          G multiply-adds per second on n_threads threads at this SIMD level, from
                          the cached verdict, or measured now (about a second, once per machine)
@@ -451,7 +452,8 @@ def int8_peak_verdict(n_threads: int | None = None, on_measure=None) -> dict:
                 on_measure("measuring the int8 compute limit of this CPU (once)")
             v = record_int8_peak(n_threads)
         _peak_memo[n_threads] = v
-    return dict(_peak_memo[n_threads], source="measured")
+    v = _peak_memo[n_threads]
+    return v if v.get("probes_gmacs_s") else dict(v, source="measured")
 
 
 def int8_peak(n_threads: int | None = None, on_measure=None) -> float:
@@ -476,8 +478,41 @@ def record_int8_peak(n_threads: int | None = None, **kw) -> dict:
     return v
 
 
+def peak_beside(probes: list, recorded: dict | None = None) -> dict:
+    """The int8 limit of a run that measured it beside its own work (bench: before, between and
+    after its repetitions, as it measures the bandwidth): the median of the probes'
+    measure_int8_peak() dicts, their figures in "probes_gmacs_s", the machine's recorded figure
+    beside it ("recorded_gmacs_s"). On a shared host the limit moves with whatever runs on the
+    cores' other hardware threads (an AMD EPYC Zen 3: 65-126 G/s on one thread within five
+    minutes), so a row's cost is set beside the limit of its own minutes."""
+    if not probes:
+        raise ValueError("peak_beside: needs at least one probe")
+    g = sorted(float(p["gmacs_s"]) for p in probes)
+    med = g[len(g) // 2] if len(g) % 2 else (g[len(g) // 2 - 1] + g[len(g) // 2]) / 2
+    out = dict(probes[0], gmacs_s=med, probes_gmacs_s=[round(float(p["gmacs_s"]), 2) for p in probes],
+               cpu_share=min(float(p.get("cpu_share", 1.0)) for p in probes), source="measured beside the runs")
+    out.pop("rounds_gmacs_s", None)
+    if recorded is not None and recorded.get("gmacs_s"):
+        out["recorded_gmacs_s"] = float(recorded["gmacs_s"])
+    return out
+
+
+def use_int8_peak(n_threads: int, verdict: dict) -> None:
+    """int8_peak(n_threads) returns verdict's figure for the rest of this process (bench: the
+    limit measured beside its runs, which its roofline then uses too); the recorded verdict
+    stays as it is."""
+    _peak_memo[int(n_threads)] = dict(verdict)
+
+
 def describe_int8_peak(v: dict) -> str:
     """One line: the limit, its thread count and SIMD level, and where it comes from."""
+    if v.get("probes_gmacs_s"):
+        how = (f"{v.get('instruction', '?')}; the median of {len(v['probes_gmacs_s'])} probes beside the runs: "
+               + ", ".join(f"{float(g):.1f}" for g in v["probes_gmacs_s"])
+               + (f"; recorded for this machine: {v['recorded_gmacs_s']:.1f}" if v.get("recorded_gmacs_s") else ""))
+        threads = f"{v['threads']} thread" + ("" if v["threads"] == 1 else "s")
+        return (f"int8 compute limit: {float(v['gmacs_s']):.1f} G multiply-adds/s on {threads} "
+                f"(SIMD level {v['simd_level']}; {how})")
     how = (f"from {PEAK_ENV}" if v.get("source") == PEAK_ENV else
            f"measured: {v.get('instruction', '?')} into {v.get('accumulators', '?')} accumulators per "
            f"thread, a weight vector times 4 activation bytes broadcast (as the kernels multiply), data in L1"

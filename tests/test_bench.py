@@ -106,6 +106,37 @@ def test_bench_on_a_tiny_model_prints_both_modes(tiny_path, monkeypatch):
     assert back["macs_per_row"] == r["macs_per_row"] and back["int8_peak"]["gmacs_s"] == 0.5
 
 
+def test_bench_measures_the_int8_limit_beside_its_runs(tiny_path, monkeypatch, tmp_path):
+    """Without SPECNB_INT8_PEAK the limit is probed before, between and after the repetitions, as
+    the bandwidth is; the rows are set beside the median, which the process's int8_peak() (the
+    roofline's) then returns too; the recorded verdict stays as it was."""
+    from specnb.kernels import tuning
+    from specnb.measure.bench import bench
+    from specnb.measure.bench_report import format_bench
+    monkeypatch.delenv("SPECNB_LLAMA_BENCH", raising=False)
+    monkeypatch.delenv("SPECNB_INT8_PEAK", raising=False)
+    monkeypatch.setenv("SPECNB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tuning, "_peak_memo", {})
+    figures = iter([80.0, 200.0, 150.0, 120.0])          # the recorded verdict's, then three probes
+
+    def fake(n_threads=None, **kw):
+        return {"gmacs_s": next(figures), "rounds_gmacs_s": [1.0], "threads": n_threads,
+                "simd_level": tuning.SIMD_LEVEL, "instruction": "x", "accumulators": 4, "iterations": 10,
+                "cpu_share": 1.0}
+    monkeypatch.setattr(tuning, "measure_int8_peak", fake)
+    r = bench(tiny_path("Q4_1"), reps=2, n_gen=2, quick=True, memory=False, bandwidth_gib=0.02,
+              activations=("q8",))
+    pk = r["int8_peak"]
+    assert pk["probes_gmacs_s"] == [200.0, 150.0, 120.0] and pk["gmacs_s"] == 150.0
+    assert pk["recorded_gmacs_s"] == 80.0 and tuning.cached_int8_peak(r["n_threads"])["gmacs_s"] == 80.0
+    assert tuning.int8_peak(r["n_threads"]) == 150.0
+    q8 = r["modes"]["q8"]
+    assert q8["ideal_extra_row_cost"] == pytest.approx(r["macs_per_row"] / 150e9 / (q8["batch_ms"][1] / 1e3))
+    assert ("int8 compute limit: 150.0 G multiply-adds/s" in format_bench(r)
+            and "the median of 3 probes beside the runs: 200.0, 150.0, 120.0; recorded for this machine: 80.0"
+            in format_bench(r))
+
+
 def test_bench_of_another_model_needs_no_default_model(tiny_path, monkeypatch):
     # a machine with only its own model (a GPU box, a user's file) benches it: whether it is the
     # default target is a question, not a demand that the default be installed

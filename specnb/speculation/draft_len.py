@@ -177,19 +177,20 @@ def between(k: int, k0: int, t0: float, k1: int, t1: float) -> float:
     return min(chord(k, k0, t0, k1, t1), max(t0, t1 * k / k1))
 
 
-LOCAL_SLOPE = True
-
-
 def onward(k: int, kp: int, tp: float, k0: int, t0: float, k1: int, t1: float) -> float:
     """A k-row step's time between measured sizes k0 < k < k1, with a smaller one kp < k0 measured
     too: `between`, but no cheaper than the step from kp to k0 continued (and no dearer than the
     straight line to k1). Where each row costs about the same (a CPU whose rows are compute), the
     roofline toward a large batch far above (the prompt's) reads the next size as free as the last
     one; the slope just below says what a row costs there."""
-    b = between(k, k0, t0, k1, t1)
-    if not LOCAL_SLOPE:
-        return b
-    return max(b, min(chord(k, k0, t0, k1, t1), t0 + (t0 - tp) * (k - k0) / (k0 - kp)))
+    return max(between(k, k0, t0, k1, t1), min(chord(k, k0, t0, k1, t1), t0 + (t0 - tp) * (k - k0) / (k0 - kp)))
+
+
+def _inside(k: int, pts: list, j: int) -> float:
+    """BatchCost's reading of a size k strictly between its measured points j and j + 1:
+    `onward` when a point below j was measured, else `between`."""
+    (k0, t0), (k1, t1) = pts[j], pts[j + 1]
+    return onward(k, *pts[j - 1], k0, t0, k1, t1) if j > 0 else between(k, k0, t0, k1, t1)
 
 
 def _median(xs) -> float:
@@ -274,13 +275,7 @@ class BatchCost:
             if k <= k0:                         # (only below the smallest size)
                 out.append(t0)
             elif j + 1 < len(pts):
-                k1, t1 = pts[j + 1]
-                if cautious:
-                    out.append(chord(k, k0, t0, k1, t1))
-                elif j > 0:
-                    out.append(onward(k, *pts[j - 1], k0, t0, k1, t1))
-                else:
-                    out.append(between(k, k0, t0, k1, t1))
+                out.append(chord(k, k0, t0, *pts[j + 1]) if cautious else _inside(k, pts, j))
             else:                               # above the largest: the last two points' slope
                 out.append(t_last + slope * (k - k_last))
         return out
@@ -303,11 +298,11 @@ class BatchCost:
             return math.nan
         if k <= pts[0][0]:
             return pts[0][1]
-        for j, ((k0, t0), (k1, t1)) in enumerate(zip(pts, pts[1:])):
+        for j, (k1, t1) in enumerate(pts[1:]):
             if k == k1:
                 return t1
             if k < k1:
-                return onward(k, *pts[j - 1], k0, t0, k1, t1) if j > 0 else between(k, k0, t0, k1, t1)
+                return _inside(k, pts, j)
         if len(pts) == 1:
             return pts[0][1]
         (k0, t0), (k1, t1) = pts[-2], pts[-1]

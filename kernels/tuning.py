@@ -53,6 +53,7 @@ specnb.kernels.tuning` measures both again and prints them.
 import json
 import math
 import os
+import statistics
 import time
 
 import numpy as np
@@ -452,8 +453,7 @@ def int8_peak_verdict(n_threads: int | None = None, on_measure=None) -> dict:
                 on_measure("measuring the int8 compute limit of this CPU (once)")
             v = record_int8_peak(n_threads)
         _peak_memo[n_threads] = v
-    v = _peak_memo[n_threads]
-    return v if v.get("probes_gmacs_s") else dict(v, source="measured")
+    return {"source": "measured", **_peak_memo[n_threads]}      # (peak_beside's names its own)
 
 
 def int8_peak(n_threads: int | None = None, on_measure=None) -> float:
@@ -487,9 +487,8 @@ def peak_beside(probes: list, recorded: dict | None = None) -> dict:
     minutes), so a row's cost is set beside the limit of its own minutes."""
     if not probes:
         raise ValueError("peak_beside: needs at least one probe")
-    g = sorted(float(p["gmacs_s"]) for p in probes)
-    med = g[len(g) // 2] if len(g) % 2 else (g[len(g) // 2 - 1] + g[len(g) // 2]) / 2
-    out = dict(probes[0], gmacs_s=med, probes_gmacs_s=[round(float(p["gmacs_s"]), 2) for p in probes],
+    g = [float(p["gmacs_s"]) for p in probes]
+    out = dict(probes[0], gmacs_s=statistics.median(g), probes_gmacs_s=[round(x, 2) for x in g],
                cpu_share=min(float(p.get("cpu_share", 1.0)) for p in probes), source="measured beside the runs")
     out.pop("rounds_gmacs_s", None)
     if recorded is not None and recorded.get("gmacs_s"):
@@ -510,17 +509,15 @@ def describe_int8_peak(v: dict) -> str:
         how = (f"{v.get('instruction', '?')}; the median of {len(v['probes_gmacs_s'])} probes beside the runs: "
                + ", ".join(f"{float(g):.1f}" for g in v["probes_gmacs_s"])
                + (f"; recorded for this machine: {v['recorded_gmacs_s']:.1f}" if v.get("recorded_gmacs_s") else ""))
-        threads = f"{v['threads']} thread" + ("" if v["threads"] == 1 else "s")
-        return (f"int8 compute limit: {float(v['gmacs_s']):.1f} G multiply-adds/s on {threads} "
-                f"(SIMD level {v['simd_level']}; {how})")
-    how = (f"from {PEAK_ENV}" if v.get("source") == PEAK_ENV else
-           f"measured: {v.get('instruction', '?')} into {v.get('accumulators', '?')} accumulators per "
-           f"thread, a weight vector times 4 activation bytes broadcast (as the kernels multiply), data in L1"
-           + (", rounds " + ", ".join(f"{float(g):.1f}" for g in v["rounds_gmacs_s"]) if v.get("rounds_gmacs_s")
-              else ""))
-    if v.get("source") != PEAK_ENV and v.get("cpu_share", 1.0) < MIN_CPU_SHARE:
-        how += (f"; its threads had {v['cpu_share']:.0%} of their CPUs, other work was running: an "
-                f"understatement, not recorded")
+    else:
+        how = (f"from {PEAK_ENV}" if v.get("source") == PEAK_ENV else
+               f"measured: {v.get('instruction', '?')} into {v.get('accumulators', '?')} accumulators per "
+               f"thread, a weight vector times 4 activation bytes broadcast (as the kernels multiply), data in L1"
+               + (", rounds " + ", ".join(f"{float(g):.1f}" for g in v["rounds_gmacs_s"]) if v.get("rounds_gmacs_s")
+                  else ""))
+        if v.get("source") != PEAK_ENV and v.get("cpu_share", 1.0) < MIN_CPU_SHARE:
+            how += (f"; its threads had {v['cpu_share']:.0%} of their CPUs, other work was running: an "
+                    f"understatement, not recorded")
     threads = f"{v['threads']} thread" + ("" if v["threads"] == 1 else "s")
     return (f"int8 compute limit: {float(v['gmacs_s']):.1f} G multiply-adds/s on {threads} "
             f"(SIMD level {v['simd_level']}; {how})")

@@ -286,7 +286,7 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
     if "q8" in activations and resolve_backend(backend) == "cpu":
         # the int8 kernels' compute limit on these threads: recorded once per machine, and (unless
         # SPECNB_INT8_PEAK sets it) measured again beside the runs, as the bandwidth is
-        from ..kernels.tuning import PEAK_ENV, int8_peak_verdict, measure_int8_peak
+        from ..kernels.tuning import PEAK_ENV, int8_peak_verdict, measure_int8_peak, peak_beside, use_int8_peak
         peak = int8_peak_verdict(nt, on_measure=lambda text: print(f"specnb: {text}", file=sys.stderr, flush=True))
         probes = None if peak.get("source") == PEAK_ENV else [measure_int8_peak(nt)]
     if sweep is None:
@@ -302,7 +302,6 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
                 probes.append(measure_int8_peak(nt))
     bw.append(streaming_bandwidth(bandwidth_gib, nt))
     if probes is not None:
-        from ..kernels.tuning import peak_beside, use_int8_peak
         probes.append(measure_int8_peak(nt))
         peak = peak_beside(probes, recorded=peak)
         use_int8_peak(nt, peak)          # the roofline of bench --spec reads the same figure

@@ -96,6 +96,38 @@ def test_the_headline_is_the_fastest_lossless_line():
     assert demo_mod.recommended(w) is w["stages"][-1]
 
 
+def test_the_waterfall_probes_the_int8_limit_before_and_after_its_runs(tiny_pair, monkeypatch):
+    """The roofline's row price reads the int8 limit of the waterfall's own minutes: one probe
+    before the runs, one after (faked: 200 and 120, so 160), the recorded verdict (80) beside it
+    and untouched; with SPECNB_INT8_PEAK set nothing is probed."""
+    from specnb.kernels import tuning
+    assert tiny_pair.ctx_tgt.backend_name == "cpu" and tiny_pair.ctx_tgt.activations == "q8"
+    events, figures = [], iter([200.0, 120.0])
+
+    def fake(n_threads=None, **kw):
+        events.append("probe")
+        return {"gmacs_s": next(figures), "threads": n_threads, "simd_level": tuning.SIMD_LEVEL,
+                "rounds_gmacs_s": [1.0], "cpu_share": 1.0}
+    monkeypatch.delenv(tuning.PEAK_ENV, raising=False)
+    monkeypatch.setattr(tuning, "measure_int8_peak", fake)
+    monkeypatch.setattr(tuning, "int8_peak_verdict", lambda n=None, on_measure=None: {"gmacs_s": 80.0, "threads": n})
+    w = demo_mod.waterfall(tiny_pair, TINY_PROMPTS[:1], demo_mod.samplings()[:1], 8, TIMING, say=events.append)
+    assert events[0] == events[-1] == "probe" and events.count("probe") == 2 and len(events) == 3
+    pk = w["int8_peak"]
+    assert pk["gmacs_s"] == 160.0 and pk["probes_gmacs_s"] == [200.0, 120.0] and pk["recorded_gmacs_s"] == 80.0
+    rf = w["roofline"]
+    if rf is not None:               # (none where the recommended line examined no draft)
+        assert rf["gmacs_s"] == 160.0 and rf["gmacs_probes"] == [200.0, 120.0]
+        assert "at 160 G/s, the median of probes before and after the runs: 200, 120)" in demo_mod.roofline_lines(rf)[0]
+    monkeypatch.undo()               # (the fakes too: SPECNB_INT8_PEAK's verdict is read for real)
+    monkeypatch.setenv(tuning.PEAK_ENV, "50")
+    monkeypatch.setattr(tuning, "measure_int8_peak", fake)
+    events.clear()
+    w = demo_mod.waterfall(tiny_pair, TINY_PROMPTS[:1], demo_mod.samplings()[:1], 8, TIMING)
+    assert events == [] and w["int8_peak"] is None
+    assert w["roofline"] is None or w["roofline"]["gmacs_s"] == 50.0
+
+
 def test_the_waterfall_on_the_tiny_pair_is_lossless(tiny_pair):
     said = []
     w = demo_mod.waterfall(tiny_pair, TINY_PROMPTS, demo_mod.samplings(), 16, TIMING, say=said.append)

@@ -145,6 +145,13 @@ def test_the_roofline_prices_the_lines_draft_by_its_bytes_and_a_row_by_the_int8_
     (line,) = demo.roofline_lines(rf)
     assert line.startswith(f"  this CPU's roofline for line 3: {rf['speedup']:.2f}x at draft-max {rf['draft_max']}")
     assert f"the line reached {100 * 1.3 / rf['speedup']:.0f}% of it" in line
+    assert "probes" not in line and rf["gmacs_probes"] is None
+    # the limit the waterfall probed beside its runs, where it did: the rows priced by it
+    probed = {"gmacs_s": 150.0, "probes_gmacs_s": [140.0, 160.0]}
+    rf = demo.roofline(pairs, {"stages": stages, "headline": stages[1], "int8_peak": probed})
+    assert rf["gmacs_s"] == 150.0 and rf["row"] == pytest.approx(macs_per_row(tgt) / 150e9 / 0.05)
+    (line,) = demo.roofline_lines(rf)
+    assert "step at 150 G/s, the median of probes before and after the runs: 140, 160)" in line
 
 
 def test_the_roofline_needs_int8_activations_on_the_cpu_a_draft_model_and_drafts():

@@ -332,6 +332,7 @@ def waterfall(pair, prompts, samplings, n_predict: int, timing: dict, stages=WAT
         ids = prompt_ids(pair.target.vocab, *prompts[0][1:])
         for s in st:
             _spec_run(pair_of(pairs, s), ids, samplings[0][1], 4, s["params"])()
+    probes = _int8_probes(pair)                                 # the int8 limit before the runs
     runs: list = [[] for _ in range(len(st) + 1)]              # [0]: plain decoding
     for label, text, chat in prompts:
         ids = prompt_ids(pair.target.vocab, text, chat)
@@ -358,8 +359,28 @@ def waterfall(pair, prompts, samplings, n_predict: int, timing: dict, stages=WAT
     w = {"stages": rows, "headline": pick_headline(rows), "n_predict": n_predict,
          "prompts": [p[0] for p in prompts], "samplings": [s[0] for s in samplings],
          "identical": all(r["identical"] for r in rows)}
+    w["int8_peak"] = _int8_probes(pair, probes)                # ... and after them
     w["roofline"] = roofline(pairs, w)
     return w
+
+
+def _int8_probes(pair, before: list | None = None):
+    """The int8 compute limit measured beside the waterfall's runs, as bench measures it beside
+    its own (it moves with whatever shares the cores: 65-126 G/s on one thread of an AMD EPYC
+    Zen 3 within five minutes). Called with no list before the runs: [the first probe]; with that
+    list after them: tuning.peak_beside of both (the recorded verdict beside it). None on a GPU,
+    with float32 activations (the roofline then has no row price) or where SPECNB_INT8_PEAK sets
+    the limit (the roofline reads that)."""
+    ctx = pair.ctx_tgt
+    if ctx.backend_name != "cpu" or ctx.activations != "q8":
+        return None
+    from ..kernels.tuning import PEAK_ENV, int8_peak_verdict, measure_int8_peak, peak_beside
+    recorded = int8_peak_verdict(ctx.n_threads)
+    if recorded.get("source") == PEAK_ENV:
+        return None
+    if before is None:
+        return [measure_int8_peak(ctx.n_threads)]
+    return peak_beside(before + [measure_int8_peak(ctx.n_threads)], recorded=recorded)
 
 
 def _cell(v, fmt: str) -> str:
@@ -461,8 +482,10 @@ def roofline(pairs: dict, w: dict) -> dict | None:
     priced by its bytes, c = the draft's bytes a token (its restricted head's rows only) over the
     target's, both read at the same bandwidth, and a verification row beyond the first by the int8
     compute limit, the target's multiply-adds a row at tuning.int8_peak() over plain decoding's
-    time per token: what the line would reach with every kernel at the machine's ceilings. None
-    without int8 activations on the CPU, without a draft model or without examined drafts."""
+    time per token: what the line would reach with every kernel at the machine's ceilings. The
+    limit is w["int8_peak"] where the waterfall probed it beside its runs, else the recorded one
+    (or SPECNB_INT8_PEAK's). None without int8 activations on the CPU, without a draft model or
+    without examined drafts."""
     from ..figures.cost_map import c_from_bytes
     from ..kernels.tuning import int8_peak
     from ..measure.bench import decode_bytes, draft_decode_bytes, ideal_row_cost, macs_per_row
@@ -474,13 +497,16 @@ def roofline(pairs: dict, w: dict) -> dict | None:
     if (params is None or not params.needs_draft_model() or ctx.backend_name != "cpu"
             or ctx.activations != "q8" or not rec.get("alpha") or not plain.get("tok_s")):
         return None
-    gmacs, n_vocab, t_step = int8_peak(ctx.n_threads), params.draft_vocab or None, 1.0 / plain["tok_s"]
+    probed = w.get("int8_peak")
+    gmacs = float(probed["gmacs_s"]) if probed else int8_peak(ctx.n_threads)
+    n_vocab, t_step = params.draft_vocab or None, 1.0 / plain["tok_s"]
     c = c_from_bytes(pair.draft, pair.target, n_vocab)
     r = ideal_row_cost(macs_per_row(pair.target), gmacs, t_step)
     s, n = best_speedup_with_rows(rec["alpha"], c, r)
     return {"stage": rec["stage"], "speedup": s, "draft_max": n, "alpha": rec["alpha"], "c": c,
             "row": r, "draft_gb": draft_decode_bytes(pair.draft, n_vocab) / 1e9,
             "target_gb": decode_bytes(pair.target) / 1e9, "gmacs_s": gmacs,
+            "gmacs_probes": list(probed["probes_gmacs_s"]) if probed else None,
             "t_step_ms": 1e3 * t_step, "of_roofline": rec["speedup"] / s if rec.get("speedup") else None}
 
 
@@ -494,7 +520,9 @@ def roofline_lines(rf: dict | None) -> list:
             f"position), if a draft token cost its share of the bytes (c = "
             f"{rf['c']:.2f}: {rf['draft_gb']:.3f} against {rf['target_gb']:.3f} GB) and a row beyond the "
             f"first its multiply-adds at the int8 limit ({rf['row']:.2f} of a {rf['t_step_ms']:.1f} ms "
-            f"step at {rf['gmacs_s']:.0f} G/s)"
+            f"step at {rf['gmacs_s']:.0f} G/s"
+            + (", the median of probes before and after the runs: "
+               + ", ".join(f"{g:.0f}" for g in rf["gmacs_probes"]) if rf.get("gmacs_probes") else "") + ")"
             + (f"; the line reached {100 * rf['of_roofline']:.0f}% of it" if rf["of_roofline"] else "")]
 
 

@@ -131,6 +131,23 @@ def _distinct_compile_ids() -> None:
 _distinct_compile_ids()
 
 
+def _start_thread_pool() -> None:
+    # Numba starts its thread pool when a parallel function is compiled or called from Python. A
+    # cached kernel whose compiled code calls a cached parallel one (swiglu_into ->
+    # _swiglu_parallel) starts nothing when it is loaded: called from Python before any parallel
+    # kernel ran in the process, it crashed the interpreter (seen on an AMD EPYC Zen 3 with
+    # swiglu_into(gate, up, out) against a cache that test and benchmark runs had filled). The
+    # pool starts here instead (about 5 ms), with the threading layer Numba's settings choose.
+    try:
+        from numba.np.ufunc.parallel import _launch_threads
+    except ImportError:                   # (another Numba layout: kernels then start it on first use)
+        return
+    _launch_threads()
+
+
+_start_thread_pool()
+
+
 # The SIMD level is settled before any kernel module makes a Numba function: Numba builds its
 # compile target with the first njit decorator, and on aarch64 simd.py has to give that target
 # the CPU's int8 features first (qemu-user and macOS hide them from LLVM); a target made earlier

@@ -101,3 +101,20 @@ def test_closures_cached_by_two_processes_do_not_collide(tmp_path, mode):
         # Numba alone: the collision this guards against (if this starts passing, Numba no longer
         # reuses counter values across processes and kernels/__init__.py's guard can go)
         assert got_b == want_a != want_b, (got_b, want_a, want_b)
+
+
+@pytest.mark.parametrize("layer", [None, "workqueue"])
+def test_importing_the_kernels_starts_numbas_thread_pool(layer):
+    """A cached kernel that calls a cached parallel one (swiglu_into) starts no thread pool when it
+    loads; called first in a process it crashed the interpreter. Importing specnb.kernels starts
+    the pool, with the threading layer the user's NUMBA_THREADING_LAYER names, if any."""
+    env = dict(os.environ)
+    env.pop("NUMBA_THREADING_LAYER", None)
+    if layer:
+        env["NUMBA_THREADING_LAYER"] = layer
+    code = ("from numba.np.ufunc import parallel\nassert not parallel._is_initialized\n"
+            "import numba, specnb.kernels\nprint(parallel._is_initialized, numba.threading_layer())")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    started, used = out.stdout.split()
+    assert started == "True" and (layer is None or used == layer)

@@ -98,8 +98,9 @@ def test_the_headline_is_the_fastest_lossless_line():
 
 def test_the_waterfall_probes_the_int8_limit_before_and_after_its_runs(tiny_pair, monkeypatch):
     """The roofline's row price reads the int8 limit of the waterfall's own minutes: one probe
-    before the runs, one after (faked: 200 and 120, so 160), the recorded verdict (80) beside it
-    and untouched; with SPECNB_INT8_PEAK set nothing is probed."""
+    before the runs, one after (faked: 200 and 120, so 160), the machine's recorded verdict (80)
+    beside it, not the figure bench set for its own runs (999); with SPECNB_INT8_PEAK set nothing
+    is probed."""
     from specnb.kernels import tuning
     assert tiny_pair.ctx_tgt.backend_name == "cpu" and tiny_pair.ctx_tgt.activations == "q8"
     events, figures = [], iter([200.0, 120.0])
@@ -110,7 +111,10 @@ def test_the_waterfall_probes_the_int8_limit_before_and_after_its_runs(tiny_pair
                 "rounds_gmacs_s": [1.0], "cpu_share": 1.0}
     monkeypatch.delenv(tuning.PEAK_ENV, raising=False)
     monkeypatch.setattr(tuning, "measure_int8_peak", fake)
-    monkeypatch.setattr(tuning, "int8_peak_verdict", lambda n=None, on_measure=None: {"gmacs_s": 80.0, "threads": n})
+    monkeypatch.setattr(tuning, "cached_int8_peak", lambda n=None: {"gmacs_s": 80.0, "threads": n})
+    monkeypatch.setattr(tuning, "_peak_memo", {})
+    tuning.use_int8_peak(tiny_pair.ctx_tgt.n_threads, {"gmacs_s": 999.0, "probes_gmacs_s": [999.0], "threads": 1,
+                                                       "source": "measured beside the runs"})
     w = demo_mod.waterfall(tiny_pair, TINY_PROMPTS[:1], demo_mod.samplings()[:1], 8, TIMING, say=events.append)
     assert events[0] == events[-1] == "probe" and events.count("probe") == 2 and len(events) == 3
     pk = w["int8_peak"]

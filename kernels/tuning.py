@@ -478,11 +478,21 @@ def record_int8_peak(n_threads: int | None = None, **kw) -> dict:
     return v
 
 
-def peak_beside(probes: list, recorded: dict | None = None) -> dict:
+def start_int8_probes(n_threads: int, on_measure=None) -> list | None:
+    """The first of a run's probes of the int8 limit beside its work ([measure_int8_peak()], for
+    peak_beside once the run has probed again after it), with a figure recorded for this machine
+    first (int8_peak_verdict); None where SPECNB_INT8_PEAK sets the limit: nothing is probed then."""
+    if int8_peak_verdict(n_threads, on_measure).get("source") == PEAK_ENV:
+        return None
+    return [measure_int8_peak(n_threads)]
+
+
+def peak_beside(probes: list) -> dict:
     """The int8 limit of a run that measured it beside its own work (bench: before, between and
     after its repetitions, as it measures the bandwidth): the median of the probes'
-    measure_int8_peak() dicts, their figures in "probes_gmacs_s", the machine's recorded figure
-    beside it ("recorded_gmacs_s"). On a shared host the limit moves with whatever runs on the
+    measure_int8_peak() dicts, their figures in "probes_gmacs_s", the figure recorded for this
+    machine beside it ("recorded_gmacs_s": cached_int8_peak's, never a figure an earlier run set
+    for its process with use_int8_peak). On a shared host the limit moves with whatever runs on the
     cores' other hardware threads (an AMD EPYC Zen 3: 65-126 G/s on one thread within five
     minutes), so a row's cost is set beside the limit of its own minutes."""
     if not probes:
@@ -491,7 +501,8 @@ def peak_beside(probes: list, recorded: dict | None = None) -> dict:
     out = dict(probes[0], gmacs_s=statistics.median(g), probes_gmacs_s=[round(x, 2) for x in g],
                cpu_share=min(float(p.get("cpu_share", 1.0)) for p in probes), source="measured beside the runs")
     out.pop("rounds_gmacs_s", None)
-    if recorded is not None and recorded.get("gmacs_s"):
+    recorded = cached_int8_peak(probes[0].get("threads"))
+    if recorded is not None:
         out["recorded_gmacs_s"] = float(recorded["gmacs_s"])
     return out
 

@@ -179,6 +179,23 @@ def test_an_unreadable_int8_peak_is_measured_again(fresh_peak):
     assert tuning.cached_int8_peak(2)["gmacs_s"] == 123.0
 
 
+def test_a_run_probes_the_peak_beside_the_machines_recorded_figure(fresh_peak, monkeypatch):
+    # start_int8_probes records a figure first (once), then probes; peak_beside names the
+    # recorded figure, not one an earlier run set for this process with use_int8_peak
+    calls, fake = fresh_peak
+    said = []
+    probes = tuning.start_int8_probes(2, on_measure=said.append)
+    assert calls == [2, 2] and len(probes) == 1 and len(said) == 1
+    tuning.use_int8_peak(2, {"gmacs_s": 999.0, "threads": 2})
+    assert tuning.int8_peak(2) == 999.0
+    pk = tuning.peak_beside(probes + [dict(probes[0], gmacs_s=61.0)])
+    assert pk["gmacs_s"] == 92.0 and pk["probes_gmacs_s"] == [123.0, 61.0] and pk["recorded_gmacs_s"] == 123.0
+    assert "recorded for this machine: 123.0" in tuning.describe_int8_peak(pk)
+    # SPECNB_INT8_PEAK sets the limit: nothing is probed
+    monkeypatch.setenv("SPECNB_INT8_PEAK", "250")
+    assert tuning.start_int8_probes(2) is None and calls == [2, 2]
+
+
 @pytest.mark.parametrize("env, want", [("250", 250.0), (" 1.5e3 ", 1500.0), ("0.5", 0.5)])
 def test_the_environment_overrides_the_int8_peak(fresh_peak, monkeypatch, env, want):
     calls, _ = fresh_peak

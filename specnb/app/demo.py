@@ -368,18 +368,16 @@ def _int8_probes(pair, before: list | None = None):
     """The int8 compute limit measured beside the waterfall's runs, as bench measures it beside
     its own (it moves with whatever shares the cores: 65-126 G/s on one thread of an AMD EPYC
     Zen 3 within five minutes). Called with no list before the runs: [the first probe]; with that
-    list after them: tuning.peak_beside of both, the machine's recorded verdict beside it (not
-    the figure bench set for its own runs). None on a GPU, with float32 activations (the roofline
-    then has no row price) or where SPECNB_INT8_PEAK sets the limit (the roofline reads that)."""
+    list after them: tuning.peak_beside of both (the machine's recorded figure beside it). None
+    on a GPU, with float32 activations (the roofline then has no row price) or where
+    SPECNB_INT8_PEAK sets the limit (the roofline reads that)."""
     ctx = pair.ctx_tgt
     if ctx.backend_name != "cpu" or ctx.activations != "q8":
         return None
-    from ..kernels.tuning import PEAK_ENV, cached_int8_peak, int8_peak_verdict, measure_int8_peak, peak_beside
-    if int8_peak_verdict(ctx.n_threads).get("source") == PEAK_ENV:     # (records one where none is)
-        return None
+    from ..kernels.tuning import measure_int8_peak, peak_beside, start_int8_probes
     if before is None:
-        return [measure_int8_peak(ctx.n_threads)]
-    return peak_beside(before + [measure_int8_peak(ctx.n_threads)], recorded=cached_int8_peak(ctx.n_threads))
+        return start_int8_probes(ctx.n_threads)
+    return peak_beside(before + [measure_int8_peak(ctx.n_threads)])
 
 
 def _cell(v, fmt: str) -> str:

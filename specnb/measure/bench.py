@@ -286,9 +286,9 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
     if "q8" in activations and resolve_backend(backend) == "cpu":
         # the int8 kernels' compute limit on these threads: recorded once per machine, and (unless
         # SPECNB_INT8_PEAK sets it) measured again beside the runs, as the bandwidth is
-        from ..kernels.tuning import PEAK_ENV, int8_peak_verdict, measure_int8_peak, peak_beside, use_int8_peak
-        peak = int8_peak_verdict(nt, on_measure=lambda text: print(f"specnb: {text}", file=sys.stderr, flush=True))
-        probes = None if peak.get("source") == PEAK_ENV else [measure_int8_peak(nt)]
+        from ..kernels.tuning import int8_peak_verdict, measure_int8_peak, peak_beside, start_int8_probes, use_int8_peak
+        probes = start_int8_probes(nt, on_measure=lambda text: print(f"specnb: {text}", file=sys.stderr, flush=True))
+        peak = int8_peak_verdict(nt)
     if sweep is None:
         sweep = draft_path is not None and not quick
     sizes = QUICK_BATCH_SIZES if quick else (SWEEP_BATCH_SIZES if sweep else BATCH_SIZES)
@@ -303,7 +303,7 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
     bw.append(streaming_bandwidth(bandwidth_gib, nt))
     if probes is not None:
         probes.append(measure_int8_peak(nt))
-        peak = peak_beside(probes, recorded=peak)
+        peak = peak_beside(probes)
         use_int8_peak(nt, peak)          # the roofline of bench --spec reads the same figure
     bandwidth = {"gb_s": statistics.median(b["gb_s"] for b in bw), "threads": nt,
                  "gib_per_thread": bandwidth_gib, "runs_gb_s": [b["gb_s"] for b in bw],

@@ -25,7 +25,7 @@ The kernels take the distance as an argument (matmul_q8's `ahead`, -1 unless giv
 backend resolves it here once per context (specnb/run/backend_cpu.py).
 SPECNB_PREFETCH=off | BYTES | auto (the default) overrides the verdict. The distance is a hint to
 the memory system only: every value gives bit-identical results (tests/test_matmul_q8.py).
-The verdict is kept in prefetch.json in the stamped kernel-cache folder (kernels/__init__.py),
+The verdict is kept in prefetch.json in the stamped kernel-cache folder (kernels/machine.py),
 keyed by the CPU and the thread count, so an edit of any kernel measures again.
 
 The int8 compute limit: the peak rate of the 64-byte int8 dot product the kernels are built on
@@ -50,7 +50,6 @@ level; a measurement during which other work held the CPUs (the threads had less
 their CPU time) serves its process only and is measured again next time. `python -m
 specnb.kernels.tuning` measures both again and prints them.
 """
-import json
 import math
 import os
 import statistics
@@ -59,6 +58,7 @@ import time
 import numpy as np
 from numba import njit, prange
 
+from .machine import MachineRecord, machine_key
 from .matmul_q8 import one_row_q4_k, pack_q8_k
 from .matmul_x16k import PAIRS16, matmul_x16k_by
 from .qtypes import Q4_KX16, X16K_QTYPES, type_sel
@@ -155,42 +155,23 @@ def calibrate(candidates=CANDIDATES, reps: int = 5, nbytes: int | None = None,
 
 # ---- the verdict, once per machine ---------------------------------------------------------------
 
-def _machine_key(n_threads: int) -> str:
-    from llvmlite import binding as llvm
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    except OSError:
-        pass
-    return f"{model or llvm.get_host_cpu_name()}|{os.cpu_count()} CPUs|{n_threads} threads"
+PREFETCH = MachineRecord("prefetch.json",
+                         valid=lambda v: all(isinstance(v.get(k), int) for k in ("ahead", "ahead_x16")))
 
 
 def verdict_path() -> str:
     """prefetch.json in this kernel source's stamped cache folder."""
-    from . import cache_folder
-    return os.path.join(cache_folder(), "prefetch.json")
+    return PREFETCH.path()
 
 
-def _read_verdicts(path: str) -> dict:
-    try:
-        with open(path) as f:
-            v = json.load(f)
-        return v if isinstance(v, dict) else {}
-    except (OSError, ValueError):
-        return {}                      # missing or unreadable: measured again, then rewritten
-
-
-_memo: dict = {}
+def _threads(n_threads) -> int:
+    import numba
+    return int(n_threads or numba.get_num_threads())
 
 
 def cached_verdict(n_threads: int | None = None):
     """This machine's recorded calibration (calibrate()'s dict, with "date"), or None."""
-    import numba
-    key = _machine_key(n_threads or numba.get_num_threads())
-    v = _read_verdicts(verdict_path()).get(key)
-    ok = isinstance(v, dict) and all(isinstance(v.get(k), int) for k in ("ahead", "ahead_x16"))
-    return v if ok else None
+    return PREFETCH.read(machine_key(_threads(n_threads)))
 
 
 def _env_ahead():
@@ -209,18 +190,11 @@ def _env_ahead():
     return ahead
 
 
-def _verdict(n_threads, on_measure) -> tuple:
-    # (ahead, ahead_x16) for n_threads: remembered, recorded, or measured now and recorded
-    import numba
-    n_threads = n_threads or numba.get_num_threads()
-    if n_threads not in _memo:
-        v = cached_verdict(n_threads)
-        if v is None:
-            if on_measure is not None:
-                on_measure("measuring how far ahead to prefetch the weights on this CPU (once)")
-            v = measure_and_record(n_threads)
-        _memo[n_threads] = (int(v["ahead"]), int(v["ahead_x16"]))
-    return _memo[n_threads]
+def _verdict(n_threads, on_measure) -> dict:
+    # the verdict for n_threads: remembered, recorded, or measured now and recorded
+    n = _threads(n_threads)
+    return PREFETCH.get(machine_key(n), lambda: _calibrated(n), on_measure,
+                        "measuring how far ahead to prefetch the weights on this CPU (once)")
 
 
 def prefetch_ahead(n_threads: int | None = None, on_measure=None) -> int:
@@ -228,44 +202,34 @@ def prefetch_ahead(n_threads: int | None = None, on_measure=None) -> int:
     recorded verdict for this machine, else calibrate() now and record it. on_measure(text) is
     called before a measurement (the progress line of a first run)."""
     env = _env_ahead()
-    return env if env is not None else _verdict(n_threads, on_measure)[0]
+    return env if env is not None else int(_verdict(n_threads, on_measure)["ahead"])
 
 
 def prefetch_ahead_x16(n_threads: int | None = None, on_measure=None) -> int:
     """The same for the interleaved layouts (matmul_x16, matmul_x16k), from the same verdict;
     SPECNB_PREFETCH, where set, sets both."""
     env = _env_ahead()
-    return env if env is not None else _verdict(n_threads, on_measure)[1]
+    return env if env is not None else int(_verdict(n_threads, on_measure)["ahead_x16"])
 
 
-def measure_and_record(n_threads: int | None = None, **kw) -> dict:
-    """calibrate() with n_threads threads and record the verdict for prefetch_ahead()."""
+def _calibrated(n_threads: int, **kw) -> dict:
+    # calibrate() on n_threads threads, its tables rounded for the record
     import numba
-    n_threads = n_threads or numba.get_num_threads()
     before = numba.get_num_threads()
     numba.set_num_threads(n_threads)
     try:
         v = calibrate(**kw)
     finally:
         numba.set_num_threads(before)
-    v["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
     for k in ("ms", "gb_s", "ms_x16", "gb_s_x16"):
         v[k] = {str(c): round(m, 3 if k.startswith("ms") else 2) for c, m in v[k].items()}
-    _record(verdict_path(), _machine_key(n_threads), v)
-    _memo[n_threads] = (int(v["ahead"]), int(v["ahead_x16"]))
     return v
 
 
-def _record(path: str, key: str, v: dict) -> None:
-    # v as the verdict for key in the JSON file at path, beside the other machines' ones
-    from ..cache import write_bytes_atomic
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        verdicts = _read_verdicts(path)
-        verdicts[key] = v
-        write_bytes_atomic(path, json.dumps(verdicts, indent=1).encode())
-    except OSError:
-        pass                           # a read-only cache: measured again next time
+def measure_and_record(n_threads: int | None = None, **kw) -> dict:
+    """calibrate() with n_threads threads and record the verdict for prefetch_ahead()."""
+    n = _threads(n_threads)
+    return PREFETCH.put(machine_key(n), _calibrated(n, **kw))
 
 
 def describe(v: dict) -> str:
@@ -398,25 +362,25 @@ def measure_int8_peak(n_threads: int | None = None, reps: int = 5, seconds: floa
             "cpu_share": min(1.0, cpu / sum(walls) / n)}
 
 
+def _peak_ok(v: dict) -> bool:
+    return isinstance(v.get("gmacs_s"), (int, float)) and v["gmacs_s"] > 0
+
+
+PEAK = MachineRecord("int8_peak.json", valid=_peak_ok)
+
+
 def peak_path() -> str:
     """int8_peak.json in this kernel source's stamped cache folder (beside prefetch.json)."""
-    from . import cache_folder
-    return os.path.join(cache_folder(), "int8_peak.json")
+    return PEAK.path()
 
 
 def _peak_key(n_threads: int) -> str:
-    return f"{_machine_key(n_threads)}|SIMD {SIMD_LEVEL}"
-
-
-_peak_memo: dict = {}
+    return f"{machine_key(n_threads)}|SIMD {SIMD_LEVEL}"
 
 
 def cached_int8_peak(n_threads: int | None = None):
     """This machine's recorded int8 compute limit (measure_int8_peak()'s dict, with "date"), or None."""
-    import numba
-    v = _read_verdicts(peak_path()).get(_peak_key(n_threads or numba.get_num_threads()))
-    ok = isinstance(v, dict) and isinstance(v.get("gmacs_s"), (int, float)) and v["gmacs_s"] > 0
-    return v if ok else None
+    return PEAK.read(_peak_key(_threads(n_threads)))
 
 
 def _peak_from_env():
@@ -440,20 +404,14 @@ def int8_peak_verdict(n_threads: int | None = None, on_measure=None) -> dict:
     or SPECNB_INT8_PEAK): the environment's value if set, else the recorded verdict for this
     machine, else measure_int8_peak() now, recorded. on_measure(text) is called before a
     measurement."""
-    import numba
-    n_threads = int(n_threads or numba.get_num_threads())
+    n_threads = _threads(n_threads)
     g = _peak_from_env()
     if g is not None:
         return {"gmacs_s": g, "threads": n_threads, "simd_level": SIMD_LEVEL,
                 "instruction": PEAK_INSTRUCTIONS.get(SIMD_LEVEL, SIMD_LEVEL), "source": PEAK_ENV}
-    if n_threads not in _peak_memo:
-        v = cached_int8_peak(n_threads)
-        if v is None:
-            if on_measure is not None:
-                on_measure("measuring the int8 compute limit of this CPU (once)")
-            v = record_int8_peak(n_threads)
-        _peak_memo[n_threads] = v
-    return {"source": "measured", **_peak_memo[n_threads]}      # (peak_beside's names its own)
+    v = PEAK.get(_peak_key(n_threads), lambda: _measured_peak(n_threads), on_measure,
+                 "measuring the int8 compute limit of this CPU (once)", keep=lambda v: v["recorded"])
+    return {"source": "measured", **v}          # (peak_beside's names its own)
 
 
 def int8_peak(n_threads: int | None = None, on_measure=None) -> float:
@@ -462,19 +420,24 @@ def int8_peak(n_threads: int | None = None, on_measure=None) -> float:
     return float(int8_peak_verdict(n_threads, on_measure)["gmacs_s"])
 
 
+def _measured_peak(n_threads: int, **kw) -> dict:
+    # measure_int8_peak(), marked "recorded" unless other work held the CPUs meanwhile
+    v = measure_int8_peak(n_threads, **kw)
+    v["rounds_gmacs_s"] = [round(g, 2) for g in v["rounds_gmacs_s"]]
+    v["recorded"] = v.get("cpu_share", 1.0) >= MIN_CPU_SHARE
+    return v
+
+
 def record_int8_peak(n_threads: int | None = None, **kw) -> dict:
     """measure_int8_peak() and record the verdict for int8_peak(), unless other work held the
     CPUs meanwhile (cpu_share below MIN_CPU_SHARE): then it serves this process only, and the
     next one measures again."""
-    import numba
-    n_threads = int(n_threads or numba.get_num_threads())
-    v = measure_int8_peak(n_threads, **kw)
-    v["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    v["rounds_gmacs_s"] = [round(g, 2) for g in v["rounds_gmacs_s"]]
-    v["recorded"] = v.get("cpu_share", 1.0) >= MIN_CPU_SHARE
+    n_threads = _threads(n_threads)
+    v = _measured_peak(n_threads, **kw)
+    key = _peak_key(n_threads)
     if v["recorded"]:
-        _record(peak_path(), _peak_key(n_threads), v)
-    _peak_memo[n_threads] = v
+        return PEAK.put(key, v)
+    PEAK.memo[key] = v
     return v
 
 
@@ -511,7 +474,7 @@ def use_int8_peak(n_threads: int, verdict: dict) -> None:
     """int8_peak(n_threads) returns verdict's figure for the rest of this process (bench: the
     limit measured beside its runs, which its roofline then uses too); the recorded verdict
     stays as it is."""
-    _peak_memo[int(n_threads)] = dict(verdict)
+    PEAK.memo[_peak_key(int(n_threads))] = dict(verdict)
 
 
 def describe_int8_peak(v: dict) -> str:

@@ -116,7 +116,7 @@ def test_bench_measures_the_int8_limit_beside_its_runs(tiny_path, monkeypatch, t
     monkeypatch.delenv("SPECNB_LLAMA_BENCH", raising=False)
     monkeypatch.delenv("SPECNB_INT8_PEAK", raising=False)
     monkeypatch.setenv("SPECNB_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(tuning, "_peak_memo", {})
+    monkeypatch.setattr(tuning.PEAK, "memo", {})
     figures = iter([80.0, 200.0, 150.0, 120.0])          # the recorded verdict's, then three probes
 
     def fake(n_threads=None, **kw):

@@ -112,7 +112,7 @@ def test_the_waterfall_probes_the_int8_limit_before_and_after_its_runs(tiny_pair
     monkeypatch.delenv(tuning.PEAK_ENV, raising=False)
     monkeypatch.setattr(tuning, "measure_int8_peak", fake)
     monkeypatch.setattr(tuning, "cached_int8_peak", lambda n=None: {"gmacs_s": 80.0, "threads": n})
-    monkeypatch.setattr(tuning, "_peak_memo", {})
+    monkeypatch.setattr(tuning.PEAK, "memo", {})
     tuning.use_int8_peak(tiny_pair.ctx_tgt.n_threads, {"gmacs_s": 999.0, "probes_gmacs_s": [999.0], "threads": 1,
                                                        "source": "measured beside the runs"})
     w = demo_mod.waterfall(tiny_pair, TINY_PROMPTS[:1], demo_mod.samplings()[:1], 8, TIMING, say=events.append)

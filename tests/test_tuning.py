@@ -13,7 +13,7 @@ def fresh(monkeypatch, tmp_path):
     # a cache of its own, no recorded verdict in memory, and a small calibration matrix
     monkeypatch.setenv("SPECNB_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("SPECNB_PREFETCH", raising=False)
-    monkeypatch.setattr(tuning, "_memo", {})
+    monkeypatch.setattr(tuning.PREFETCH, "memo", {})
     monkeypatch.setattr(tuning, "calibration_bytes", lambda: 4 << 20)
     return tmp_path
 
@@ -48,7 +48,7 @@ def test_the_verdict_is_measured_once_then_read_back(fresh, monkeypatch):
     assert [v["ahead_x16"] for v in recorded.values()] == [tuning.prefetch_ahead_x16()] and len(said) == 1
     assert tuning.verdict_path().startswith(str(fresh))
     # a new process (no memo) reads the file: calibrate is not called again
-    monkeypatch.setattr(tuning, "_memo", {})
+    monkeypatch.setattr(tuning.PREFETCH, "memo", {})
     monkeypatch.setattr(tuning, "calibrate", lambda **kw: pytest.fail("measured again"))
     assert tuning.prefetch_ahead(on_measure=said.append) == ahead and len(said) == 1
     assert tuning.prefetch_ahead_x16(on_measure=said.append) == recorded[next(iter(recorded))]["ahead_x16"]
@@ -63,7 +63,7 @@ def test_a_verdict_without_the_interleaved_distance_is_measured_again(fresh):
     for v in recorded.values():
         del v["ahead_x16"]
     open(tuning.verdict_path(), "w").write(json.dumps(recorded))
-    tuning._memo.clear()
+    tuning.PREFETCH.memo.clear()
     assert tuning.cached_verdict() is None
     said = []
     assert tuning.prefetch_ahead_x16(on_measure=said.append) in tuning.CANDIDATES_X16 and said
@@ -125,7 +125,7 @@ def fresh_peak(monkeypatch, tmp_path):
     # a cache of its own, no verdict in memory, no override; measure_int8_peak counted and faked
     monkeypatch.setenv("SPECNB_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("SPECNB_INT8_PEAK", raising=False)
-    monkeypatch.setattr(tuning, "_peak_memo", {})
+    monkeypatch.setattr(tuning.PEAK, "memo", {})
     calls = []
 
     def fake(n_threads=None, **kw):
@@ -149,7 +149,7 @@ def test_the_int8_peak_is_measured_once_then_read_back(fresh_peak, monkeypatch, 
     assert key.endswith(f"|2 threads|SIMD {tuning.SIMD_LEVEL}") and recorded[key]["gmacs_s"] == 123.0
     # the same process: from memory; a new process (no memo): from the file; neither measures
     assert tuning.int8_peak(2, on_measure=said.append) == 123.0
-    monkeypatch.setattr(tuning, "_peak_memo", {})
+    monkeypatch.setattr(tuning.PEAK, "memo", {})
     v = tuning.int8_peak_verdict(2, on_measure=said.append)
     assert v["gmacs_s"] == 123.0 and v["source"] == "measured" and calls == [2] and len(said) == 1
     # another thread count is another verdict
@@ -165,7 +165,7 @@ def test_a_contended_int8_peak_is_not_recorded(fresh_peak, monkeypatch):
     assert tuning.cached_int8_peak(2) is None
     line = tuning.describe_int8_peak(tuning.int8_peak_verdict(2))
     assert "50% of their CPUs" in line and "not recorded" in line
-    monkeypatch.setattr(tuning, "_peak_memo", {})
+    monkeypatch.setattr(tuning.PEAK, "memo", {})
     fake.cpu_share = 1.0
     assert tuning.int8_peak(2) == 123.0 and calls == [2, 2] and tuning.cached_int8_peak(2) is not None
 

@@ -1,6 +1,7 @@
 """The documents: README is for users (short, its speed table written from docs/speed.toml as
 docs/benchmarks.md's is), docs/benchmarks.md is a reference and docs/lab/ its indexed log, every
-relative link and anchor resolves, and docs/architecture.md names every folder of the package."""
+relative link and anchor resolves, and docs/architecture.md names every folder of the package and
+the subject's reading set, whose size is bounded."""
 import re
 from pathlib import Path
 
@@ -128,6 +129,30 @@ def test_architecture_names_every_module_of_every_folder():
     assert set(named) == set(actual), set(named) ^ set(actual)
     for folder, modules in actual.items():
         assert named[folder] - {"__init__"} == modules - {"__init__"}, (folder, named[folder] ^ modules)
+
+
+# the speculation subject (docs/architecture.md's reading set) and the bounds that keep it readable
+READING_SET = ["specnb/speculative_simple.py", "specnb/speculation/loop.py", "specnb/speculation/speculative.py",
+               "specnb/speculation/impl.py", "specnb/speculation/draft_simple.py", "specnb/speculation/params.py",
+               "specnb/speculation/verify.py", "specnb/speculation/events.py", "specnb/vocab/gate.py"]
+READING_FILE_MAX, READING_SET_MAX = 420, 2100
+
+
+def test_architecture_reading_set_is_named_and_bounded():
+    """docs/architecture.md names the subject's files, in its reading order, near the top; each
+    stays under READING_FILE_MAX lines and all of them under READING_SET_MAX (as the teaching
+    loop's own length is bounded in tests/test_speculative_simple.py)."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = table_after(text, "| reading set |")[2:]
+    named = [re.match(r"\| `([^`]+)`", row).group(1) for row in rows]
+    assert named == READING_SET, named
+    assert text.index("| reading set |") < text.index("| layer |"), "the reading set comes first"
+    sizes = {f: len((ROOT / f).read_text(encoding="utf-8").splitlines()) for f in READING_SET}
+    over = {f: n for f, n in sizes.items() if n > READING_FILE_MAX}
+    assert not over, f"reading-set files over {READING_FILE_MAX} lines: {over}"
+    assert sum(sizes.values()) <= READING_SET_MAX, f"the reading set has {sum(sizes.values())} lines"
+    said = f"at most {READING_FILE_MAX} lines a file and {READING_SET_MAX:,} in all"
+    assert said in " ".join(text.split()), f"docs/architecture.md should say the bounds: {said}"
 
 
 def test_readme_gives_master_only_masters_flags():

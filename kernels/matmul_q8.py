@@ -65,7 +65,7 @@ _inline = njit(fastmath=False, forceinline=True, _nrt=False)
 R_MAX = 8 if _AVX512 else 4
 # The K types: 9 rows (draft-max 8) in one pass. With their sums folded to 8 lanes (K_ACC_LANES) a
 # row needs two registers, which AVX-512's 32 hold, and AVX2's 16 nearly: on a Zen 3 (AVX2) 9 rows
-# cost 3.4-3.45 one-row passes in one 10-row pass, 4.0-5.3 in 4-row tiles (Q6_K, Q4_K; docs/benchmarks.md).
+# cost 3.4-3.45 one-row passes in one 10-row pass, 4.0-5.3 in 4-row tiles (Q6_K, Q4_K; docs/lab/2026-12-04-zen3.md).
 K_R_MAX = 10 if _AVX2 else R_MAX
 # beyond K_R_MAX rows: AVX-512 keeps the first tile's decoded row in a scratch for the next tiles;
 # AVX2 decodes it again (on a Zen 3 the scratch's extra loads cost more than the decoding)

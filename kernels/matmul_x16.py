@@ -13,7 +13,7 @@ the integer-to-float conversion, the scales' product and a fused add for one row
 interleaved, a 64-byte load holds 4 elements of each of 16 rows, the activation's 4 matching bytes
 are broadcast, and one dot product gives one partial sum for each of the 16 rows: the float work of
 a block is shared by 16 rows and nothing is summed across lanes. On a Zen 4 the one-row product
-of the 0.5B's Q5_0 shapes ran 3-5x faster with the weights in cache (docs/benchmarks.md). The CPU
+of the 0.5B's Q5_0 shapes ran 3-5x faster with the weights in cache (docs/lab/2026-12-04-zen4.md). The CPU
 backend uses it for the types SPECNB_REPACK names (run/backend_cpu.py: Q5_0 and Q5_1 by default).
 
 The layout, per group of 16 rows (r) and block b of 32 elements (e = 4k + j, k < 8, j < 4), in this

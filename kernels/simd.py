@@ -110,7 +110,7 @@ def cpu_features_for(level: str) -> str:
     """A NUMBA_CPU_FEATURES value under which this x86 host compiles as a CPU of `level` (avx2:
     an AMD Zen 3; avxvnni: an Intel Core since Alder Lake) would: the host's features with those
     above the level switched off, so that not even LLVM's own code uses a 512-bit register.
-    Set it before Python starts; the SIMD level follows (tests/test_simd.py; docs/benchmarks.md
+    Set it before Python starts; the SIMD level follows (tests/test_simd.py; docs/lab/2026-12-05-xeon.md
     measures the lower levels so)."""
     if level not in _ABOVE:
         raise ValueError(f"cpu_features_for({level!r}): expected one of {', '.join(_ABOVE)}")
@@ -156,7 +156,7 @@ def _host_features() -> dict:
     if config.CPU_FEATURES:
         # Numba compiles for these features (NUMBA_CPU_FEATURES, "+avx2,-avx512f,..."), not the
         # host's: the level follows, so that e.g. a host with AVX-512 compiles what a CPU without
-        # it runs, with no 512-bit register anywhere (how docs/benchmarks.md measures other levels)
+        # it runs, with no 512-bit register anywhere (how docs/lab/2026-12-05-xeon.md measures other levels)
         features.update({f[1:]: f[0] == "+" for f in config.CPU_FEATURES.split(",") if f[:1] in "+-" and f[1:]})
     import platform
     if platform.machine().lower() in ("aarch64", "arm64"):

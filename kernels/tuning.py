@@ -3,7 +3,7 @@ measured once per machine.
 
 A decode step streams every weight byte from memory once, and one core can only keep so many
 reads in flight. Some CPUs' hardware prefetchers run far enough ahead of the kernels' loads on
-their own (the AMD Zen hosts in docs/benchmarks.md); on others a core waits for memory at every
+their own (the AMD Zen hosts; docs/lab/2026-12-03-xeon.md); on others a core waits for memory at every
 few cache lines unless the kernel asks for the bytes it will read a little later (on an Intel
 Xeon with AVX-512 the 1.5B's 1-row decode ran at 28% of the streaming probe without, 67% with).
 The best distance is a property of the memory system, so it is measured, not looked up by

@@ -87,7 +87,7 @@ def test_best_speedup_with_rows_is_theorem_3_8_with_the_batch_priced_by_its_rows
         s, g = cost.best_speedup_with_rows(alpha, c, r, n_max=12)
         each = [cost.speedup_engine([alpha ** (i + 1) for i in range(k)], c, 1 + k * r, k) for k in range(1, 13)]
         assert s == pytest.approx(max(each)) and each[g - 1] == pytest.approx(s) and 1 <= g <= 12
-    # an AMD EPYC Zen 3's case (docs/benchmarks.md): a draft at 0.218 / 0.980 GB, a row of 1.544 G
+    # an AMD EPYC Zen 3's case (docs/lab/2026-12-06-zen3.md): a draft at 0.218 / 0.980 GB, a row of 1.544 G
     # multiply-adds at 243 G/s against a 35 ms step, 92% acceptance: 1.63x at 4 or 5 tokens
     s, g = cost.best_speedup_with_rows(0.92, 0.218 / 0.980, 1.544 / 243 / 0.035)
     assert s == pytest.approx(1.63, abs=0.005) and g in (4, 5)     # (1.6294 and 1.6295)

@@ -23,16 +23,38 @@ import os
 import time
 
 
-def machine_key(n_threads: int) -> str:
-    """'CPU model|N CPUs|n threads': what a figure measured on these threads belongs to."""
+def cpu_identity() -> dict:
+    """{"name", "vendor", "family", "model"} of this CPU as /proc/cpuinfo gives them ("" where it
+    does not: another system), the name falling back to LLVM's name for the host."""
     from llvmlite import binding as llvm
-    model = ""
+    out = {"name": "", "vendor": "", "family": "", "model": ""}
+    fields = {"model name": "name", "vendor_id": "vendor", "cpu family": "family", "model": "model"}
     try:
         with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+            for ln in f:
+                k, _, v = ln.partition(":")
+                k = k.strip()
+                if k in fields and not out[fields[k]]:
+                    out[fields[k]] = v.strip()
+                if not ln.strip() and out["name"]:
+                    break                  # the first processor's block is enough
     except OSError:
         pass
-    return f"{model or llvm.get_host_cpu_name()}|{os.cpu_count()} CPUs|{n_threads} threads"
+    out["name"] = out["name"] or llvm.get_host_cpu_name()
+    return out
+
+
+def cpu_name() -> str:
+    """'AMD EPYC (family 26 model 2)': the CPU's name with its family and model where the system
+    gives them (one name covers several microarchitectures)."""
+    c = cpu_identity()
+    return c["name"] + (f" (family {c['family']} model {c['model']})" if c["family"] and c["model"] else "")
+
+
+def machine_key(n_threads: int) -> str:
+    """'CPU model (family F model M)|N CPUs|n threads': what a figure measured on these threads
+    belongs to."""
+    return f"{cpu_name()}|{os.cpu_count()} CPUs|{n_threads} threads"
 
 
 def _read_all(path: str) -> dict:

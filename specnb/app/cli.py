@@ -566,6 +566,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p, "demo")
     p.set_defaults(func=cmd_demo)
 
+    from . import costs
+    costs.add_parser(sub)
+
     p = sub.add_parser("models", help="the models specnb knows by name: list, install, path")
     p.add_argument("action", nargs="?", choices=["list", "install", "path"], default="list")
     p.add_argument("names", nargs="*", metavar="NAME")

@@ -100,6 +100,12 @@ def interval(values, level: float = LEVEL, bootstrap_from: int = BOOTSTRAP_FROM,
     return Interval(med, min(lo, med), max(hi, med), len(xs), f"bootstrap {100 * level:.0f}%", tuple(xs))
 
 
+def spread(values) -> Interval:
+    """The median of `values` with their min and max, however many there are (a cost measured
+    over interleaved repetitions: its spread, not an interval of the median)."""
+    return interval(values, bootstrap_from=math.inf)
+
+
 def paired_ratios(plain_s, spec_s) -> list:
     """Speed-ups of runs taken in turn: plain decoding's time per token over speculative
     decoding's, pair by pair (plain_s[i] and spec_s[i] from the same pass)."""

@@ -148,6 +148,13 @@ def size_text(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
+def registry_name(model) -> str:
+    """A model's registry name (`specnb models`), else its file's path: how a command line names it
+    (`model` a path or a loaded Model)."""
+    path = os.fspath(getattr(model, "path", model))
+    return next((e.name for e in REGISTRY.values() if os.path.basename(path) == e.file_name), path)
+
+
 def describe(model) -> str:
     """'qwen2.5-coder-1.5b (1.1 GB)' for a registry file (a path or a loaded Model), else the
     file's name and size: how the demo and the views name a model (not general.name)."""

@@ -42,9 +42,13 @@ _API = {
     "decode_bytes": "measure.bench", "measure_verify_cost": "measure.verify_cost",
     "verify_verdict": "measure.verify_cost", "flat_but_slow": "measure.verify_cost",
     "row_price": "measure.verify_cost",
+    # the machine's costs, measured once; verdicts from intervals; runs taken in turn
+    "machine_costs": "measure.costs", "open_costs": "measure.costs", "format_costs": "measure.costs",
+    "interval": "measure.verdict", "said": "measure.verdict", "speedup_verdict": "measure.verdict",
+    "compare": "measure.turns", "take_turns": "measure.turns", "chat_ids": "measure.turns",
     # the demo's waterfall: plain decoding, llama.cpp's defaults, then each specnb extension
-    "waterfall": "app.demo", "format_waterfall": "app.demo", "compare": "app.demo",
-    "verdict": "app.demo", "CODE_PROMPTS": "app.demo", "roofline_lines": "app.demo",
+    "waterfall": "measure.waterfall", "format_waterfall": "app.waterfall_report",
+    "ceiling_lines": "app.waterfall_report", "CODE_PROMPTS": "app.demo",
     "CODE_EDIT_REQUEST": "measure.spec_bench", "code_edit_prompt": "measure.spec_bench",
     # figures
     "fig_acceptance_per_position": "figures.runs", "fig_tokens_per_call": "figures.runs",
@@ -67,7 +71,8 @@ _API = {
 _MODULES = {"cost": "measure.cost"}
 
 if TYPE_CHECKING:       # for editors and type checkers: the same names, imported statically
-    from .app.demo import CODE_PROMPTS, compare, format_waterfall, roofline_lines, verdict, waterfall
+    from .app.demo import CODE_PROMPTS
+    from .app.waterfall_report import ceiling_lines, format_waterfall
     from .figures.cost_map import (best_speedup, break_even_alpha, c_from_bytes, coverage_speedup,
                                    decode_roofline, engine_speedup, fig_cost_map, round_cost,
                                    streaming_gb_s)
@@ -81,10 +86,14 @@ if TYPE_CHECKING:       # for editors and type checkers: the same names, importe
     from .gguf.forge import MUTATIONS, mutate_vocab, rewrite, truncate_layers
     from .measure import cost
     from .measure.bench import batch_costs, decode_bytes
+    from .measure.costs import format_costs, machine_costs, open_costs
     from .measure.experiments import measure_cost_ratio, sweep_draft_max
     from .measure.spec_bench import CODE_EDIT_REQUEST, code_edit_prompt
     from .measure.stats import event_stats, examined_counts, run_stats
+    from .measure.turns import chat_ids, compare, take_turns
+    from .measure.verdict import interval, said, speedup_verdict
     from .measure.verify_cost import flat_but_slow, measure_verify_cost, row_price, verify_verdict
+    from .measure.waterfall import waterfall
     from .model import Model
     from .model.registry import (REAL_DRAFT, REAL_TARGET, default_draft_path, default_target_path,
                                  describe, gemma_available, gemma_path, model_path)

@@ -190,14 +190,22 @@ def cmd_bench(a):
         r["speculative"] = spec_bench(n_threads=a.threads, backend=a.backend, sweep=not a.quick,
                                       activations=one_mode)
     elif a.spec:
-        # the demo's waterfall of the pair (app/demo.pair_waterfall), after the decode
-        # figures so that the two never share the CPU
-        from .demo import pair_waterfall
+        # the demo's waterfall of the pair (measure/waterfall.pair_waterfall) on every code prompt,
+        # greedy and sampled, and the poem, after the decode figures so that the two never share the CPU
+        from .demo import CODE_PROMPTS, LOW_ACCEPTANCE_PROMPT, samplings
+        from .waterfall_report import format_pair_waterfall, waterfall_goals, waterfall_json
+        from ..kernels.simd import SIMD_LEVEL
+        from ..measure.waterfall import pair_waterfall
+        from ..model.registry import registry_name
         say = None if a.json else (lambda *x: print(*x, file=sys.stderr, flush=True))
-        r["waterfall"] = pair_waterfall(a.model, a.model_draft, n_threads=a.threads,
-                                        backend=a.backend, activations=one_mode,
-                                        repeats=1 if a.quick else 2, llama_cpp=r.get("llama_cpp"),
-                                        say=say)
+        smp = samplings()
+        w, costs = pair_waterfall(a.model, a.model_draft, n_threads=a.threads, backend=a.backend,
+                                  activations=one_mode, passes=1 if a.quick else 2, prompts=CODE_PROMPTS,
+                                  samplings=smp, prose=(*LOW_ACCEPTANCE_PROMPT, *smp[1]), say=say)
+        names = registry_name(r["path"]), registry_name(r["draft"]["path"])
+        lc = r.get("llama_cpp") if (r.get("llama_cpp") or {}).get("tg_tok_s") else None
+        r["waterfall"] = {**waterfall_json(w, names[0], lc), "costs_record": costs.as_json(),
+                          "goals": waterfall_goals(w, SIMD_LEVEL)}
     if a.json:
         print(json.dumps(r))
     else:
@@ -205,8 +213,7 @@ def cmd_bench(a):
         if "speculative" in r:
             print("\n" + format_spec_bench(r["speculative"]))
         if "waterfall" in r:
-            from .demo import format_pair_waterfall
-            print("\n" + format_pair_waterfall(r["waterfall"], goals=False))   # (in bench's goals below)
+            print("\n" + format_pair_waterfall(w, *names, SIMD_LEVEL, lc, goals=False))   # (in bench's goals below)
         if r["backend"] == "cpu":
             print("\n" + format_goals(r))
     return 0
@@ -371,6 +378,9 @@ def cmd_demo(a):
             from ..errors import ParamError
             raise ParamError(f"invalid --repeats={a.repeats}: expected at least 1 run per cell")
         return policies(names, prompt_labels=labels, repeats=a.repeats, **kw)
+    if a.passes is not None and a.passes < 1:
+        from ..errors import ParamError
+        raise ParamError(f"invalid --passes={a.passes}: expected at least 1")
     if a.sweep:
         from ..errors import ParamError
         try:
@@ -380,8 +390,8 @@ def cmd_demo(a):
                              f"1,2,3,4,6,8") from None
         if not values or min(values) < 1:
             raise ParamError(f"invalid --sweep={a.sweep!r}: draft-max values must be >= 1")
-        return sweep(values, **kw)
-    return demo(llama_bench=a.llama_bench, **kw)
+        return sweep(values, passes=a.passes or 3, **kw)
+    return demo(llama_bench=a.llama_bench, full=a.full, passes=a.passes or 2, **kw)
 
 
 def cmd_models(a):
@@ -557,6 +567,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "heuristic and auto are specnb's, beyond llama.cpp, whose draft length is a "
                    "fixed N), "
                    "tok/s and speed-up, code prompts greedy and the poem sampled")
+    p.add_argument("--full", action="store_true",
+                   help="the waterfall on every code prompt, greedy and sampled (six runs of each line "
+                        "and plain decoding a pass), not the first two greedy")
+    p.add_argument("--passes", type=int, default=None, metavar="N",
+                   help="passes of the waterfall (default 2) and of --sweep (default 3): each runs plain "
+                        "decoding and every configuration once, taking turns")
     p.add_argument("--prompts", default=None, metavar="LABEL,...",
                    help="--policies: only these prompts (write a function, edit a function, "
                         "complete code, a poem)")

@@ -13,6 +13,7 @@ lists), which the figures in `specnb.figures.runs` draw.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 from .cost import alpha_from_counts, speedup, speedup_engine, speedup_from_rates
@@ -22,7 +23,7 @@ from ..speculation.loop import SpeculativeLoop
 from ..run.generate import generate
 from ..run.pair import open_pair
 from ..run.sampling import Sampler, SamplerParams
-from .stats import examined_counts, run_stats
+from .stats import examined_counts
 
 N_WARMUP_TOKENS = 2           # a first short run compiles the kernels and fills the caches
 N_CTX_SLACK = 2               # room past prompt + n_tokens in measure_cost_ratio's contexts
@@ -121,16 +122,20 @@ def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), 
                     verify_costs: dict | None = None, backend: str = "cpu") -> dict:
     """Speculative runs for each draft-max next to plain decoding: measured and predicted speedup.
 
-    Measured speedup = plain decoding's time per token / speculative time per token. Predicted:
+    Plain decoding and every draft-max take turns (measure/turns.take_turns, `repeats` passes);
+    measured speedup = the median over the passes of plain decoding's time per token over the
+    speculative run's (each pair from one pass), with its interval in "speedup_interval". Predicted:
     `cost.speedup(alpha, gamma, c)` with alpha measured in that run (`stats.alpha_from_events`)
     and c measured by `measure_cost_ratio` (unless given), and `cost.speedup_from_rates` with the
-    measured per-position rates. synth_rates (at least max(draft_max_values) of them; each run
-    takes the first draft-max) / synth_len switch the loop to synthetic acceptance
-    (the loop warns: its output is not valid text). The fastest of `repeats` runs is kept.
-    With verify_costs ({k: cost of a k-row target batch / one row}, e.g. from
-    `specnb.measure.bench.batch_costs`), also `cost.speedup_engine`: the same accounting with the
-    measured verification price and the draft's evaluations per round.
+    measured per-position rates (both from the last pass's run). synth_rates (at least
+    max(draft_max_values) of them; each run takes the first draft-max) / synth_len switch the loop to
+    synthetic acceptance (the loop warns: its output is not valid text). With verify_costs ({k: cost
+    of a k-row target batch / one row}, e.g. from `specnb.measure.bench.batch_costs`), also
+    `cost.speedup_engine`: the same accounting with the measured verification price and the draft's
+    evaluations per round.
     """
+    from .stats import figures_of
+    from .turns import Comparison, plain_run, spec_run, take_turns
     ids = _ids(target, prompt)
     sp = sampler or _greedy()
     if c is None:
@@ -138,45 +143,43 @@ def sweep_draft_max(target, draft, prompt, draft_max_values=(1, 2, 3, 4, 6, 8), 
                                n_threads=n_threads, activations=activations, backend=backend)["c"]
     pair = open_pair(target, draft, n_ctx=n_ctx, backend=backend, n_threads=n_threads,
                      activations=activations)
-    ctx_t, ctx_d = pair.ctx_tgt, pair.ctx_dft
-    generate(ctx_t, Sampler(sp), ids, N_WARMUP_TOKENS)
-    t_plain = _time_per_token(ctx_t, sp, ids, n_predict, repeats)
+    generate(pair.ctx_tgt, Sampler(sp), ids, N_WARMUP_TOKENS)
+    fns = {"plain": plain_run(pair, ids, sp, n_predict)}
+    for g_ in draft_max_values:
+        # llama.cpp wants exactly draft-max rates: a sweep takes the first g of its list; draft-max 0
+        # is the plain baseline here (master's --spec-draft-n-max 0 still drafts one)
+        rates = None if synth_rates is None else list(synth_rates)[:int(g_)]
+        fns[int(g_)] = spec_run(pair, ids, sp, n_predict, SpecParams(
+            n_max=int(g_), verify=verify, synth_rates=rates, synth_len=synth_len, reeval=reeval,
+            types="none" if int(g_) == 0 else None))
+    runs = take_turns(fns, max(1, repeats))
+    t_plain = statistics.median(r.s_per_token for r in runs["plain"])
     out = {"draft_max": [], "alpha": [], "acc_rate_per_pos": [], "tokens_per_call": [],
-           "measured_speedup": [], "predicted_speedup": [], "predicted_speedup_rates": [],
+           "measured_speedup": [], "speedup_interval": [], "predicted_speedup": [], "predicted_speedup_rates": [],
            "predicted_speedup_engine": [], "draft_evals_per_round": [],
            "t_per_token_s": [], "c": float(c), "t_plain_token_s": t_plain,
            "synthetic": synth_rates is not None or synth_len is not None, "stats": []}
     for g_ in draft_max_values:
-        best = None
-        # llama.cpp wants exactly draft-max rates: a sweep takes the first g of its list
-        rates = None if synth_rates is None else list(synth_rates)[:int(g_)]
-        for _ in range(max(1, repeats)):
-            # draft-max 0 is the plain baseline here (master's --spec-draft-n-max 0 still drafts one)
-            loop = SpeculativeLoop(ctx_t, ctx_d, ids, n_predict, sp,
-                                   SpecParams(n_max=int(g_), verify=verify, synth_rates=rates,
-                                              synth_len=synth_len, reeval=reeval,
-                                              types="none" if int(g_) == 0 else None))
-            events = list(loop.rounds())
-            st = run_stats(loop, events)
-            st["draft_evals_per_round"] = (sum(ev.n_dft_eval for ev in events) / len(events)
-                                           if events else 0.0)
-            if best is None or st["t_per_token_s"] < best["t_per_token_s"]:
-                best = st
-        st = best
-        out["draft_max"].append(int(g_))
+        g = int(g_)
+        last = runs[g][-1]
+        st = figures_of(last.stats, last.events, last.n_accept, last.n_drafted)
+        st["draft_evals_per_round"] = (sum(ev.n_dft_eval for ev in last.events) / len(last.events)
+                                       if last.events else 0.0)
+        iv = Comparison.of("", "", runs["plain"], runs[g]).speedup
+        out["draft_max"].append(g)
         out["alpha"].append(st["alpha"])
         out["acc_rate_per_pos"].append(st["acc_rate_per_pos"])
         out["tokens_per_call"].append(st["tokens_per_call"])
-        out["t_per_token_s"].append(st["t_per_token_s"])
-        out["measured_speedup"].append(t_plain / st["t_per_token_s"])
-        out["predicted_speedup"].append(speedup(st["alpha"], int(g_), float(c)))
-        out["predicted_speedup_rates"].append(speedup_from_rates(st["acc_rate_per_pos"], float(c))
-                                              if g_ else 1.0)
+        out["t_per_token_s"].append(statistics.median(r.s_per_token for r in runs[g]))
+        out["measured_speedup"].append(iv.estimate)
+        out["speedup_interval"].append((iv.low, iv.high))
+        out["predicted_speedup"].append(speedup(st["alpha"], g, float(c)))
+        out["predicted_speedup_rates"].append(speedup_from_rates(st["acc_rate_per_pos"], float(c)) if g else 1.0)
         out["draft_evals_per_round"].append(st["draft_evals_per_round"])
-        b = (verify_costs or {}).get(int(g_) + 1)
+        b = (verify_costs or {}).get(g + 1)
         out["predicted_speedup_engine"].append(
             speedup_engine(st["acc_rate_per_pos"], float(c), b, st["draft_evals_per_round"])
-            if b is not None and g_ else None)
+            if b is not None and g else None)
         out["stats"].append(st)
     return out
 

@@ -53,44 +53,40 @@ CODE_EDIT_REQUEST = ("Add type hints to this Python function. Keep everything el
 
 def code_edit_prompt(vocab) -> list:
     """The code-editing request in the model's chat template, as token ids."""
-    return vocab.tokenize(vocab.apply_chat_template([{"role": "user", "content": CODE_EDIT_REQUEST}]))
+    from .turns import chat_ids
+    return chat_ids(vocab, CODE_EDIT_REQUEST, True)
 
 
-def _spec_run(ctx_t, ctx_d, ids, n_predict, sp, **kw):
-    spec = SpecParams(**kw)
-    if not spec.needs_draft_model():
-        ctx_d = None                                  # the n-gram types need no draft model
-    t0, d0 = ctx_t.t_decode, ctx_d.t_decode if ctx_d is not None else 0.0
-    loop = SpeculativeLoop(ctx_t, ctx_d, ids, n_predict, sp, spec)
-    events = list(loop.rounds())
-    r = loop.results()[0]
-    st = loop.chain.stats()[0]
-    t_dec = (ctx_t.t_decode - t0) + ((ctx_d.t_decode - d0) if ctx_d is not None else 0.0)
-    t_rounds = sum(ev.t_round for ev in events)
-    n_eval = [ev.n_dft_eval for ev in events]
-    return {
-        "tokens": r.tokens, "tok_s": len(r.tokens) / r.t_gen_s if r.t_gen_s else 0.0,
-        "n_rounds": r.n_rounds, "n_drafted": r.n_drafted, "n_accept": r.n_accept,
-        "acc_rate_per_pos": st["specnb_acc_rate_per_pos"], "mean_acc_len": st["specnb_mean_acc_len"],
-        "draft_evals_per_round": sum(n_eval) / max(len(n_eval), 1),
-        "mean_draft_len": sum(len(ev.slot.draft) for ev in events) / max(len(events), 1),
-        # everything in the rounds that is not a decode (prefill excluded on both sides)
-        "overhead_frac": max(t_rounds - (t_dec - loop.t_prompt), 0.0) / t_rounds if t_rounds else 0.0,
-    }
+def _type_figures(run) -> dict:
+    """bench --spec's figures of one speculative Run (measure/turns.py)."""
+    evs = run.events
+    n = max(len(evs), 1)
+    t_rounds = sum(ev.t_round for ev in evs)
+    st = run.stats
+    return {"tok_s": run.tok_s, "n_rounds": run.n_rounds, "n_drafted": run.n_drafted, "n_accept": run.n_accept,
+            "acc_rate_per_pos": st.get("specnb_acc_rate_per_pos", []),
+            "mean_acc_len": st.get("specnb_mean_acc_len", 0.0),
+            "draft_evals_per_round": sum(ev.n_dft_eval for ev in evs) / n,
+            "mean_draft_len": sum(len(ev.slot.draft) for ev in evs) / n,
+            # everything in the rounds that is not a decode
+            "overhead_frac": max(t_rounds - run.t_decode_s, 0.0) / t_rounds if t_rounds else 0.0}
 
 
-def compare_types(ctx_t, ctx_d, prompts, n_predict: int, sp, n_max: int = 3) -> list:
-    """Per prompt: plain decoding, draft-simple (with and without re-evaluation) and each n-gram type."""
+def compare_types(pair, prompts, n_predict: int, sp, n_max: int = 3, passes: int = 1) -> list:
+    """Per prompt: plain decoding, draft-simple (with and without re-evaluation) and each n-gram type,
+    taking turns (measure/turns.take_turns); each configuration's figures from its last run."""
+    from .turns import plain_run, spec_run, take_turns
     rows = []
+    configs = [("llama.cpp", dict(reeval=True)), ("no-reeval", dict(reeval=False))] + \
+        [(t, dict(types=t)) for t in NGRAM_TYPES]
     for text, ids in prompts:
-        plain = generate(ctx_t, Sampler(sp), ids, n_predict)
-        row = {"prompt": text, "plain_tok_s": plain.tok_per_s, "identical": True}
-        runs = [("llama.cpp", dict(reeval=True)), ("no-reeval", dict(reeval=False))] + \
-            [(t, dict(types=t)) for t in NGRAM_TYPES]
-        for name, kw in runs:
-            r = _spec_run(ctx_t, ctx_d, ids, n_predict, sp, n_max=n_max, **kw)
-            row[name] = {k: v for k, v in r.items() if k != "tokens"}
-            row["identical"] = row["identical"] and r["tokens"] == plain.tokens
+        fns = {"plain": plain_run(pair, ids, sp, n_predict)}
+        fns.update({name: spec_run(pair, ids, sp, n_predict, SpecParams(n_max=n_max, **kw)) for name, kw in configs})
+        runs = take_turns(fns, passes)
+        row = {"prompt": text, "plain_tok_s": statistics.median(r.tok_s for r in runs["plain"]),
+               "identical": all(r.tokens == runs["plain"][0].tokens for rs in runs.values() for r in rs)}
+        for name, _ in configs:
+            row[name] = _type_figures(runs[name][-1])
         rows.append(row)
     return rows
 
@@ -101,11 +97,11 @@ def spec_bench(n_predict: int = 64, n_threads=None, backend: str = "cpu", sweep:
     from .experiments import measure_cost_ratio, sweep_draft_max
     from ..run.pair import open_pair
     p = open_pair(n_ctx=512, backend=backend, n_threads=n_threads, activations=activations)
-    tgt, dft, ctx_t, ctx_d = p.target, p.draft, p.ctx_tgt, p.ctx_dft
+    tgt, dft, ctx_t = p.target, p.draft, p.ctx_tgt
     sp = SamplerParams(temp=0.0, seed=1)
     generate(ctx_t, Sampler(sp), tgt.vocab.tokenize("warm up"), 4)
     prompts = [(t, tgt.vocab.tokenize(t)) for t in PROMPTS] + [("(code edit)", code_edit_prompt(tgt.vocab))]
-    out = {"prompts": compare_types(ctx_t, ctx_d, prompts, n_predict, sp), "activations": ctx_t.activations}
+    out = {"prompts": compare_types(p, prompts, n_predict, sp), "activations": ctx_t.activations}
     c = measure_cost_ratio(tgt, dft, n_tokens=24, n_threads=n_threads, repeats=3,
                            activations=activations)
     out["c"] = c["c"]
@@ -269,56 +265,42 @@ POLICIES = ("plain", "1", "2", "4", "8", "heuristic", "auto")
 
 def compare_policies(target, draft, prompts, policies=POLICIES, n_predict: int = 64,
                      n_threads=None, activations: str | None = None, backend: str = "cpu",
-                     repeats: int = 1, say=None) -> dict:
-    """Per prompt (label, text, chat, sampling name, SamplerParams) and policy: tok/s, speed-up over
-    plain decoding, the lengths chosen, and whether the output equals plain decoding's. Every run
-    of a prompt uses the same pair, contexts and prompt. The policies take turns: each of the
-    `repeats` passes runs every policy once (plain decoding among them), the order rotated by one
-    each pass, so a slow spell of a shared machine falls on all of them alike; a cell is the
-    median of its runs, its speed-up the median over the passes of its run's speed over the
-    same pass's plain run (each ratio compares runs made within one pass; a shared machine's
-    load moves between passes) (`specnb demo --policies` runs it on the demo's prompts)."""
+                     repeats: int = 3, say=None) -> dict:
+    """Per prompt (label, text, chat, sampling name, SamplerParams) and policy: tok/s, the speed-up
+    over plain decoding with its interval, the lengths chosen, and whether the output equals plain
+    decoding's. The policies take turns (measure/turns.take_turns: `repeats` passes, each running
+    plain decoding and every policy once, the order rotated each pass); a cell's speed-up is the
+    median of its runs' speeds over the same pass's plain run (`specnb demo --policies`)."""
+    from .turns import Comparison, chat_ids, plain_run, spec_run, take_turns
     from ..run.pair import open_pair, warm_up
     say = say or (lambda *a: None)
     pair = open_pair(target, draft, n_ctx=1024, backend=backend, n_threads=n_threads,
                      activations=activations)
     warm_up(pair.ctx_tgt, pair.ctx_dft)
-    policies = list(policies)
+    pols = [p for p in policies if p != "plain"]
     rows = []
     for label, text, chat, sname, sp in prompts:
-        if chat:
-            text = pair.target.vocab.apply_chat_template([{"role": "user", "content": text}])
-        ids = pair.target.vocab.tokenize(text)
-        plain_tok = generate(pair.ctx_tgt, Sampler(sp, pair.target.n_vocab), ids, n_predict).tokens
-        runs: dict = {pol: [] for pol in policies}
-        for rep in range(max(repeats, 1)):
-            for pol in policies[rep % len(policies):] + policies[:rep % len(policies)]:
-                if pol == "plain":
-                    g = generate(pair.ctx_tgt, Sampler(sp, pair.target.n_vocab), ids, n_predict)
-                    runs[pol].append({"tok_s": g.tok_per_s, "identical": g.tokens == plain_tok})
-                    continue
-                loop = SpeculativeLoop(pair.ctx_tgt, pair.ctx_dft, ids, n_predict, sp,
-                                       SpecParams(n_max=pol))
-                r = loop.run()[0]
-                st = loop.policy.stats()
-                runs[pol].append({"tok_s": len(r.tokens) / r.t_gen_s if r.t_gen_s else 0.0,
-                                  "identical": r.tokens == plain_tok, "accept_rate": r.accept_rate,
-                                  "n_rounds": r.n_rounds, "chosen": st["chosen"],
-                                  "n_probes": st.get("n_probes", 0)})
-        plain_med = statistics.median(x["tok_s"] for x in runs["plain"]) if "plain" in runs else None
+        ids = chat_ids(pair.target.vocab, text, chat)
+        fns = {"plain": plain_run(pair, ids, sp, n_predict)}
+        fns.update({p: spec_run(pair, ids, sp, n_predict, SpecParams(n_max=p)) for p in pols})
+        runs = take_turns(fns, max(repeats, 1))
         row = {"prompt": label, "sampling": sname, "policies": {}}
-        for pol in policies:
-            xs = runs[pol]
-            med = statistics.median(x["tok_s"] for x in xs)
-            cell = dict(min(xs, key=lambda x: abs(x["tok_s"] - med)))     # the median run's details
-            ratios = [x["tok_s"] / p["tok_s"] for x, p in zip(xs, runs.get("plain", ())) if p["tok_s"]]
-            cell.update(tok_s=med, identical=all(x["identical"] for x in xs),
-                        runs=[x["tok_s"] for x in xs], plain_tok_s=plain_med,
-                        speedup=statistics.median(ratios) if ratios else 0.0)
-            row["policies"][pol] = cell
-            say(f"  {label} [{sname}] {pol}: {med:.2f} tok/s (median of {len(xs)}), "
-                f"{cell['speedup']:.2f}x plain" + ("" if cell["identical"] else "  OUTPUT DIFFERS"))
-        fixed = [row["policies"][p]["speedup"] for p in policies if p.isdigit()]
+        plain_med = statistics.median(r.tok_s for r in runs["plain"])
+        if "plain" in policies:
+            row["policies"]["plain"] = {"tok_s": plain_med, "identical": True, "runs": [r.tok_s for r in runs["plain"]],
+                                        "speedup": 1.0, "interval": [1.0, 1.0]}
+        for pol in pols:
+            c = Comparison.of(label, sname, runs["plain"], runs[pol])
+            iv = c.speedup
+            last = runs[pol][-1]
+            row["policies"][pol] = {"tok_s": c.spec_tok_s, "identical": c.identical,
+                                    "runs": [r.tok_s for r in runs[pol]], "plain_tok_s": plain_med,
+                                    "speedup": iv.estimate, "interval": [iv.low, iv.high],
+                                    "accept_rate": c.accept_rate, "chosen": last.draft_len.get("chosen"),
+                                    "n_probes": last.draft_len.get("n_probes", 0)}
+            say(f"  {label} [{sname}] {pol}: {c.spec_tok_s:.2f} tok/s (median of {len(runs[pol])}), {c.said()}"
+                + ("" if c.identical else "  OUTPUT DIFFERS"))
+        fixed = [row["policies"][p]["speedup"] for p in pols if p.isdigit()]
         row["best_fixed"] = max(fixed) if fixed else None
         rows.append(row)
     return {"target": str(target), "draft": str(draft), "n_predict": n_predict,
@@ -336,11 +318,13 @@ def format_policies(r: dict) -> str:
     for row in r["rows"]:
         cells = [f"{row['policies'][p]['tok_s']:5.1f} ({row['policies'][p]['speedup']:4.2f}x)"
                  + ("" if row["policies"][p]["identical"] else "!") for p in pols]
+        spans = [f"{row['policies'][p]['interval'][0]:.2f}-{row['policies'][p]['interval'][1]:.2f}" for p in pols]
         ratio = ""
         if "auto" in row["policies"] and row["best_fixed"]:
             ratio = f"{row['policies']['auto']['speedup'] / row['best_fixed']:.2f}"
         L.append(f"{(row['prompt'] + ' [' + row['sampling'] + ']')[:26]:<26} | " + " | ".join(
             f"{c:>13}" for c in cells) + f" | {ratio}")
+        L.append(f"{'  interval (min-max)':<26} | " + " | ".join(f"{x:>13}" for x in spans) + " |")
     for row in r["rows"]:
         if "auto" in row["policies"]:
             a = row["policies"]["auto"]

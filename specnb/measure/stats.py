@@ -145,14 +145,19 @@ def accepted_length_counts(source) -> list:
 def run_stats(loop, events) -> dict:
     """The figures one run gives the sweeps and plots: llama.cpp's statistics of the loop's impl
     plus tokens per call, alpha and the time per committed token."""
+    return figures_of(loop.chain.main_stats(), events, loop.n_accept, loop.n_drafted)
+
+
+def figures_of(main_stats: dict, events, n_accept: int, n_drafted: int) -> dict:
+    """run_stats from a run's parts: its impl's statistics, events and counts (measure/turns.Run's)."""
     events = list(events)
-    st = dict(loop.chain.main_stats())
+    st = dict(main_stats)
     st.setdefault("acc_rate_per_pos", [])            # no impl (--spec-type none): no draft position
     n_committed = sum(committed_per_round(events))
     acc, exa = examined_counts(events)
     st.update(n_rounds=len(events), n_committed=n_committed,
               tokens_per_call=n_committed / len(events) if events else 0.0,
-              accept_rate=loop.n_accept / loop.n_drafted if loop.n_drafted else 0.0,
+              accept_rate=n_accept / n_drafted if n_drafted else 0.0,
               alpha=alpha_from_counts(acc, exa), n_examined=exa,
               t_gen_s=sum(ev.t_round for ev in events))
     st["t_per_token_s"] = st["t_gen_s"] / n_committed if n_committed else float("nan")

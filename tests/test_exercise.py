@@ -1,8 +1,10 @@
-"""The capstone's checks (specnb/app/exercise.py, docs/exercise.md): the reference solution
-(tests/exercise_solution.py) passes every check, and each usual mistake is caught with a message
-that names it. Tiny forged models, except check_trace (the recorded run is on the default pair)."""
-import math
+"""The capstone's checks (specnb/app/exercise/, docs/exercise.md): the reference solution
+(tests/exercise_solution.py) passes every check, and every mistake of every catalogue is caught by
+a deliberately wrong function whose diagnosis names it. Tiny forged models, except check_trace (the
+recorded run is on the default pair)."""
+import ast
 import re
+import string
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 import exercise_solution as S
 from specnb import Batch
 from specnb.app import exercise
+from specnb.app.exercise import draft as X1, rounds as X3, speedup as X4, verify as X2
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,6 +31,20 @@ def caught(check, *args, words=(), **kw) -> str:
     for w in words:
         assert w in msg, f"{w!r} not in: {msg}"
     return msg
+
+
+def literal(text: str) -> str:
+    """The longest piece of a catalogue text with no {field} in it: what its diagnosis always says."""
+    return max((lit for lit, *_ in string.Formatter().parse(text)), key=len)
+
+
+def test_every_catalogue_entry_has_a_wrong_function():
+    for catalogue, wrong in [(X1.DRAFT_MISTAKES, DRAFT_WRONG), (X2.IDS_MISTAKES, IDS_WRONG),
+                             (X3.N_PAST_MISTAKES, N_PAST_WRONG), (X3.ID_LAST_MISTAKES, ID_LAST_WRONG),
+                             (X3.KV_MISTAKES, KV_WRONG), (X4.MEASURED_MISTAKES, MEASURED_WRONG),
+                             (X4.PREDICTED_MISTAKES, PREDICTED_WRONG)]:
+        assert len(wrong) == len(catalogue)
+        assert len({literal(t) for t, _ in catalogue}) == len(catalogue)      # each one says something of its own
 
 
 # ---- the solution passes ------------------------------------------------------------------------
@@ -52,6 +69,15 @@ def test_the_tiny_pair_has_the_default_pairs_tensor_types(models, tmp_path):
     mtime = Path(a[0]).stat().st_mtime_ns
     assert exercise.tiny_pair_paths(tmp_path) == a and Path(a[0]).stat().st_mtime_ns == mtime   # forged once
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(Path(p).name for p in a)         # no leftovers
+
+
+def test_the_draft_rule_is_draftsimples(models):
+    """The formula the catalogue varies gives DraftSimple's draft in every case, and the chain's
+    whole-vocabulary p is never above the top-10 share."""
+    _, cases, _ = X1.draft_cases(models)
+    for c in cases:
+        assert X1.draft_rule(c.chain, c.n_max, c.n_min, c.p_min) == c.want, c.where
+        assert all(a.p_vocab <= a.p + 1e-6 for a in c.chain)
 
 
 # ---- step 1: broken drafts --------------------------------------------------------------------------
@@ -83,16 +109,27 @@ def _draft(mistake):
             if mistake == "decode the last" and len(result) >= n_max:
                 break
             i += 1
-        if len(result) < n_min and mistake != "ignore n_min":
+        if (len(result) <= n_min if mistake == "n_min off by one" else len(result) < n_min) \
+                and mistake != "ignore n_min":
             result = []
         return result
     return draft
 
 
+DRAFT_WRONG = ["past n_max", "push then test p_min", "ignore p_min", "ignore n_min", "n_min off by one",
+               "full-vocab p"]
+
+
+@pytest.mark.parametrize("k", range(len(DRAFT_WRONG)), ids=DRAFT_WRONG)
+def test_check_draft_names_each_mistake(models, k):
+    caught(exercise.check_draft, _draft(DRAFT_WRONG[k]), models=models,
+           words=["check_draft: n_past=", literal(X1.DRAFT_MISTAKES[k][0]), "expected draft"])
+
+
 @pytest.mark.parametrize("mistake,words", [
     ("past n_max", ["past n_max"]),
     ("ignore p_min", ["< p_min", "stops before pushing it"]),
-    ("push then test p_min", ["stops before pushing it"]),
+    ("push then test p_min", ["stops before pushing it", "c392e50"]),
     ("ignore n_min", ["shorter than n_min"]),
     ("full-vocab p", ["top-10", "not of the whole vocabulary"]),
     ("decode the last", ["rows on ctx_dft", "not decoded"]),
@@ -118,13 +155,22 @@ def _verify(mistake):
                     ids.append(extra)
                 return ids
             ids.append(tok)
-        if mistake != "no bonus":
+        if mistake != "no bonus" and not (mistake == "no bonus after a full draft" and draft):
             tok = smpl.sample(ctx_tgt, len(draft))
             if mistake != "no accept":
                 smpl.accept(tok)
             ids.append(tok)
         return ids
     return sample_and_accept_n
+
+
+IDS_WRONG = ["no bonus", "no bonus after a full draft", "one too many", "keep the draft token"]
+
+
+@pytest.mark.parametrize("k", range(len(IDS_WRONG)), ids=IDS_WRONG)
+def test_check_sample_and_accept_n_names_each_mistake(models, k):
+    caught(exercise.check_sample_and_accept_n, _verify(IDS_WRONG[k]), models=models,
+           words=["check_sample_and_accept_n: sampler ", literal(X2.IDS_MISTAKES[k][0])])
 
 
 @pytest.mark.parametrize("mistake,words", [
@@ -170,8 +216,8 @@ def _round(mistake):
         ids = S.sample_and_accept_n(smpl, ctx_tgt, dft)
         if mistake == "seq_rm before n_past moves":
             ctx_tgt.seq_rm(0, n_past, -1)
-        n_past += len(ids) - (mistake == "forget id_last")
-        id_last = ids[0] if mistake == "id_last = ids[0]" else ids[-1]
+        n_past += (len(dft) + 1 if mistake == "advance by the batch" else len(ids)) - (mistake == "forget id_last")
+        id_last = {"id_last = ids[0]": ids[0], "id_last = the last draft token": (dft or ids)[-1]}.get(mistake, ids[-1])
         if mistake != "no seq_rm":
             ctx_tgt.seq_rm(0, n_past + (mistake == "seq_rm at n_past + 1"), -1)
         ctx_dft.seq_rm(0, n_past, -1)
@@ -179,8 +225,22 @@ def _round(mistake):
     return speculative_round
 
 
+N_PAST_WRONG = ["forget id_last", "advance by the batch"]
+ID_LAST_WRONG = ["id_last = ids[0]", "id_last = the last draft token"]
+KV_WRONG = ["no seq_rm", "seq_rm at n_past + 1", "seq_rm before n_past moves", "no replay"]
+
+
+@pytest.mark.parametrize("catalogue,mistake", [
+    *[(X3.N_PAST_MISTAKES[k], m) for k, m in enumerate(N_PAST_WRONG)],
+    *[(X3.ID_LAST_MISTAKES[k], m) for k, m in enumerate(ID_LAST_WRONG)],
+    *[(X3.KV_MISTAKES[k], m) for k, m in enumerate(KV_WRONG)]], ids=N_PAST_WRONG + ID_LAST_WRONG + KV_WRONG)
+def test_check_round_names_each_mistake(models, catalogue, mistake):
+    caught(exercise.check_round, _round(mistake), S.draft, models=models,
+           words=["check_round: greedy", literal(catalogue[0])])
+
+
 @pytest.mark.parametrize("mistake,words", [
-    ("seq_rm at n_past + 1", ["target KV cache must hold exactly [0, n_past)", "still holds positions"]),
+    ("seq_rm at n_past + 1", ["target KV cache must hold exactly [0, n_past)", "still holds position"]),
     ("no seq_rm", ["target KV cache", "drops the rejected rows"]),
     ("seq_rm before n_past moves", ["target KV cache", "committed rows were lost"]),
     ("forget id_last", ["n_past after the round", "id_last's row counts too"]),
@@ -235,7 +295,7 @@ def test_check_trace(capsys):
     if not check_parts(REGISTRY[DEFAULT_TARGET]).ok:
         pytest.skip("the default target is not installed")
     exercise.check_trace(S.speculative_round, S.draft)
-    assert "n_predict = 33, n_drafted = 42, n_accept = 19" in capsys.readouterr().out
+    assert "16 recorded steps" in capsys.readouterr().out
     caught(exercise.check_trace, _round("forget id_last"), S.draft, words=["recorded step 0", "id_last's row"])
     caught(exercise.check_trace, S.speculative_round, _draft("past n_max"),
            words=["n_predict = 33, n_drafted = 42, n_accept = 19; your rounds give"])
@@ -255,8 +315,8 @@ def test_check_speedup_reports_both(models, measured, capsys):
     exercise.check_speedup(lambda *a: dict(measured), models=models)
     out = capsys.readouterr().out
     m = re.search(r"measured (\d+\.\d+)x, predicted (\d+\.\d+)x", out)
-    assert m and math.isclose(float(m.group(1)), measured["measured"], abs_tol=0.006)
-    assert math.isclose(float(m.group(2)), measured["predicted"], abs_tol=0.006)
+    assert m and abs(float(m.group(1)) - measured["measured"]) <= 0.006
+    assert abs(float(m.group(2)) - measured["predicted"]) <= 0.006
     assert "one-row target steps" in out and "break-even" in out and "quick measurement" in out
     assert ("speculation wins" in out) == (measured["predicted"] > 1)
 
@@ -282,11 +342,33 @@ def _tau(d):
     return d["n_tokens"] / d["n_rounds"]
 
 
+MEASURED_WRONG = [
+    lambda d: d["t_plain"] / d["t_spec"],
+    lambda d: 1 / d["measured"],
+]
+PREDICTED_WRONG = [
+    lambda d: _tau(d) / (3 * d["c"] + 1),
+    lambda d: _tau(d) / (3 * d["c"] + d["bc"][4]),
+    lambda d: _tau(d) / (3 * d["c"] + 1 + d["c"]),
+    lambda d: _tau(d) / (4 * d["c"] + d["bc"][4] + d["c"] * d["bd"][4]),
+    lambda d: _tau(d) / (3 * d["c"] + d["bc"][3] + d["c"] * d["bd"][3]),
+    lambda d: _tau(d) / (3 * d["c"] + d["bc"][4] + d["c"] * d["bc"][4]),
+    lambda d: (3 * d["c"] + d["bc"][4] + d["c"] * d["bd"][4]) / _tau(d),
+]
+
+
+@pytest.mark.parametrize("key,k", [*[("measured", k) for k in range(len(MEASURED_WRONG))],
+                                   *[("predicted", k) for k in range(len(PREDICTED_WRONG))]])
+def test_check_speedup_names_each_mistake(models, measured, key, k):
+    wrong, catalogue = ((MEASURED_WRONG, X4.MEASURED_MISTAKES) if key == "measured" else
+                        (PREDICTED_WRONG, X4.PREDICTED_MISTAKES))
+    caught(exercise.check_speedup, _with(measured, {key: wrong[k]}), models=models,
+           words=[f"check_speedup: {key} = ", literal(catalogue[k][0])])
+
+
 @pytest.mark.parametrize("change,words", [
     (dict(predicted=lambda d: _tau(d) / (3 * d["c"] + 1)), ["Leviathan"]),
     (dict(predicted=lambda d: _tau(d) / (3 * d["c"] + d["bc"][4])), ["leaves out the draft's replay"]),
-    (dict(predicted=lambda d: _tau(d) / (4 * d["c"] + d["bc"][4] + d["c"] * d["bd"][4])), ["not γ+1"]),
-    (dict(predicted=lambda d: _tau(d) / (3 * d["c"] + d["bc"][3] + d["c"] * d["bd"][3])), ["has γ+1 rows"]),
     (dict(measured=lambda d: 1 / d["measured"]), ["upside down"]),
     (dict(measured=lambda d: d["t_plain"] / d["t_spec"]), ["times per token"]),
     (dict(bc=lambda d: {k: v * 1e-3 for k, v in d["bc"].items()}), ["bc[1] = 0.001", "divide every k-row time"]),
@@ -302,7 +384,6 @@ def test_check_speedup_catches(models, measured, change, words):
 def test_the_page_names_what_exists():
     """Every code block of docs/exercise.md parses; what it imports from specnb exists; the
     functions it asks for are the solution's, with its parameters."""
-    import ast
     import importlib
     import inspect
     text = (ROOT / "docs" / "exercise.md").read_text(encoding="utf-8")
@@ -329,3 +410,21 @@ def test_the_page_names_what_exists():
     for fn, check in (("draft", exercise.check_draft), ("speculative_round", exercise.check_round),
                       ("measure", exercise.check_speedup)):
         assert ", ".join(asked[fn][:4]) in " ".join(check.__doc__.split()), fn
+
+
+def test_no_grader_is_over_80_lines():
+    """Each check and each helper of the exercise is a screen or less; no file of it is over 600 lines."""
+    for p in (ROOT / "specnb" / "app" / "exercise").glob("*.py"):
+        src = p.read_text(encoding="utf-8")
+        assert len(src.splitlines()) <= 600, p.name
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.FunctionDef):
+                n = node.end_lineno - node.lineno + 1
+                assert n <= 80, f"{p.name}: {node.name} has {n} lines"
+
+
+def test_the_catalogue_texts_format():
+    """Every catalogue text formats, whatever fields its case leaves out (no KeyError, no stray brace)."""
+    for text, _ in [*X1.DRAFT_MISTAKES, *X2.IDS_MISTAKES, *X3.KV_MISTAKES, *X4.MEASURED_MISTAKES]:
+        out = string.Formatter().vformat(text, (), exercise.grading._Fields(n_max=3))
+        assert "{" not in out and "}" not in out, text

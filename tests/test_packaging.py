@@ -26,7 +26,8 @@ def test_kernels_are_specnb_kernels():
     assert project["package-dir"]["specnb.kernels"] == "kernels"
     assert sorted(project["packages"]) == sorted(
         ["specnb", "specnb.kernels"]
-        + [f"specnb.{p.parent.name}" for p in ROOT.joinpath("specnb").glob("*/__init__.py")])
+        + [".".join(("specnb", *p.parent.relative_to(ROOT / "specnb").parts))
+           for p in ROOT.joinpath("specnb").glob("*/**/__init__.py")])
 
 
 def test_the_installed_package_leaks_no_top_level_names(tmp_path):

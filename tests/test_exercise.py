@@ -4,6 +4,7 @@ a deliberately wrong function whose diagnosis names it. Tiny forged models, exce
 recorded run is on the default pair)."""
 import ast
 import re
+import statistics
 import string
 from pathlib import Path
 
@@ -305,25 +306,47 @@ def test_check_trace(capsys):
 @pytest.fixture(scope="module")
 def measured(models):
     """The solution's step-4 numbers on the tiny pair (its counts are deterministic; the checks of
-    the two ratios use the dict's own times)."""
+    the two speed-ups use the dict's own numbers)."""
     pair = exercise.exercise_pair(models, n_ctx=exercise.N_CTX)
     prompt = models[0].vocab.tokenize(exercise.PROMPT)
     return S.measure(pair.ctx_tgt, pair.ctx_dft, prompt, 48, 3)
 
 
-def test_check_speedup_reports_both(models, measured, capsys):
-    exercise.check_speedup(lambda *a: dict(measured), models=models)
-    out = capsys.readouterr().out
-    m = re.search(r"measured (\d+\.\d+)x, predicted (\d+\.\d+)x", out)
-    assert m and abs(float(m.group(1)) - measured["measured"]) <= 0.006
-    assert abs(float(m.group(2)) - measured["predicted"]) <= 0.006
-    assert "one-row target steps" in out and "break-even" in out and "quick measurement" in out
-    assert ("speculation wins" in out) == (measured["predicted"] > 1)
+def _timed(base, ratios, predicted=None):
+    """base with times whose paired speed-ups per token are `ratios`, and its `measured` and
+    `predicted` consistent with them."""
+    d = dict(base, t_plain=[1.0 + 0.1 * i for i in range(len(ratios))])
+    d["t_spec"] = [tp / 48 / r * d["n_tokens"] for tp, r in zip(d["t_plain"], ratios)]
+    d["measured"] = statistics.median(ratios)
+    if predicted is not None:     # the model's prediction moved, through c (the dict stays consistent)
+        d["bc"] = d["bd"] = {1: 1.0, 2: 1.05, 3: 1.1, 4: 1.15}
+        d["c"] = (_tau(d) / predicted - 1.15) / (3 + 1.15)
+    d["predicted"] = d["n_tokens"] / d["n_rounds"] / (3 * d["c"] + d["bc"][4] + d["c"] * d["bd"][4])
+    return d
 
 
 def test_check_speedup_runs_the_solution(models, capsys):
     exercise.check_speedup(S.measure, models=models, n_predict=16, n_max=2)
-    assert "check_speedup: measured" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "check_speedup: speculation against plain decoding, by your 3 pairs: " in out
+    assert "one-row target steps" in out and "break-even" in out and "quick measurement" in out
+
+
+@pytest.mark.parametrize("ratios,predicted,word", [
+    ([1.5, 1.6, 1.4], 0.8, "wins"),                 # the measurement wins where the model says it would lose
+    ([0.5, 0.6, 0.55], 1.6, "loses"),
+    ([0.9, 1.12, 1.0], 1.6, "within the noise"),
+    ([1.2, 1.3, 1.25, 1.1, 1.22, 1.28], 1.2, "wins"),   # from 5 pairs the interval is a bootstrap one
+])
+def test_check_speedup_judges_from_the_measurement(models, measured, capsys, ratios, predicted, word):
+    from specnb.measure.verdict import check_said, interval, said
+    exercise.check_speedup(lambda *a: _timed(measured, ratios, predicted), models=models)
+    out = capsys.readouterr().out
+    iv = interval(_per_token(_timed(measured, ratios)))
+    assert f"by your {len(ratios)} pairs: {said(iv)}" in out and said(iv).startswith(word)
+    assert check_said(out) == []
+    assert f"the engine model predicts {predicted:.2f}x" in out
+    assert ("does not decide" in out) == (word == "within the noise")
 
 
 def _with(base, change):
@@ -342,9 +365,15 @@ def _tau(d):
     return d["n_tokens"] / d["n_rounds"]
 
 
+def _per_token(d):
+    return [(tp / 48) / (ts / d["n_tokens"]) for tp, ts in zip(d["t_plain"], d["t_spec"])]
+
+
 MEASURED_WRONG = [
-    lambda d: d["t_plain"] / d["t_spec"],
-    lambda d: 1 / d["measured"],
+    lambda d: statistics.median(tp / ts for tp, ts in zip(d["t_plain"], d["t_spec"])),
+    lambda d: statistics.median(1 / r for r in _per_token(d)),
+    lambda d: (min(d["t_plain"]) / 48) / (min(d["t_spec"]) / d["n_tokens"]),
+    lambda d: statistics.fmean(_per_token(d)),
 ]
 PREDICTED_WRONG = [
     lambda d: _tau(d) / (3 * d["c"] + 1),
@@ -360,24 +389,38 @@ PREDICTED_WRONG = [
 @pytest.mark.parametrize("key,k", [*[("measured", k) for k in range(len(MEASURED_WRONG))],
                                    *[("predicted", k) for k in range(len(PREDICTED_WRONG))]])
 def test_check_speedup_names_each_mistake(models, measured, key, k):
+    base = _timed(measured, [1.3, 0.8, 1.1])
     wrong, catalogue = ((MEASURED_WRONG, X4.MEASURED_MISTAKES) if key == "measured" else
                         (PREDICTED_WRONG, X4.PREDICTED_MISTAKES))
-    caught(exercise.check_speedup, _with(measured, {key: wrong[k]}), models=models,
+    caught(exercise.check_speedup, _with(base, {key: wrong[k]}), models=models,
            words=[f"check_speedup: {key} = ", literal(catalogue[k][0])])
 
 
 @pytest.mark.parametrize("change,words", [
     (dict(predicted=lambda d: _tau(d) / (3 * d["c"] + 1)), ["Leviathan"]),
     (dict(predicted=lambda d: _tau(d) / (3 * d["c"] + d["bc"][4])), ["leaves out the draft's replay"]),
-    (dict(measured=lambda d: 1 / d["measured"]), ["upside down"]),
-    (dict(measured=lambda d: d["t_plain"] / d["t_spec"]), ["times per token"]),
+    (dict(measured=lambda d: statistics.median(1 / r for r in _per_token(d))), ["upside down"]),
+    (dict(measured=lambda d: statistics.median(tp / ts for tp, ts in zip(d["t_plain"], d["t_spec"]))),
+     ["times per token"]),
     (dict(bc=lambda d: {k: v * 1e-3 for k, v in d["bc"].items()}), ["bc[1] = 0.001", "divide every k-row time"]),
     (dict(bd=lambda d: {1: 1.0, 2: 1.1}), ["bd needs the rows 1..n_max+1", "[3, 4] missing"]),
     (dict(n_tokens=lambda d: d["n_tokens"] - d["n_rounds"]), ["each round commits len(ids) tokens"]),
     (dict(c=None), ["lacks c"]),
+    (dict(t_plain=lambda d: d["t_plain"][0]), ["t_plain must be a list of at least 3 times", "decides nothing"]),
+    (dict(t_spec=lambda d: d["t_spec"][:2]), ["t_spec must be a list of at least 3 times"]),
+    (dict(t_spec=lambda d: d["t_spec"] + [1.0]), ["3 plain times but 4 speculative ones"]),
 ])
 def test_check_speedup_catches(models, measured, change, words):
     caught(exercise.check_speedup, _with(measured, change), models=models, words=["check_speedup: "] + words)
+
+
+def test_step_4_runs_on_the_real_pair_where_it_is_installed(monkeypatch):
+    monkeypatch.setattr(X4, "real_pair_installed", lambda: True)
+    assert X4.step4_models(None) == ("real", "")
+    monkeypatch.setattr(X4, "real_pair_installed", lambda: False)
+    models, note = X4.step4_models(None)
+    assert models == "default" and "not installed" in note and "loses there whatever τ" in note
+    assert X4.step4_models("tiny") == ("tiny", "")
 
 
 # ---- the page ------------------------------------------------------------------------------------------

@@ -17,20 +17,21 @@ saying what passed.
          check_trace(speculative_round, draft)     against llama-speculative-simple's recorded run
                                                    (tests/data/, the default SmolLM2 pair; trace.py)
   4. measure(ctx_tgt, ctx_dft, prompt, n_predict, n_max) -> dict
-         check_speedup(measure)                    the engine model's prediction against the timing
-                                                   (speedup.py)
+         check_speedup(measure)                    the verdict from your paired timings, the engine
+                                                   model's prediction beside it (speedup.py)
 
-`models` picks the pair (models.py): "tiny" (steps 1-3), "default" (the notebooks' SmolLM2 pair,
-step 4's), "real" (Qwen2.5-Coder 1.5B and 0.5B), or a (target, draft) tuple of Models, paths or
-registry names.
+`models` picks the pair (models.py): "tiny" (steps 1-3), "default" (the notebooks' SmolLM2 pair),
+"real" (Qwen2.5-Coder 1.5B and 0.5B: step 4's pair where installed), or a (target, draft) tuple of
+Models, paths or registry names.
 """
 from .draft import check_draft
-from .models import N_CTX, PROMPT, TINY_SEED, draft_sampler, exercise_models, exercise_pair, tiny_pair_paths
+from .models import (N_CTX, PROMPT, TINY_SEED, draft_sampler, exercise_models, exercise_pair,
+                     real_pair_installed, tiny_pair_paths)
 from .rounds import check_round
 from .speedup import check_speedup
 from .trace import check_trace, read_counts, read_trace
 from .verify import check_sample_and_accept_n
 
 __all__ = ["PROMPT", "N_CTX", "TINY_SEED", "draft_sampler", "tiny_pair_paths", "exercise_models",
-           "exercise_pair", "check_draft", "check_sample_and_accept_n", "check_round", "check_trace",
-           "check_speedup", "read_trace", "read_counts"]
+           "exercise_pair", "real_pair_installed", "check_draft", "check_sample_and_accept_n", "check_round",
+           "check_trace", "check_speedup", "read_trace", "read_counts"]

@@ -2,9 +2,9 @@
 
 "tiny" is steps 1-3's default: a random 2-layer model forged into specnb's cache on first use, with
 the default pair's tensor types, so it reuses the kernels the notebooks compiled (a check takes
-seconds). "default" is SmolLM2-135M and its Q4_0 stand-in draft, the notebooks' pair (step 4's
-default: a tiny model's decode is too short to time). "real" is Qwen2.5-Coder 1.5B and 0.5B. A
-(target, draft) tuple of Models, paths or registry names works everywhere too.
+seconds). "default" is SmolLM2-135M and its Q4_0 stand-in draft, the notebooks' pair. "real" is
+Qwen2.5-Coder 1.5B and 0.5B, step 4's pair where it is installed. A (target, draft) tuple of Models,
+paths or registry names works everywhere too.
 """
 from __future__ import annotations
 
@@ -90,6 +90,12 @@ def exercise_models(models="tiny"):
         raise ValueError(f"models={models!r}: expected 'tiny', 'default', 'real' or a (target, draft) "
                          "pair") from None
     return tuple(m if isinstance(m, Model) else load_model(os.fspath(m)) for m in (tgt, dft))
+
+
+def real_pair_installed() -> bool:
+    """Are both models of the real pair (Qwen2.5-Coder 1.5B and 0.5B) installed?"""
+    from ...model.registry import REGISTRY, check_parts
+    return all(n in REGISTRY and check_parts(REGISTRY[n]).ok for n in _registry_names("real"))
 
 
 def exercise_pair(models="tiny", n_ctx: int = N_CTX):

@@ -2,8 +2,8 @@
 seq_rm / seq_pos_max, Sampler.sample / accept / reset / get_candidates, and a clock.
 
 It uses nothing of specnb's speculation code (no DraftSimple, no sample_and_accept_n, no
-SpeculativeLoop): tests/test_exercise.py checks it with specnb.app.exercise, which compares it
-with them.
+SpeculativeLoop, no ngram_simple_draft): tests/test_exercise.py checks it with specnb.app.exercise,
+which compares it with them.
 llama.cpp's names throughout (master 34af94cd: common/speculative.cpp, common/sampling.cpp,
 examples/speculative-simple/speculative-simple.cpp).
 """
@@ -149,3 +149,17 @@ def measure(ctx_tgt, ctx_dft, prompt, n_predict, n_max, pairs=3):
     ratios = [(tp / n_predict) / (ts / len(out)) for tp, ts in zip(t_plain, t_spec)]
     return {"t_plain": t_plain, "t_spec": t_spec, "n_tokens": len(out), "n_rounds": n_rounds,
             "c": c, "bc": bc, "bd": bd, "predicted": tau / round_cost, "measured": statistics.median(ratios)}
+
+
+# ---- step 5: ngram-simple (common_ngram_simple_draft, common/ngram-map.cpp:49-112) -----------------------
+def ngram_draft(tokens, id_last, size_n, size_m):
+    """The tokens after the latest earlier occurrence of [last size_n - 1 tokens, id_last]."""
+    cur_len = len(tokens)
+    if cur_len <= size_n + size_m + 1:                    # too short a history: no lookup
+        return []
+    key = list(tokens[cur_len - size_n + 1:]) + [id_last]
+    for j in range(cur_len - size_n - 1, 0, -1):          # backwards; position 0 means "no match"
+        if list(tokens[j:j + size_n]) == key:
+            follow = list(tokens[j + size_n:j + size_n + size_m])
+            return follow if len(follow) >= size_n else []
+    return []

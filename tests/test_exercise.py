@@ -14,7 +14,7 @@ import pytest
 import exercise_solution as S
 from specnb import Batch
 from specnb.app import exercise
-from specnb.app.exercise import draft as X1, rounds as X3, speedup as X4, verify as X2
+from specnb.app.exercise import draft as X1, ngram as X5, rounds as X3, speedup as X4, verify as X2
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,23 +43,27 @@ def test_every_catalogue_entry_has_a_wrong_function():
     for catalogue, wrong in [(X1.DRAFT_MISTAKES, DRAFT_WRONG), (X2.IDS_MISTAKES, IDS_WRONG),
                              (X3.N_PAST_MISTAKES, N_PAST_WRONG), (X3.ID_LAST_MISTAKES, ID_LAST_WRONG),
                              (X3.KV_MISTAKES, KV_WRONG), (X4.MEASURED_MISTAKES, MEASURED_WRONG),
-                             (X4.PREDICTED_MISTAKES, PREDICTED_WRONG)]:
+                             (X4.PREDICTED_MISTAKES, PREDICTED_WRONG), (X5.NGRAM_MISTAKES, NGRAM_WRONG)]:
         assert len(wrong) == len(catalogue)
         assert len({literal(t) for t, _ in catalogue}) == len(catalogue)      # each one says something of its own
 
 
 # ---- the solution passes ------------------------------------------------------------------------
-def test_the_solution_passes_steps_1_to_3(models, capsys):
+def test_the_solution_passes_steps_1_to_3_and_5(models, capsys):
     exercise.check_draft(S.draft, models=models)
     exercise.check_sample_and_accept_n(S.sample_and_accept_n, models=models)
     exercise.check_round(S.speculative_round, S.draft, models=models)
+    exercise.check_ngram(S.ngram_draft, S.speculative_round, models=models)
     out = capsys.readouterr().out
-    assert out.count("passed") == 3
+    assert out.count("passed") == 4
     # the cases reach every stopping rule and every kind of round
     n = {k: int(v) for v, k in re.findall(r"(\d+) (stopped by n_max|by p_min|dropped under n_min|"
                                           r"full acceptances|stopped at a rejection|fully accepted|partly|"
-                                          r"rejected at once|empty drafts)", out)}
+                                          r"rejected at once|empty drafts)", out.split("check_ngram")[0])}
     assert len(n) == 9 and all(v > 0 for v in n.values()), out
+    rounds = re.search(r"check_ngram: .*: (\d+) fully accepted drafts, (\d+) partly, (\d+) rejected at once, "
+                       r"(\d+) empty drafts", out)
+    assert rounds and all(int(v) > 0 for v in rounds.groups()), out     # every kind of round
 
 
 def test_the_tiny_pair_has_the_default_pairs_tensor_types(models, tmp_path):
@@ -423,6 +427,49 @@ def test_step_4_runs_on_the_real_pair_where_it_is_installed(monkeypatch):
     assert X4.step4_models("tiny") == ("tiny", "")
 
 
+# ---- step 5 (optional): ngram-simple ------------------------------------------------------------------
+def test_the_ngram_cases_are_llamacpps():
+    """NGRAM_CASES' written-out drafts are specnb's port's (tested against llama.cpp), and so is the
+    rule the catalogue varies, on those and on random histories."""
+    from specnb.speculation.ngram import ngram_simple_draft
+    for toks, id_last, n, m, want, _ in X5.NGRAM_CASES:
+        assert ngram_simple_draft(toks, id_last, n, m)[0] == want == X5.ngram_rule(toks, id_last, n, m)
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        toks = [int(t) for t in rng.integers(0, 4, size=int(rng.integers(1, 40)))]
+        n, m, id_last = int(rng.integers(1, 5)), int(rng.integers(1, 9)), int(rng.integers(0, 4))
+        assert X5.ngram_rule(toks, id_last, n, m) == ngram_simple_draft(toks, id_last, n, m)[0]
+        assert S.ngram_draft(toks, id_last, n, m) == ngram_simple_draft(toks, id_last, n, m)[0]
+
+
+def _ngram(mistake):
+    def ngram_draft(tokens, id_last, size_n, size_m):
+        if len(tokens) <= size_n + size_m + 1 and mistake != "no floor":
+            return []
+        key = tokens[-size_n:] if mistake == "key without id_last" else tokens[len(tokens) - size_n + 1:] + [id_last]
+        starts = list(range(len(tokens) - size_n - 1, -1 if mistake == "from position 0" else 0, -1))
+        for j in (starts[::-1] if mistake == "earliest" else starts):
+            if tokens[j:j + size_n] == key:
+                follow = tokens[j + size_n:j + size_n + size_m]
+                return follow if len(follow) >= size_n or mistake == "keep short" else []
+        return []
+    return ngram_draft
+
+
+NGRAM_WRONG = ["earliest", "from position 0", "no floor", "keep short", "key without id_last"]
+
+
+@pytest.mark.parametrize("k", range(len(NGRAM_WRONG)), ids=NGRAM_WRONG)
+def test_check_ngram_names_each_mistake(models, k):
+    caught(exercise.check_ngram, _ngram(NGRAM_WRONG[k]), S.speculative_round, models=models,
+           words=["check_ngram: tokens=", literal(X5.NGRAM_MISTAKES[k][0])])
+
+
+def test_check_ngram_runs_your_round(models):
+    caught(exercise.check_ngram, S.ngram_draft, _round("forget id_last"), models=models,
+           words=["check_ngram: greedy, ngram-simple", "id_last's row counts too"])
+
+
 # ---- the page ------------------------------------------------------------------------------------------
 def test_the_page_names_what_exists():
     """Every code block of docs/exercise.md parses; what it imports from specnb exists; the
@@ -431,7 +478,7 @@ def test_the_page_names_what_exists():
     import inspect
     text = (ROOT / "docs" / "exercise.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) >= 5
+    assert len(blocks) >= 6
     imported, asked = {}, {}
     for block in blocks:
         for node in ast.walk(ast.parse(block)):
@@ -441,17 +488,17 @@ def test_the_page_names_what_exists():
                 asked[node.name] = [a.arg for a in node.args.args]
     names = imported.get("specnb.app.exercise", set()) | set(re.findall(r"\bexercise\.(\w+)", text))
     assert {"check_draft", "check_sample_and_accept_n", "check_round", "check_trace", "check_speedup",
-            "draft_sampler", "exercise_pair"} <= names
+            "check_ngram", "draft_sampler", "exercise_pair"} <= names
     for module, ns in [*imported.items(), ("specnb.app.exercise", names)]:
         mod = importlib.import_module(module)
         missing = sorted(n for n in ns if not hasattr(mod, n))
         assert not missing, f"docs/exercise.md names {missing}, which {module} lacks"
-    assert set(asked) == {"draft", "sample_and_accept_n", "speculative_round", "measure"}
+    assert set(asked) == {"draft", "sample_and_accept_n", "speculative_round", "measure", "ngram_draft"}
     for fn, params in asked.items():
         assert list(inspect.signature(getattr(S, fn)).parameters)[:len(params)] == params, fn
     # the calls the page shows and the checks' docstrings agree on the signatures
     for fn, check in (("draft", exercise.check_draft), ("speculative_round", exercise.check_round),
-                      ("measure", exercise.check_speedup)):
+                      ("measure", exercise.check_speedup), ("ngram_draft", exercise.check_ngram)):
         assert ", ".join(asked[fn][:4]) in " ".join(check.__doc__.split()), fn
 
 

@@ -118,10 +118,11 @@ def round_problem(r: RoundCase, out, calls: list, ctx_tgt, ctx_dft, name: str, w
 
 
 # ---- the cases, with the reference's outputs ------------------------------------------------------
-def reference_rounds(pair, prompt: list, loop_args: dict, n_rounds: int) -> list:
+def reference_rounds(pair, prompt: list, loop_args: dict, n_rounds: int, with_draft: bool = True) -> list:
     """SpeculativeLoop's first n_rounds rounds (fewer if it stops), as RoundCases."""
     from ...speculation.loop import SpeculativeLoop
-    loop = SpeculativeLoop(ctx_for(pair[0], pair), ctx_for(pair[1], pair), prompt, N_CTX, penalize_prompt=False,
+    cd = ctx_for(pair[1], pair) if with_draft else None
+    loop = SpeculativeLoop(ctx_for(pair[0], pair), cd, prompt, N_CTX, penalize_prompt=False,
                            stop_rule="c392e50", **loop_args)
     cases = []
     while len(cases) < n_rounds and not loop.slots[0].done:

@@ -6,6 +6,8 @@ import ast
 import re
 import statistics
 import string
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -470,10 +472,67 @@ def test_check_ngram_runs_your_round(models):
            words=["check_ngram: greedy, ngram-simple", "id_last's row counts too"])
 
 
+# ---- the starter --------------------------------------------------------------------------------------
+STARTER = ROOT / "specnb" / "app" / "exercise" / "starter.py"
+
+
+def test_the_starter_is_printed_and_written(tmp_path):
+    run = [sys.executable, "-m", "specnb.app.exercise", "starter"]
+    out = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0 and out.stdout == STARTER.read_text(encoding="utf-8")
+    dst = tmp_path / "mine.py"
+    assert subprocess.run(run + [str(dst)], capture_output=True, cwd=tmp_path, timeout=120).returncode == 0
+    assert dst.read_text(encoding="utf-8") == STARTER.read_text(encoding="utf-8")
+    again = subprocess.run(run + [str(dst)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert again.returncode == 1 and "not overwritten" in again.stderr
+    assert subprocess.run(run[:-1], capture_output=True, timeout=120).returncode == 2
+
+
+def test_the_starter_runs_and_says_the_next_step(tmp_path):
+    dst = tmp_path / "my_draft_simple.py"
+    dst.write_text(STARTER.read_text(encoding="utf-8"), encoding="utf-8")
+    out = subprocess.run([sys.executable, str(dst)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert 'next: step 1, write draft (docs/exercise.md, "Step 1: the draft")' in out.stdout
+
+
+def test_the_starter_asks_for_the_solutions_functions():
+    import inspect
+    tree = ast.parse(STARTER.read_text(encoding="utf-8"))
+    asked = {f.name: [a.arg for a in f.args.args] for f in tree.body if isinstance(f, ast.FunctionDef)}
+    assert set(asked) == {"draft", "sample_and_accept_n", "speculative_round", "measure", "ngram_draft"}
+    for fn, params in asked.items():
+        assert list(inspect.signature(getattr(S, fn)).parameters)[:len(params)] == params, fn
+    assert all(exercise.steps.unwritten(getattr(S, fn)) is False for fn in asked)
+
+
+def test_run_steps_stops_at_the_first_step_to_do(capsys):
+    ran = []
+
+    def todo(x):
+        """Still the starter's."""
+        raise NotImplementedError("step 2")
+
+    def check(*fns):
+        ran.append(fns)
+
+    def failing(*fns):
+        raise AssertionError("check_x: position 3: expected 7, got 8")
+    assert exercise.steps.unwritten(todo) and not exercise.steps.unwritten(check)
+    assert exercise.run_steps([(1, check, (S.draft,)), (2, check, (todo,)), (3, check, (S.draft,))]) is False
+    assert ran == [(S.draft,)] and "next: step 2, write todo" in capsys.readouterr().out
+    assert exercise.run_steps([(1, failing, (S.draft,)), (2, check, (S.draft,))]) is False
+    assert "step 1 does not pass yet:\n  check_x: position 3" in capsys.readouterr().out
+    assert exercise.run_steps([(1, check, (S.draft,)), (5, check, (todo,))]) is True
+    assert "every required step passed. Optional next: step 5" in capsys.readouterr().out
+    assert exercise.run_steps([(1, check, (S.draft,))]) is True
+    assert "every step passed" in capsys.readouterr().out
+
+
 # ---- the page ------------------------------------------------------------------------------------------
 def test_the_page_names_what_exists():
     """Every code block of docs/exercise.md parses; what it imports from specnb exists; the
-    functions it asks for are the solution's, with its parameters."""
+    functions it asks for are the solution's, with its parameters; it links the starter."""
     import importlib
     import inspect
     text = (ROOT / "docs" / "exercise.md").read_text(encoding="utf-8")
@@ -500,6 +559,8 @@ def test_the_page_names_what_exists():
     for fn, check in (("draft", exercise.check_draft), ("speculative_round", exercise.check_round),
                       ("measure", exercise.check_speedup), ("ngram_draft", exercise.check_ngram)):
         assert ", ".join(asked[fn][:4]) in " ".join(check.__doc__.split()), fn
+    assert "../specnb/app/exercise/starter.py" in text and "python -m specnb.app.exercise starter" in text
+    assert re.search(r"minutes", text) and "rubric" in text.lower()
 
 
 def test_no_grader_is_over_80_lines():

@@ -90,6 +90,8 @@ def test_wheel_ships_kernels_without_warnings(tmp_path):
     (wheel,) = tmp_path.glob("specnb-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {f"specnb/kernels/{p.name}" for p in (ROOT / "kernels").glob("*.py")} <= set(names)
+    assert {f"specnb/app/exercise/{p.name}" for p in (ROOT / "specnb" / "app" / "exercise").glob("*.py")} \
+        <= set(names)                                         # a package inside a folder: listed too
     assert any(n.endswith("licenses/LICENSE") for n in names)
     # the wheel, installed: specnb.kernels is a plain subpackage, and `kernels` is not a name
     site = tmp_path / "site"

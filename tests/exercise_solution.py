@@ -2,8 +2,8 @@
 seq_rm / seq_pos_max, Sampler.sample / accept / reset / get_candidates, and a clock.
 
 It uses nothing of specnb's speculation code (no DraftSimple, no sample_and_accept_n, no
-SpeculativeLoop): tests/test_exercise.py checks it with specnb.app.exercise, which compares it
-with them.
+SpeculativeLoop, no ngram_simple_draft): tests/test_exercise.py checks it with specnb.app.exercise,
+which compares it with them.
 llama.cpp's names throughout (master 34af94cd: common/speculative.cpp, common/sampling.cpp,
 examples/speculative-simple/speculative-simple.cpp).
 """
@@ -128,14 +128,16 @@ def speculative(ctx_tgt, ctx_dft, prompt, n_predict, n_max):
     return out, rounds, time.perf_counter() - t0
 
 
-def measure(ctx_tgt, ctx_dft, prompt, n_predict, n_max, repeats=2):
-    """c, bc, bd, the measured speed-up and the engine model's prediction."""
+def measure(ctx_tgt, ctx_dft, prompt, n_predict, n_max, pairs=3):
+    """Paired timings (plain, then speculative, in turn), c, bc, bd, the measured speed-up and the
+    engine model's prediction."""
     plain(ctx_tgt, prompt, 2)                             # warm-up: the first decodes compile
     speculative(ctx_tgt, ctx_dft, prompt, 2, n_max)
-    t_plain = min(plain(ctx_tgt, prompt, n_predict)[1] for _ in range(repeats))
-    runs = [speculative(ctx_tgt, ctx_dft, prompt, n_predict, n_max) for _ in range(repeats)]
-    out, n_rounds, _ = runs[0]
-    t_spec = min(r[2] for r in runs)
+    t_plain, t_spec = [], []
+    for _ in range(pairs):                                # in turn: a slow spell falls on both sides
+        t_plain.append(plain(ctx_tgt, prompt, n_predict)[1])
+        out, n_rounds, t = speculative(ctx_tgt, ctx_dft, prompt, n_predict, n_max)
+        t_spec.append(t)
     t_t = {k: step_time(ctx_tgt, prompt, k) for k in range(1, n_max + 2)}
     t_d = {k: step_time(ctx_dft, prompt, k) for k in range(1, n_max + 2)}
     c = t_d[1] / t_t[1]
@@ -144,6 +146,20 @@ def measure(ctx_tgt, ctx_dft, prompt, n_predict, n_max, repeats=2):
     g = n_max
     tau = len(out) / n_rounds                             # tokens per round (per target call)
     round_cost = g * c + bc[g + 1] + c * bd[g + 1]        # in one-row target steps
+    ratios = [(tp / n_predict) / (ts / len(out)) for tp, ts in zip(t_plain, t_spec)]
     return {"t_plain": t_plain, "t_spec": t_spec, "n_tokens": len(out), "n_rounds": n_rounds,
-            "c": c, "bc": bc, "bd": bd, "predicted": tau / round_cost,
-            "measured": (t_plain / n_predict) / (t_spec / len(out))}
+            "c": c, "bc": bc, "bd": bd, "predicted": tau / round_cost, "measured": statistics.median(ratios)}
+
+
+# ---- step 5: ngram-simple (common_ngram_simple_draft, common/ngram-map.cpp:49-112) -----------------------
+def ngram_draft(tokens, id_last, size_n, size_m):
+    """The tokens after the latest earlier occurrence of [last size_n - 1 tokens, id_last]."""
+    cur_len = len(tokens)
+    if cur_len <= size_n + size_m + 1:                    # too short a history: no lookup
+        return []
+    key = list(tokens[cur_len - size_n + 1:]) + [id_last]
+    for j in range(cur_len - size_n - 1, 0, -1):          # backwards; position 0 means "no match"
+        if list(tokens[j:j + size_n]) == key:
+            follow = list(tokens[j + size_n:j + size_n + size_m])
+            return follow if len(follow) >= size_n else []
+    return []

@@ -26,7 +26,8 @@ def test_kernels_are_specnb_kernels():
     assert project["package-dir"]["specnb.kernels"] == "kernels"
     assert sorted(project["packages"]) == sorted(
         ["specnb", "specnb.kernels"]
-        + [f"specnb.{p.parent.name}" for p in ROOT.joinpath("specnb").glob("*/__init__.py")])
+        + [".".join(("specnb", *p.parent.relative_to(ROOT / "specnb").parts))
+           for p in ROOT.joinpath("specnb").glob("*/**/__init__.py")])
 
 
 def test_the_installed_package_leaks_no_top_level_names(tmp_path):
@@ -89,6 +90,8 @@ def test_wheel_ships_kernels_without_warnings(tmp_path):
     (wheel,) = tmp_path.glob("specnb-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {f"specnb/kernels/{p.name}" for p in (ROOT / "kernels").glob("*.py")} <= set(names)
+    assert {f"specnb/app/exercise/{p.name}" for p in (ROOT / "specnb" / "app" / "exercise").glob("*.py")} \
+        <= set(names)                                         # a package inside a folder: listed too
     assert any(n.endswith("licenses/LICENSE") for n in names)
     # the wheel, installed: specnb.kernels is a plain subpackage, and `kernels` is not a name
     site = tmp_path / "site"

@@ -168,14 +168,13 @@ def reference_counts(ct, cd, prompt: list, n_predict: int, n_max: int):
     return len(sl.generated), loop.n_rounds, sl.stop_reason == "eog"
 
 
-def _pair_costs(ctx_tgt, ctx_dft, prompt: list, k_max: int) -> dict:
-    """c, bc(k) and bd(k) for k = 1..k_max on this machine: k-row batches after the prompt, the
-    median of five timed repeats each."""
-    # costs record: replace with specnb.measure.costs once it lands
-    from ...measure.bench import batch_costs
-    sizes = tuple(range(1, k_max + 1))
-    bt, bdt = batch_costs(ctx_tgt, prompt, sizes=sizes, reps=5), batch_costs(ctx_dft, prompt, sizes=sizes, reps=5)
-    return {"c": bdt[1] / bt[1], "bc": {k: bt[k] / bt[1] for k in sizes}, "bd": {k: bdt[k] / bdt[1] for k in sizes}}
+def _pair_costs(ctx_tgt, ctx_dft) -> dict:
+    """c, bc(k) and bd(k) from this machine's costs record for the pair (specnb.measure.costs:
+    measured once, with their spread, and read by the notebooks and the demo too)."""
+    from ...measure.costs import machine_costs
+    from ...run.pair import Pair
+    rec = machine_costs(Pair(ctx_tgt.model, ctx_dft.model, ctx_tgt, ctx_dft))
+    return {"c": rec.c.estimate, "bc": rec.bc_table("target"), "bd": rec.bc_table("draft"), "record": rec}
 
 
 def speedup_report(m: Measurement, here: dict, stand_in: bool, tiny: bool) -> list:
@@ -194,8 +193,9 @@ def speedup_report(m: Measurement, here: dict, stand_in: bool, tiny: bool) -> li
     lines.append(f"  break-even at this τ: c < {c_even:.2f} (your c is {m.c:.2f})" if c_even > 0 else
                  f"  break-even at this τ: none; the {g + 1}-row target batch alone costs {m.bc[g + 1]:.2f} "
                  f"one-row steps, more than the {m.tau:.2f} tokens a round yields")
-    lines.append(f"  a quick measurement here: c = {here['c']:.2f} (yours {m.c:.2f}), bc({g + 1}) = "
-                 f"{here['bc'][g + 1]:.2f} (yours {m.bc[g + 1]:.2f})")
+    rec = here.get("record")
+    lines.append(f"  this machine's costs record{f' {rec.id} ({rec.date[:16]})' if rec else ''}: c = {here['c']:.2f} "
+                 f"(yours {m.c:.2f}), bc({g + 1}) = {here['bc'][g + 1]:.2f} (yours {m.bc[g + 1]:.2f})")
     if speedup_verdict(iv) not in ("wins", "loses"):
         lines.append("  note: the interval holds 1, so this measurement does not decide: take more pairs (from "
                      "5 the interval is a bootstrap one) or a longer run")
@@ -235,7 +235,7 @@ def check_speedup(my_measure, models=None, n_predict: int = 48, n_max: int = 3) 
     Checked: the counts against speculative-simple's, both speed-ups against their definitions from
     your own numbers (a formula that leaves a cost out is named). Reported: the verdict from the
     interval of your paired speed-ups, the model's prediction beside it, what decides the outcome
-    and your c and bc against a quick measurement here. models=None runs on the real pair where it
+    and your c and bc against this machine's costs record. models=None runs on the real pair where it
     is installed (a code completion) and on the stand-in SmolLM2 pair otherwise, saying so."""
     from ...run.pair import warm_up
     name = "check_speedup"
@@ -272,6 +272,6 @@ def check_speedup(my_measure, models=None, n_predict: int = 48, n_max: int = 3) 
                              f"numbers (τ = {m.tau:.3f} tokens per round, γ = {g}, c = {m.c:.3f}, bc({g + 1}) = "
                              f"{m.bc[g + 1]:.3f}, bd({g + 1}) = {m.bd[g + 1]:.3f}) is {want:.4f}"
                              + (f"; yours is {hit}" if hit else ""))
-    here = _pair_costs(ct, cd, prompt, n_max + 1)
+    here = _pair_costs(ct, cd)
     lines = speedup_report(m, here, stand_in=models == "default", tiny=models not in ("default", "real"))
     print(f"{name}: " + "\n".join(lines))

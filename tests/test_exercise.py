@@ -335,7 +335,7 @@ def test_check_speedup_runs_the_solution(models, capsys):
     exercise.check_speedup(S.measure, models=models, n_predict=16, n_max=2)
     out = capsys.readouterr().out
     assert "check_speedup: speculation against plain decoding, by your 3 pairs: " in out
-    assert "one-row target steps" in out and "break-even" in out and "quick measurement" in out
+    assert "one-row target steps" in out and "break-even" in out and "costs record" in out
 
 
 @pytest.mark.parametrize("ratios,predicted,word", [

@@ -115,6 +115,7 @@ def test_the_stamp_lists_the_modules_the_notebook_loaded(tiny):
     assert {"specnb", "specnb.errors", "specnb.cache"} <= set(st["modules"])
     assert "specnb.app.cli" not in st["modules"] and not [m for m in st["modules"] if m.startswith("specnb.kernels")]
     assert st["code_hash"] == executor.code_hash(st["modules"]) and executor.stale([tiny]) == []
+    assert st["kernel_hash"] == executor.code_hash([]) and st["costs"] == []      # no kernels, no costs read
     nb = nbformat.read(str(tiny), as_version=4)
     assert [c.cell_type for c in nb.cells] == ["markdown", "code", "code"]
     assert [c.get("execution_count") for c in nb.cells[1:]] == [1, 2]
@@ -136,6 +137,38 @@ def test_a_change_to_a_loaded_module_makes_the_notebook_stale(tiny, monkeypatch)
     edited(monkeypatch, {"specnb.cache": "\n_changed = 1\n"})
     [(p, why)] = executor.stale([tiny])
     assert p == tiny and f"executed with code {executor.stamp(tiny)['code_hash']}" in why
+
+
+def test_a_kernel_only_change_makes_the_notebook_drifted_not_stale(tiny, tmp_path, monkeypatch, capsys):
+    """A change to the kernels alone keeps every token (the lossless tests prove it) and moves only
+    timings: the notebook is drifted, a warning, and --check passes; a change beside it is stale."""
+    st = executor.stamp(tiny)
+    mods = sorted(st["modules"] + ["specnb.kernels.qtypes"])
+    stamped = dict(st, modules=mods, code_hash=executor.code_hash([m for m in mods if not executor.is_kernel(m)]),
+                   kernel_hash=executor.code_hash(["specnb.kernels.qtypes"]))
+    p = copy_of(tiny, tmp_path, **stamped)
+    assert executor.stale([p]) == [] and executor.drifted([p]) == []
+    edited(monkeypatch, {"specnb.kernels.qtypes": "\n_changed = 1\n"})
+    assert executor.stale([p]) == []
+    [(q, why)] = executor.drifted([p])
+    assert q == p and "its tokens are the same" in why
+    monkeypatch.setattr(executor, "NOTEBOOK_DIR", tmp_path)
+    assert executor.main(["--check"]) == 0
+    out = capsys.readouterr()
+    assert out.out == "" and "drifted (a warning)" in out.err
+    edited(monkeypatch, {"specnb.kernels.qtypes": "\n_changed = 1\n", "specnb.cache": "\n_changed = 1\n"})
+    assert [q for q, _ in executor.stale([p])] == [p] and executor.main(["--check"]) == 1
+
+
+def test_a_stamp_of_one_hash_over_kernels_and_all_is_still_read(tiny, tmp_path, monkeypatch):
+    """Notebooks stamped before the kernels were hashed apart: one hash over every module."""
+    st = executor.stamp(tiny)
+    mods = sorted(st["modules"] + ["specnb.kernels.qtypes"])
+    old = {k: v for k, v in st.items() if k not in ("kernel_hash", "costs")}
+    p = copy_of(tiny, tmp_path, **dict(old, modules=mods, code_hash=executor.code_hash(mods)))
+    assert executor.stale([p]) == []
+    edited(monkeypatch, {"specnb.kernels.qtypes": "\n_changed = 1\n"})
+    assert [q for q, _ in executor.stale([p])] == [p]
 
 
 def test_a_notebook_that_loaded_a_module_gone_since_is_stale(tiny, tmp_path):

@@ -12,7 +12,12 @@ kernels/ folder) that its process imported, so they are in the list.
 `stale()` recomputes each notebook's hash over its own list of modules and reports the notebook
 when the hash differs, when a module of the list no longer exists (renamed or deleted), or when
 the notebook has no such stamp (never executed, or stamped by the old rule with one hash of the
-whole library); a test turns that into a failure. A module's code is its syntax tree without
+whole library); a test turns that into a failure. The kernels (`specnb.kernels.*`) are hashed
+apart (`kernel_hash`): a change to them alone leaves every token bit-identical (the lossless and
+batch-invariance tests prove it) and moves only printed timings, so it makes a notebook
+`drifted()`, a warning, not stale; the notebooks are re-executed once per change of substance,
+not after every kernel commit. The costs records the notebook read (measure/costs.py) are
+stamped too (`costs`), so two notebooks can be seen to quote the same record. A module's code is its syntax tree without
 docstrings, so comments, docstrings and formatting can change without making a notebook stale,
 and a change to what a module does makes stale exactly the notebooks that loaded it: a change to
 app/, measure/ or view/ re-executes only the notebooks that use them. The hash reads module
@@ -20,7 +25,7 @@ names, never paths, so it is the same in any checkout.
 
     python -m specnb.app.notebooks              # execute every notebook in notebooks/, in order
     python -m specnb.app.notebooks 03 05        # only those (by number or file name)
-    python -m specnb.app.notebooks --check      # list the stale ones (exit 1 if any)
+    python -m specnb.app.notebooks --check      # list the stale ones (exit 1 if any) and the drifted
     python -m specnb.app.notebooks --times      # rewrite docs/teaching.md's table of recorded times
 
 Executing also rewrites that table, so the guide's times are always the recorded ones.
@@ -48,10 +53,14 @@ CELL_TIMEOUT_S = 900
 TEACHING_GUIDE = ROOT / "docs" / "teaching.md"
 TIMES_BEGIN = "<!-- recorded times: written by python -m specnb.app.notebooks -->"
 TIMES_END = "<!-- end of recorded times -->"
-# run in the notebook's kernel after its last cell: the specnb modules loaded, with their files
+# run in the notebook's kernel after its last cell: the specnb modules loaded, with their files, and
+# the ids of the costs records it read
 PROBE = ("import json as _specnb_json, sys as _specnb_sys\n"
-         "print(_specnb_json.dumps(sorted([n, getattr(m, '__file__', None)] for n, m in\n"
-         "      list(_specnb_sys.modules.items()) if n == 'specnb' or n.startswith('specnb.'))))\n")
+         "_specnb_costs = _specnb_sys.modules.get('specnb.measure.costs')\n"
+         "print(_specnb_json.dumps({'modules': sorted([n, getattr(m, '__file__', None)] for n, m in\n"
+         "      list(_specnb_sys.modules.items()) if n == 'specnb' or n.startswith('specnb.')),\n"
+         "      'costs': list(getattr(_specnb_costs, 'READ_IDS', []))}))\n")
+KERNELS = "specnb.kernels"
 
 
 def _strip_docstrings(tree: ast.AST) -> ast.AST:
@@ -92,6 +101,10 @@ def module_code(name: str) -> str | None:
     return None if f is None else code_form(f.read_text(encoding="utf-8"), name)
 
 
+def is_kernel(name: str) -> bool:
+    return name == KERNELS or name.startswith(KERNELS + ".")
+
+
 def code_hash(modules, code=module_code) -> str:
     """sha256 (first 16 hex digits) of the named modules' code forms, by name (never by path).
     `code(name)` gives a module's code form; a module without one is an error."""
@@ -126,9 +139,14 @@ def stamp(path: Path) -> dict:
     return dict(nbformat.read(str(path), as_version=4).metadata.get("specnb", {}))
 
 
-def stale(paths=None) -> list[tuple[Path, str]]:
-    """(notebook, reason) for each notebook whose outputs were not made by today's code of the
-    modules it loaded."""
+def _hashes(mods, code) -> tuple:
+    # (the hash of the modules but the kernels, the kernels' hash)
+    return (code_hash([m for m in mods if not is_kernel(m)], code),
+            code_hash([m for m in mods if is_kernel(m)], code))
+
+
+def _check(paths) -> tuple[list, list]:
+    # (stale, drifted): (notebook, reason) each
     forms: dict[str, str | None] = {}
 
     def code(name):                      # each module read once for all the notebooks
@@ -136,24 +154,44 @@ def stale(paths=None) -> list[tuple[Path, str]]:
             forms[name] = module_code(name)
         return forms[name]
 
-    out = []
+    bad, drift = [], []
     for p in notebooks() if paths is None else paths:
         st = stamp(p)
         mods, got = st.get("modules"), st.get("code_hash")
         if not isinstance(mods, list) or got is None:
-            out.append((p, "never executed by specnb.app.notebooks" if not st else
+            bad.append((p, "never executed by specnb.app.notebooks" if not st else
                         "stamped with one hash of the whole library (the old rule), not with the modules it loaded"
                         if "library_hash" in st else "its stamp records no modules and no hash of their code"))
             continue
         gone = [m for m in mods if code(m) is None]
         if gone:
-            out.append((p, f"it loaded modules that no longer exist: {', '.join(gone)}"))
+            bad.append((p, f"it loaded modules that no longer exist: {', '.join(gone)}"))
             continue
-        want = code_hash(mods, code)
+        if "kernel_hash" not in st:          # a stamp of one hash over every module, kernels included
+            want = code_hash(mods, code)
+            if got != want:
+                bad.append((p, f"executed with code {got} of the {len(mods)} modules it loaded, "
+                               f"their code is now {want}"))
+            continue
+        want, kernels = _hashes(mods, code)
         if got != want:
-            out.append((p, f"executed with code {got} of the {len(mods)} modules it loaded, "
+            bad.append((p, f"executed with code {got} of the {len(mods)} modules it loaded, "
                            f"their code is now {want}"))
-    return out
+        elif st["kernel_hash"] != kernels:
+            drift.append((p, f"executed with kernels {st['kernel_hash']}, now {kernels}: its tokens are the same, "
+                             f"its printed timings may have moved"))
+    return bad, drift
+
+
+def stale(paths=None) -> list[tuple[Path, str]]:
+    """(notebook, reason) for each notebook whose outputs were not made by today's code of the
+    modules it loaded (the kernels apart: see drifted)."""
+    return _check(paths)[0]
+
+
+def drifted(paths=None) -> list[tuple[Path, str]]:
+    """(notebook, reason) for each notebook, not stale, executed with other kernels than today's."""
+    return _check(paths)[1]
 
 
 def cpu_model() -> str:
@@ -170,11 +208,11 @@ def cpu_model() -> str:
     return f"{name} (family {fam} model {mod})" if fam and mod else name
 
 
-def loaded_modules(client) -> list[str]:
-    """The specnb modules loaded in `client`'s kernel (a started nbclient.NotebookClient), found
-    by running PROBE there as one more cell, taken out of the notebook again before anything is
-    saved. Each must be this copy's file of that name: a kernel that ran another copy of specnb
-    stamps nothing."""
+def loaded_modules(client) -> tuple[list[str], list[str]]:
+    """The specnb modules loaded in `client`'s kernel (a started nbclient.NotebookClient), and the
+    costs records it read, found by running PROBE there as one more cell, taken out of the notebook
+    again before anything is saved. Each module must be this copy's file of that name: a kernel
+    that ran another copy of specnb stamps nothing."""
     import nbformat
     probe = nbformat.v4.new_code_cell(PROBE)
     cells = client.nb.cells
@@ -184,8 +222,9 @@ def loaded_modules(client) -> list[str]:
     finally:
         cells[:] = [c for c in cells if c is not probe]
     text = "".join(o.get("text", "") for o in probe.outputs if o.get("output_type") == "stream")
+    got = json.loads(text)
     out = []
-    for name, file in json.loads(text):
+    for name, file in got["modules"]:
         if file is None:                 # a namespace or built-in module: no code of its own
             continue
         mine = module_file(name)
@@ -193,7 +232,7 @@ def loaded_modules(client) -> list[str]:
             raise RuntimeError(f"specnb.app.notebooks: the kernel loaded {name} from {file}, "
                                f"not from this copy of specnb ({mine or PKG})")
         out.append(name)
-    return sorted(out)
+    return sorted(out), list(got["costs"])
 
 
 def execute(path: Path, timeout: int = CELL_TIMEOUT_S) -> float:
@@ -208,8 +247,9 @@ def execute(path: Path, timeout: int = CELL_TIMEOUT_S) -> float:
     with client.setup_kernel():          # the kernel outlives execute() for the probe, then stops
         client.execute(cleanup_kc=False)
         dt = time.perf_counter() - t0
-        modules = loaded_modules(client)
-    nb.metadata["specnb"] = {"modules": modules, "code_hash": code_hash(modules),
+        modules, costs = loaded_modules(client)
+    substance, kernels = _hashes(modules, module_code)
+    nb.metadata["specnb"] = {"modules": modules, "code_hash": substance, "kernel_hash": kernels, "costs": costs,
                              "executed_s": round(dt, 1), "python": platform.python_version(),
                              "machine": f"{cpu_model()}, {os.cpu_count()} CPUs"}
     nb.metadata.pop("widgets", None)     # live views are re-made by running, not restored
@@ -265,9 +305,11 @@ def main(argv=None) -> int:
         return 0 if write_times() else 1
     paths = notebooks(a.names)
     if a.check:
-        bad = stale(paths)
+        bad, drift = _check(paths)
         for p, why in bad:
             print(f"{p.name}: {why}")
+        for p, why in drift:
+            print(f"{p.name}: drifted (a warning): {why}", file=sys.stderr)
         return 1 if bad else 0
     missing = [] if a.without_pictures else missing_picture_tools()
     if missing:

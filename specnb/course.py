@@ -67,8 +67,8 @@ _API = {
     # the live view's pieces
     "kv_states": "view", "visible": "view", "MARK": "view",
 }
-# modules a learner uses as a namespace (cost.speedup(alpha, gamma, c), ...)
-_MODULES = {"cost": "measure.cost"}
+# modules a learner uses as a namespace (cost.speedup(alpha, gamma, c), answers.after_round(...))
+_MODULES = {"cost": "measure.cost", "answers": "app.answers"}
 
 if TYPE_CHECKING:       # for editors and type checkers: the same names, imported statically
     from .app.demo import CODE_PROMPTS
@@ -84,6 +84,7 @@ if TYPE_CHECKING:       # for editors and type checkers: the same names, importe
     from .figures.time_per_token import fig_time_per_token
     from .gguf.file import GGUFFile
     from .gguf.forge import MUTATIONS, mutate_vocab, rewrite, truncate_layers
+    from .app import answers
     from .measure import cost
     from .measure.bench import batch_costs, decode_bytes
     from .measure.costs import format_costs, machine_costs, open_costs

@@ -1,4 +1,4 @@
-"""specnb.app.answers (the course door's `answers`): the exercises' answers against what the engine and the closed forms do."""
+"""specnb.app.answers (the course door's `answers`): each answer against what the engine does."""
 import pytest
 
 from specnb.app import answers

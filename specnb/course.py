@@ -41,7 +41,7 @@ _API = {
     "measure_cost_ratio": "measure.experiments", "sweep_draft_max": "measure.experiments",
     "decode_bytes": "measure.bench", "measure_verify_cost": "measure.verify_cost",
     "verify_verdict": "measure.verify_cost", "flat_but_slow": "measure.verify_cost",
-    "row_price": "measure.verify_cost",
+    "row_price": "measure.verify_cost", "verify_cost_from": "measure.verify_cost",
     # the machine's costs, measured once; verdicts from intervals; runs taken in turn
     "machine_costs": "measure.costs", "open_costs": "measure.costs", "format_costs": "measure.costs",
     "interval": "measure.verdict", "said": "measure.verdict", "speedup_verdict": "measure.verdict",
@@ -93,7 +93,7 @@ if TYPE_CHECKING:       # for editors and type checkers: the same names, importe
     from .measure.stats import event_stats, examined_counts, run_stats
     from .measure.turns import chat_ids, compare, take_turns
     from .measure.verdict import interval, said, speedup_verdict
-    from .measure.verify_cost import flat_but_slow, measure_verify_cost, row_price, verify_verdict
+    from .measure.verify_cost import flat_but_slow, measure_verify_cost, row_price, verify_cost_from, verify_verdict
     from .measure.waterfall import waterfall
     from .model import Model
     from .model.registry import (REAL_DRAFT, REAL_TARGET, default_draft_path, default_target_path,

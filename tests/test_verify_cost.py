@@ -12,10 +12,11 @@ from specnb.measure.verify_cost import (EXTRA_ROW_CHEAP, EXTRA_ROW_FREE, VerifyC
                                         measure_verify_cost, row_price, verify_verdict)
 
 
-def _vc(seconds, gmacs_s=None, gb_s=10.0, per_rep=None, activations="q8"):
+def _vc(seconds, gmacs_s=None, gb_s=10.0, per_rep=None, activations="q8", spread=0.0):
     bc = {k: t / seconds[1] for k, t in seconds.items()}
+    x = statistics.median((bc[k] - 1) / (k - 1) for k in bc if k > 1)
     return VerifyCost(label="m", activations=activations, sizes=tuple(seconds), seconds=seconds, bc=bc,
-                      bc_range=per_rep or {k: (v, v) for k, v in bc.items()}, extra_row_range=(0.0, 1.0),
+                      bc_range=per_rep or {k: (v, v) for k, v in bc.items()}, extra_row_range=(x - spread, x + spread),
                       weight_bytes=int(0.5e9), gb_s=gb_s, macs_per_row=int(1e9), gmacs_s=gmacs_s)
 
 
@@ -40,6 +41,32 @@ def test_one_criterion_names_the_price():
     assert "about 3.40 one-row steps (bc(5) measured 3.40)" in text
     slow = verify_verdict(_vc({1: 0.400, 2: 0.410}, gb_s=10.0))
     assert "12%" in slow and "steps." in slow and "not what sets its time" in slow and "**nearly free**" in slow
+
+
+def test_a_spread_across_a_threshold_gets_no_word_of_its_own():
+    v = _vc({1: 1.0, 2: 1.25}, spread=0.05)                 # 0.20-0.30 straddles "cheap" at 0.25
+    assert row_price(v) == "between cheap and not cheap"
+    assert "**between cheap and not cheap**" in verify_verdict(v)
+    q8, f32 = _vc({1: 0.05, 2: 0.0625}, spread=0.05), _vc({1: 0.2, 2: 0.24}, activations="f32", spread=0.05)
+    assert "as flat as the q8 one within their spreads" in flat_but_slow(q8, f32)   # 0.15-0.25 against 0.20-0.30
+
+
+def test_a_curve_from_the_costs_record(tiny_path, monkeypatch, tmp_path):
+    from specnb.measure import costs
+    from specnb.run.pair import open_pair
+    monkeypatch.setenv("SPECNB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(costs, "RECORD", None)
+    monkeypatch.setattr(costs, "BANDWIDTH_GIB", 0.02)
+    monkeypatch.setattr(costs, "BUSY", 1.0)
+    p = open_pair(tiny_path("Q4_1"), tiny_path("Q4_0"), n_ctx=96)
+    rec = costs.machine_costs(p, reps=2)
+    v = verify_cost.verify_cost_from(rec)
+    assert v.bc == rec.bc_table() and v.bc_range[9] == (rec.bc_target[9].low, rec.bc_target[9].high)
+    assert v.extra_row_range == (rec.extra_row_target.low, rec.extra_row_target.high)
+    assert v.gb_s == rec.bandwidth_gb_s.estimate and v.weight_bytes == bench.decode_bytes(p.target)
+    assert v.seconds[1] == pytest.approx(rec.target_step_ms.estimate / 1e3)
+    d = verify_cost.verify_cost_from(rec, "draft")
+    assert d.bc == rec.bc_table("draft") and d.weight_bytes == bench.decode_bytes(p.draft)
 
 
 def test_flat_but_slow_counts_the_rows_in_time():

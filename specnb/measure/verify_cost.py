@@ -10,8 +10,10 @@ bc(k), a k-row target call over a one-row call, mixes two things a learner shoul
   it can cost (the roofline's compute ceiling, Williams et al. 2009).
 
 `measure_verify_cost()` measures both with their spread (min-max over the repetitions, each of
-which times every batch size in turn), and `verify_verdict()` is the one criterion the course
-and `bench` judge them by. Notebook 00 and notebook 06 call these; neither has its own rule.
+which times every batch size in turn); `verify_cost_from()` reads them from the machine's costs record
+(measure/costs.py), as the notebooks do, so every notebook quotes the same curve; `verify_verdict()`
+is the one criterion the course and `bench` judge them by, said only where the whole spread lies
+on one side of a threshold (measure/verdict.py), "between cheap and not cheap" otherwise.
 """
 from __future__ import annotations
 
@@ -19,13 +21,12 @@ import statistics
 from dataclasses import dataclass
 
 from .bench import batch_cost_samples, decode_bytes, extra_row_costs, ideal_row_cost, macs_per_row
+from .verdict import MEMORY_BOUND_SHARE, ROW_PRICE_BANDS, Interval
+from .verdict import row_price as _row_price
 
 # an extra row is "nearly free" at or below EXTRA_ROW_FREE of a one-row step, "cheap" at or below
 # EXTRA_ROW_CHEAP (the speculation goal on AVX2 CPUs: docs/benchmarks.md), and has a price above
-EXTRA_ROW_FREE = 0.10
-EXTRA_ROW_CHEAP = 0.25
-# a one-row step at or above this share of the streaming bandwidth is spent mostly reading weights
-MEMORY_BOUND_SHARE = 0.5
+(EXTRA_ROW_FREE, _), (EXTRA_ROW_CHEAP, _) = ROW_PRICE_BANDS
 VERIFY_SIZES = (1, 2, 3, 5, 9)
 
 
@@ -73,6 +74,31 @@ class VerifyCost:
         """extra_row over ideal_extra_row: how far the rows are from the compute limit."""
         return self.extra_row / self.ideal_extra_row if self.ideal_extra_row else None
 
+    @property
+    def extra_row_interval(self) -> Interval:
+        lo, hi = self.extra_row_range
+        return Interval(self.extra_row, min(lo, self.extra_row), max(hi, self.extra_row), 2, "min-max")
+
+
+def verify_cost_from(costs, model: str = "target", label: str | None = None) -> VerifyCost:
+    """The verification curve of a costs record's target (or "draft"), as measure_verify_cost gives
+    it: bc(k) and its spread for k = 1..17, the one-row step, the bandwidth and the int8 limit the
+    record measured beside them."""
+    from ..model import load_model
+    from ..model.registry import resolve
+    bc = costs.bc_target if model == "target" else costs.bc_draft
+    step = (costs.target_step_ms if model == "target" else costs.draft_step_ms).estimate / 1e3
+    m = load_model(resolve(costs.target if model == "target" else costs.draft))
+    er = costs.extra_row_target if model == "target" else costs.extra_row_draft
+    return VerifyCost(label=label or (costs.target if model == "target" else costs.draft),
+                      activations=costs.activations, sizes=tuple(sorted(bc)),
+                      seconds={k: iv.estimate * step for k, iv in bc.items()},
+                      bc={k: iv.estimate for k, iv in bc.items()},
+                      bc_range={k: (iv.low, iv.high) for k, iv in bc.items()},
+                      extra_row_range=(er.low, er.high), weight_bytes=int(decode_bytes(m)),
+                      gb_s=costs.bandwidth_gb_s.estimate, macs_per_row=int(macs_per_row(m)),
+                      gmacs_s=costs.int8_gmacs_s.estimate if costs.int8_gmacs_s else None)
+
 
 def measure_verify_cost(ctx, prefix: list, sizes=VERIFY_SIZES, reps: int = 3, gb_s: float | None = None,
                         int8_limit: float | bool | None = True, label: str | None = None) -> VerifyCost:
@@ -105,9 +131,9 @@ def measure_verify_cost(ctx, prefix: list, sizes=VERIFY_SIZES, reps: int = 3, gb
 
 
 def row_price(v: VerifyCost) -> str:
-    """The one criterion's word for an extra row: "nearly free", "cheap" or "not cheap"."""
-    x = v.extra_row
-    return "nearly free" if x <= EXTRA_ROW_FREE else "cheap" if x <= EXTRA_ROW_CHEAP else "not cheap"
+    """The one criterion's word for an extra row, from its spread over the repetitions: "nearly
+    free", "cheap", "not cheap", or the two it lies between (measure/verdict.row_price)."""
+    return _row_price(v.extra_row_interval)
 
 
 def verify_verdict(v: VerifyCost, gamma: int = 4) -> str:
@@ -129,8 +155,9 @@ def verify_verdict(v: VerifyCost, gamma: int = 4) -> str:
     if v.ideal_extra_row:
         s += (f", {v.x_limit:.1f}x the {v.ideal_extra_row:.2f} its multiply-adds would take at this machine's "
               f"int8 compute limit")
-    s += (f". By the course's criterion (nearly free up to {EXTRA_ROW_FREE:.2f}, cheap up to {EXTRA_ROW_CHEAP:.2f}) "
-          f"an extra row is **{row_price(v)}** here: verifying a {gamma}-token draft costs about "
+    s += (f". By the course's criterion (nearly free up to {EXTRA_ROW_FREE:.2f}, cheap up to {EXTRA_ROW_CHEAP:.2f}, "
+          f"judged on the whole spread) an extra row is **{row_price(v)}** here: verifying a {gamma}-token draft "
+          f"costs about "
           f"{1 + gamma * v.extra_row:.2f} one-row steps"
           + (f" (bc({gamma + 1}) measured {v.bc[gamma + 1]:.2f})" if gamma + 1 in v.bc else "") + ".")
     return s
@@ -138,10 +165,13 @@ def verify_verdict(v: VerifyCost, gamma: int = 4) -> str:
 
 def flat_but_slow(q8: VerifyCost, f32: VerifyCost) -> str:
     """Why the f32 curve is the flatter one and still the slower engine, from two measured curves
-    of one model."""
-    flatter = f32.extra_row < q8.extra_row
-    return (f"In `f32` a row beyond the first costs {f32.extra_row:.2f} of its one-row step, in `q8` "
-            f"{q8.extra_row:.2f}: the f32 curve is " + ("the flatter one" if flatter else "not the flatter one here")
+    of one model; "flatter" only where their spreads do not overlap."""
+    a, b = f32.extra_row_interval, q8.extra_row_interval
+    flatter = a.high < b.low
+    state = ("the flatter one" if flatter else "not the flatter one here" if a.low > b.high else
+             "as flat as the q8 one within their spreads")
+    return (f"In `f32` a row beyond the first costs {f32.extra_row:.2f} ({a.low:.2f}-{a.high:.2f}) of its one-row "
+            f"step, in `q8` {q8.extra_row:.2f} ({b.low:.2f}-{b.high:.2f}): the f32 curve is " + state
             + f", but its one-row step takes {1e3 * f32.one_row_s:.1f} ms against {1e3 * q8.one_row_s:.1f} ms. "
             + ("In f32 every weight is unpacked to float before it is multiplied, work done once per weight and shared "
                "by all the rows of a batch; it outweighs the per-row arithmetic, so the rows look cheap against a slow "

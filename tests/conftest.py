@@ -209,7 +209,15 @@ def pytest_sessionstart(session):
     threads = [str(worker_share(n_workers))] if isinstance(n_workers, int) and n_workers > 1 else []
     done(subprocess.Popen([sys.executable, script, "prefetch", *threads], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True))
+    # then the costs records the notebooks read, at the notebooks' thread count (./run test gives
+    # each notebook's kernel its share of the cores): measured once a class day, so the notebooks
+    # run under nbval read them instead of measuring (SPECNB_TEST_COSTS=0 skips it)
+    if os.environ.get("SPECNB_TEST_COSTS", "1") != "0":
+        env = dict(os.environ, NUMBA_NUM_THREADS=threads[0]) if threads else None
+        done(subprocess.Popen([sys.executable, script, "costs"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env))
     tr = cfg.pluginmanager.get_plugin("terminalreporter")
-    msg = (f"kernels compiled or loaded in two processes, then the prefetch verdict: {', '.join(said)} "
+    msg = (f"kernels compiled or loaded in two processes, then the prefetch verdict and the costs records: "
+           f"{', '.join(said)} "
            f"({time.perf_counter() - t0:.0f} s)")
     tr.write_line(msg) if tr is not None else print(msg)

@@ -17,7 +17,12 @@ Then, with both done, `prefetch` records this machine's prefetch distance once (
 the first int8 decode of a process on a new machine measures it otherwise), on a quiet machine
 rather than in whichever test of each pytest-xdist worker comes first, beside the other's tests.
 
-    python tests/warm_kernels.py f32|q8|prefetch [THREADS...]
+Last, `costs` records this machine's costs for the pairs the notebooks read (specnb/measure/costs.py:
+the real pair in both activation modes, its draft requantized to Q4_0 with the demo's draft
+vocabulary, the teaching pair), at the thread count the notebooks run with under nbval, once a
+class day, on a quiet machine: the notebooks then read them instead of measuring on their own.
+
+    python tests/warm_kernels.py f32|q8|prefetch [THREADS...] | costs
 """
 import os
 import sys
@@ -95,11 +100,31 @@ def prefetch(threads=()) -> float:
     return time.perf_counter() - t0
 
 
+def costs() -> float:
+    """The costs records the notebooks read (measure/costs.py), each measured unless recorded: the
+    real pair q8 and f32, the real pair's Q4_0 draft with the default draft vocabulary, the
+    teaching pair. Skips the real pair where it is not installed."""
+    from specnb.measure.costs import machine_costs
+    from specnb.model.registry import REAL_DRAFT, REAL_TARGET, REGISTRY, check_parts, requantized_draft
+    from specnb.run.pair import open_pair, with_draft
+    from specnb.speculation.draft_vocab import DEFAULT_DRAFT_VOCAB
+    t0 = time.perf_counter()
+    if all(check_parts(REGISTRY[n]).ok for n in (REAL_TARGET, REAL_DRAFT)):
+        for act in ("q8", "f32"):
+            pair = open_pair(REAL_TARGET, REAL_DRAFT, n_ctx=256, activations=act)
+            machine_costs(pair)
+            if act == "q8":
+                machine_costs(with_draft(pair, requantized_draft(pair.draft)), DEFAULT_DRAFT_VOCAB)
+    machine_costs(open_pair(n_ctx=256))
+    return time.perf_counter() - t0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] not in ("f32", "q8", "prefetch") or (
+    if len(sys.argv) < 2 or sys.argv[1] not in ("f32", "q8", "prefetch", "costs") or (
             sys.argv[1] != "prefetch" and len(sys.argv) != 2) or not all(a.isdigit() for a in sys.argv[2:]):
         sys.exit("usage: python tests/warm_kernels.py f32|q8 (an activation mode to compile) | "
-                 "prefetch [THREADS...] (the prefetch verdicts)")
+                 "prefetch [THREADS...] (the prefetch verdicts) | costs (the notebooks' costs records)")
     mode = sys.argv[1]
-    t = prefetch([int(a) for a in sys.argv[2:]]) if mode == "prefetch" else warm(mode)
+    t = (prefetch([int(a) for a in sys.argv[2:]]) if mode == "prefetch" else costs() if mode == "costs"
+         else warm(mode))
     print(f"{mode}: {t:.0f} s")

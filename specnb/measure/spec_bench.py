@@ -134,7 +134,7 @@ def spec_bench(n_predict: int = 64, n_threads=None, backend: str = "cpu", sweep:
             errs = [abs(m - p) / p for m, p in zip(s["measured_speedup"], s["predicted_speedup_rates"])]
             errs_e = [abs(m - p) / p for m, p in zip(s["measured_speedup"], s["predicted_speedup_engine"])]
             out["sweeps"][name] = {
-                "draft_max": s["draft_max"], "measured": s["measured_speedup"],
+                "draft_max": s["draft_max"], "measured": s["measured_speedup"], "interval": s["speedup_interval"],
                 "predicted": s["predicted_speedup_rates"], "alpha": s["alpha"],
                 "predicted_engine": s["predicted_speedup_engine"],
                 "draft_evals_per_round": s["draft_evals_per_round"],
@@ -174,13 +174,14 @@ def format_spec_bench(r: dict) -> str:
         L.append("target verification batch b(k) = cost of k rows / 1 row: "
                  + "  ".join(f"b({k})={v:.2f}" for k, v in r["verify_cost_measured"].items() if k > 1))
     for name, s in r.get("sweeps", {}).items():
-        L.append(f"\nspeedup vs draft-max γ, {name}: measured / Leviathan (b = 1) / engine model "
-                 f"(measured b(γ+1), draft evals per round)")
+        L.append(f"\nspeedup vs draft-max γ, {name}: measured (min-max of the pairs) / Leviathan (b = 1) / "
+                 f"engine model (measured b(γ+1), draft evals per round)")
         L.append(f"  error against Leviathan: max {100 * s['max_rel_error']:.0f}%, median "
                  f"{100 * s['median_rel_error']:.0f}%; against the engine model: max "
                  f"{100 * s['max_rel_error_engine']:.0f}%, median {100 * s['median_rel_error_engine']:.0f}%")
-        L.append("  " + "  ".join(f"γ={g}: {m:.2f}/{p:.2f}/{e:.2f}" for g, m, p, e in
-                                  zip(s["draft_max"], s["measured"], s["predicted"], s["predicted_engine"])))
+        spans = s.get("interval") or [(m, m) for m in s["measured"]]
+        L.append("  " + "  ".join(f"γ={g}: {m:.2f} ({lo:.2f}-{hi:.2f})/{p:.2f}/{e:.2f}" for g, m, (lo, hi), p, e in
+                                  zip(s["draft_max"], s["measured"], spans, s["predicted"], s["predicted_engine"])))
     return "\n".join(L)
 
 

@@ -37,7 +37,7 @@ def _run(group: str, sim: bool = True, timeout: int = 900, env_extra: dict | Non
     return out
 
 
-@pytest.mark.parametrize("group", ["kernels", "quant", "invariance", "fused", "decode", "state",
+@pytest.mark.parametrize("group", ["kernels", "quant", "invariance", "fused", "launches", "decode", "state",
                                    "speculative"])
 def test_cudasim(group):
     _run(group)

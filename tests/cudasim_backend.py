@@ -1,8 +1,9 @@
 """The CUDA backend's check groups under the simulator (tests/cudasim_checks.py runs them: see its
 docstring for how and for the tolerances): its launches and steps made once, decoding against the
-CPU backend, state save/load, speculative decoding."""
+CPU backend, state save/load, speculative decoding, and the device call's script."""
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -186,3 +187,57 @@ def group_launches():
         check(steps[1] is steps[2] and steps[4] is not steps[2] and steps[6] is not steps[5],
               "a step is reused at the next position, made again once the workspace grew or the "
               "head changed")
+
+
+# ---- the device script (scripts/cuda_device.py) ------------------------------------------------
+
+def group_device_script():
+    """The device call's script, prep here and run there, on a tiny pair under the simulator."""
+    import importlib.util
+    import io
+    from contextlib import redirect_stdout
+
+    import gguf
+
+    from specnb.model import load_model
+    path = Path(__file__).resolve().parents[1] / "scripts" / "cuda_device.py"
+    spec = importlib.util.spec_from_file_location("cuda_device", path)
+    cd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cd)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        tp, tgt = _tiny(tmp, "Q4_0", "qwen2", False, n_layer=2, seed=8, small=True)
+        dp, _ = _tiny(tmp, "Q4_0", "qwen2", False, n_layer=1, seed=9, small=True)
+        info = cd.prep(tmp / "skel", models=[str(tp), str(dp)], wheels=False)
+        stem = tmp / "skel" / Path(tp).name.removesuffix(".gguf")
+        twin = load_model(cd.build_twin(stem, tmp / "twin.gguf"))
+        real, fake = gguf.GGUFReader(str(tp)), gguf.GGUFReader(str(tmp / "twin.gguf"))
+        with open(tp, "rb") as a, open(tmp / "twin.gguf", "rb") as b:
+            same_head = a.read(real.data_offset) == b.read(real.data_offset)
+        layout = [(t.name, int(t.tensor_type), t.shape.tolist(), int(t.data_offset)) for t in real.tensors]
+        check(same_head and layout == [(t.name, int(t.tensor_type), t.shape.tolist(), int(t.data_offset))
+                                       for t in fake.tensors]
+              and twin.hparams == tgt.hparams and info["carried_bytes"] > 0,
+              "prep's skeleton makes a twin with the model's header, tensors, types and offsets")
+        special = json.loads((tmp / "skel" / (stem.name + ".json")).read_text())["special_ids"]
+        differs = any(not np.array_equal(np.asarray(a.data), np.asarray(b.data))
+                      for a, b in zip(real.tensors, fake.tensors) if a.n_elements > 64)
+        check(len(special) > 0 and not np.asarray(twin.output.data[special]).any() and differs,
+              f"the twin's weights are its own, its {len(special)} special tokens' head rows zero")
+        buf = io.StringIO()
+        with redirect_stdout(buf):
+            res = cd.run(tmp / "skel", tmp / "out", alpha=0.9, n_gen=3, bench_cli=False, quick=True)
+        text = buf.getvalue()
+        bits = res["launch_bits"]
+        check(all(b["identical_to_numba"] for b in bits.values())
+              and bits["prepared"]["launches"]["per_layer"] == 10,
+              "run: numba-cuda's dispatch, prepared launches (and the graph, off here) give one "
+              "set of bits")
+        spec_runs = res["speculative"]["runs"]
+        check(not res["errors"] and len(res["decode"]) == 6 and set(res["k_rows"]) == {"1", "2", "3", "4"}
+              and spec_runs["exact 3"]["identical"] and spec_runs["exact 8"]["identical"]
+              and "predicted 3" in res["speculative"]
+              and json.loads((tmp / "out" / "cuda_device.json").read_text())["speculative"]
+              and "launches per token (target): 23 = 10 per layer x 2 + 3" in text,
+              "run: decode in three launch modes per model, the k-row curve, speculative == plain "
+              "on the twins, the summary and the JSON")

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 GROUPS = ("kernels", "quant", "invariance", "fused", "launches", "decode", "state", "speculative",
-          "ptx")
+          "device_script", "ptx")
 SKIP = 77
 BLOCKS = (32, 48, 64, 96)
 

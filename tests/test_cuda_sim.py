@@ -38,7 +38,7 @@ def _run(group: str, sim: bool = True, timeout: int = 900, env_extra: dict | Non
 
 
 @pytest.mark.parametrize("group", ["kernels", "quant", "invariance", "fused", "launches", "decode", "state",
-                                   "speculative"])
+                                   "speculative", "device_script"])
 def test_cudasim(group):
     _run(group)
 

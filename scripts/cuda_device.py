@@ -62,6 +62,10 @@ class _KernelsFinder(importlib.abc.MetaPathFinder):
 
 
 def use_checkout():
+    try:        # numba-cuda's .pth hook (numba.cuda -> numba_cuda), unread in a pip --target folder
+        import _numba_cuda_redirector  # noqa: F401
+    except ImportError:
+        pass
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     if not any(isinstance(f, _KernelsFinder) for f in sys.meta_path):
@@ -375,7 +379,8 @@ def summary(res: dict) -> str:
         lc = next((d["launches"] for k, d in res["decode"].items() if k.startswith(role)), None)
         if lc:
             L.append(f"launches per token ({role}): {lc['per_pass']} = {lc['per_layer']} per layer x "
-                     f"{lc['n_layer']} + {lc['outside_layers']} (before issue 69: 21 per layer + 4)")
+                     f"{lc['n_layer']} + {lc['outside_layers']} (before issue 69: 21 per layer + 4)"
+                     + (f"; prepared launches FELL BACK: {lc['launch_error']}" if lc.get("launch_error") else ""))
     if res["k_rows"]:
         L.append("k-row curve (target): " + ", ".join(f"{k}: {c:.2f}" for k, c in res["k_rows"].items()))
     for b in res.get("products") or []:

@@ -187,6 +187,32 @@ def group_launches():
         check(steps[1] is steps[2] and steps[4] is not steps[2] and steps[6] is not steps[5],
               "a step is reused at the next position, made again once the workspace grew or the "
               "head changed")
+        # prepared launches that cannot be made (an unknown numba-cuda or driver binding): the
+        # backend says why and launches through numba-cuda's dispatcher, with the same bits
+        import warnings
+
+        import specnb.run.backend_cuda as BC
+        real = BC.prepare
+
+        def failing(call, stream, mode):
+            if mode == "prepared":
+                raise RuntimeError("no driver binding here")
+            return real(call, stream, mode)
+        BC.prepare = failing
+        try:
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                fb = Context(m, n_ctx=16, backend="cuda")
+                got = fb.decode(Batch.from_tokens(ids[:3], 0, 0, "all"))
+            lc = fb.backend.launch_counts()
+        finally:
+            BC.prepare = real
+        ref = Context(m, n_ctx=16, backend="cuda").decode(Batch.from_tokens(ids[:3], 0, 0, "all"))
+        check(np.array_equal(got, ref) and lc["launch"] == "numba"
+              and "no driver binding here" in lc["launch_error"]
+              and any("prepared launches could not be made" in str(w.message) for w in said),
+              "prepared launches that fail to be made fall back to numba-cuda's dispatch, said "
+              "once, same bits")
 
 
 # ---- the device script (scripts/cuda_device.py) ------------------------------------------------

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 import weakref
 
 import numba
@@ -207,11 +208,18 @@ class _Step:
                                 L_.norm),
                       product_call(be.output, n_out, xp, logits.reshape(logits.size))]
             self.logits = cuda.pinned_array((n_out, be.output.n_out), np.float32)
-            self.download = Copy(self.logits, logits, False, be.stream, be.launch_mode)
         self.n_kernels = len(calls)
         self.outside_layers = self.n_kernels - self.per_layer * len(dm.layers)
+        try:
+            self.launches = [prepare(c, be.stream, be.launch_mode) for c in calls]
+        except Exception as e:        # a numba-cuda or a driver binding unlike the ones tested
+            if be.launch_mode != "prepared":
+                raise
+            be.fall_back(e)
+            self.launches = [prepare(c, be.stream, be.launch_mode) for c in calls]
         self.upload = Copy(ws.stage_h[:nv], ws.stage_d[:nv], True, be.stream, be.launch_mode)
-        self.launches = [prepare(c, be.stream, be.launch_mode) for c in calls]
+        if n_out:
+            self.download = Copy(self.logits, logits, False, be.stream, be.launch_mode)
         self.graph, self.graph_error = None, None
         if be.graphs:
             try:
@@ -248,7 +256,7 @@ class CudaBackend:
         graphs = os.environ.get("SPECNB_CUDA_GRAPHS", "0")
         if graphs not in ("0", "1"):
             raise ParamError(f"SPECNB_CUDA_GRAPHS={graphs!r}: expected 0 or 1")
-        self.launch_mode = mode
+        self.launch_mode, self.launch_error = mode, None
         self.graphs = graphs == "1" and mode == "prepared" and not SIM
         h = model.hparams
         self.model, self.h = model, h
@@ -280,6 +288,15 @@ class CudaBackend:
         self.output = self.dm.output if ids is None else \
             DeviceWeight(out.data[np.asarray(ids, np.int64)], out.qtype, out.n_in)
         self._ws = None                          # the logits buffer and every step change
+
+    def fall_back(self, e: Exception) -> None:
+        """Prepared launches failed to be made: say why once, and launch through numba-cuda's
+        dispatcher from now on (slower, the same kernels and bits)."""
+        self.launch_error = f"{type(e).__name__}: {e}"
+        self.launch_mode, self.graphs = "numba", False
+        warnings.warn(f"CUDA backend: prepared launches could not be made ({self.launch_error}); "
+                      "launching through numba-cuda's dispatcher instead", RuntimeWarning,
+                      stacklevel=2)
 
     def _workspace(self, n: int) -> _Workspace:
         if self._ws is None or self._ws.cap < n:
@@ -323,13 +340,14 @@ class CudaBackend:
 
     def launch_counts(self, n_rows: int = 1, n_out: int = 1) -> dict:
         """The kernels a forward of n_rows rows with n_out logits rows launches: in all, in each
-        layer, outside the layers; how they are launched ("prepared" or "numba"), and whether as
-        one captured graph (with the capture's error where it failed)."""
+        layer, outside the layers; how they are launched ("prepared" or "numba", with the error
+        that made prepared launches fall back), and whether as one captured graph (with the
+        capture's error where it failed)."""
         step = self._step(n_rows, n_out)
         return {"per_pass": step.n_kernels, "per_layer": step.per_layer,
                 "outside_layers": step.outside_layers, "n_layer": self.h.n_layer,
                 "launch": self.launch_mode, "graph": step.graph is not None,
-                "graph_error": step.graph_error}
+                "graph_error": step.graph_error, "launch_error": self.launch_error}
 
     # ---- KV storage for state save/load --------------------------------------------------
     def read_cells(self, seq: int, n: int):

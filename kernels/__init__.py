@@ -23,6 +23,9 @@ and a small benchmark); data flows top to bottom:
   activations.py  swiglu_ref           swiglu_into, argmax, topk  swiglu_into_cuda  tests/test_kernels
   forward.py      specnb.model.reference     the whole pass fused   specnb.run.backend_cuda  tests/test_speed_paths
   cuda_common.py  (the CUDA kernels' shared helpers and block reductions)
+  slots_cuda.py   (how each block type is read on a GPU: the slot decoders and element orders)
+  fused_cuda.py   the twins composed   (CUDA only: RMSNorm, SwiGLU into a product's input; rope + KV store)  cudasim
+  launch_cuda.py  (CUDA launches made once: prepared arguments, captured graphs)
   stream.py       np.bitwise_xor       stream_xor (a read at memory speed: the bandwidth probe)    self_check()
   clock.py        (a cycle counter read inside compiled code: the fused pass's phases timed, bench --profile)
 

@@ -1,48 +1,40 @@
 """The quantized matrix products on a GPU (numba-cuda), twins of `matmul.matmul` / `matmul.dequant_row`.
-(llama.cpp: ggml-cuda's mmvq.cu / dequantize.cuh, with float32 activations instead of q8_1.)
+(llama.cpp: ggml-cuda's mmvq.cu, with float32 activations instead of q8_1.)
 
-Weights stay raw GGUF blocks on the device: one flat buffer per matrix holding the n_out rows
-back to back, each row padded to a multiple of 4 bytes (`upload_weight`), read through three
-views of the same memory: uint32 words (the quants, 4 bytes per load), float16 (the block
-scales d, m, dmin) and float32 (F32 weights).
+Weights stay raw GGUF blocks on the device (slots_cuda.py says how each type is read): one flat
+buffer holding the rows of one matrix, or of several matrices that multiply the same activations
+(`DeviceWeight.group`: a layer's Q, K and V; its gate and up), back to back, each row padded to a
+multiple of 4 bytes. Each matrix is a *segment* with its own type; one launch computes every
+segment's products, and the outputs lie side by side in one [n_rows, sum of n_out] array. So Q,
+K and V of a layer are one launch even where V has another type than Q and K (the Q4_K_M
+files' Q6_K rows in half the layers).
 
-A "slot" is the unit of work of one thread: the K weights it can decode from one 4-byte word of
-quants (plus its block's scales):
+The activations are first permuted into each segment's element order, xp[r, k, s] =
+x[r, elem(s, k)], so that consecutive threads (consecutive slots) read consecutive floats: every
+load of the hot loop is coalesced. Segments whose types share an order read one permuted copy;
+the copies lie one after another, copy j at j * n_rows * n_in. (For K = 1 the permutation is the
+identity.) The backend writes these copies in the step that makes the activations
+(fused_cuda.py: the RMSNorm, the SwiGLU); `matmul_cuda` permutes them itself.
 
-  type              K  slots/block  slot q of block b holds elements (i = 0..3)
-  F32 / F16 / BF16  1      1        the element s itself
-  Q8_0              4      8        32b + 4q + i
-  Q4_0 Q4_1 Q5_*    8      4        32b + 4q + i (low nibbles), 32b + 16 + 4q + i (high)
-  Q4_K              8     32        256b + 64c + 4u + i (low), + 32 (high); c = q // 8, u = q % 8
-  Q5_K              8     32        as Q4_K (the fifth bits from qh)
-  Q6_K              8     32        256b + 32(4h + t) + 4u + i (low), + 64 (high);
-                                    h = q // 16, t = (q // 8) % 2, u = q % 8
-  Q2_K Q3_K         8     32        256b + 128h + 32k + 4u + i, k = 2 (q % 2) (i = 0..3), k + 1
-                                    (i = 4..7); h = q // 16, u = (q // 2) % 8
-
-The activations are first permuted into the same order, xp[r, k, s] = x[r, elem(s, k)], so that
-consecutive threads (consecutive slots) read consecutive floats: every load of the hot loop is
-coalesced. (For K = 1 the permutation is the identity and x is used as it is.)
-
-matmul: thread-block layout. A block of TG * R threads computes R output rows; the TG threads of
-a row group stride over the row's S slots (thread t takes slots t, t + TG, ...). For each slot a
-thread decodes its K weights once into registers and multiplies them with CUDA_ROWS_PER_PASS (8)
-activation rows kept in local accumulators; more rows take further passes over the same weight
-row (from L1/L2). A thread decodes 4 slots back to back before their multiplications, so that
-the loads of 4 slots are in flight together. The TG partial sums of a (row, output) pair are
-then added by a fixed shared-memory tree. The order of every (row, output) sum depends on (TG,
-the weight shape) only, never on n_rows or on the position of the row in the batch: a row's
-result is bit-identical in any batch.
-TG and R are picked from the weight shape alone (`mm_config`).
-
-Small integers become floats through their bits (2**23 + q, minus 2**23: exact, and no slow
-integer-to-float conversion), and the dequantized weights equal the CPU's bit for bit.
+The product: thread-block layout. A block of T threads computes R = T // TG output rows of one
+segment; the TG threads of a row group stride over the row's S slots (thread t takes slots t,
+t + TG, ...). For each slot a thread decodes its K weights once into registers and multiplies
+them with CUDA_ROWS_PER_PASS (8) activation rows kept in local accumulators; more rows take
+further passes over the same weight row (from L1/L2). A thread decodes 4 slots back to back
+before their multiplications, so that the loads of 4 slots are in flight together. The TG
+partial sums of a (row, output) pair are then added by a fixed shared-memory tree. The order of
+every (row, output) sum depends on (TG, the weight shape) only, never on n_rows, on the position
+of the row in the batch, or on the other segments of the launch: a row's result is bit-identical
+in any batch, and a matrix multiplied in a group equals the same matrix multiplied alone.
+TG and R are picked from the weight shape alone (`mm_config`); a segment table (one row per
+segment, made once per matrix) tells each block its segment, type and place.
 
 Kernels hold no Python objects, raise nothing and print nothing. Two libdevice calls are swapped
 for NumPy twins under the CUDA simulator (where libdevice is not implemented).
 """
 import time
 from functools import partial
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -50,341 +42,65 @@ from numba import cuda
 
 from . import cuda_common as C
 from .cuda_common import SIM, ix as _ix
-from .qtypes import (BF16, F16, F32, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
-                     check_qtype, qtype_name, random_blocks, row_bytes)
+from .launch_cuda import KernelCall, prepare
+from .qtypes import Q4_0, Q4_K, Q8_0, check_qtype, qtype_name, random_blocks, row_bytes
+from .slots_cuda import TYPES, order_of
 
-_fmul, _as_f32, _dev = C.fmul, C.as_f32, C.dev
-_f32 = np.float32
-_u32 = np.uint32
-_U15, _U16, _U255 = np.uint32(15), np.uint32(16), np.uint32(255)
-_MAGIC = np.uint32(0x4B000000)   # float32 bits of 2**23: (it | b) is 2**23 + b for b < 2**23
+_dev, _f32 = C.dev, np.float32
 
 CUDA_ROWS_PER_PASS = 8      # activation rows that share one decode of a weight slot
 CUDA_SLOTS_PER_STEP = 4     # slots a thread decodes back to back (their loads overlap)
 CUDA_MAX_THREADS = C.MAX_THREADS
-
-
-
-@_dev
-def _w4(wq, p):
-    # uint32 <- the 4 bytes at byte p (p % 4 == 0)
-    return wq[_ix(p >> 2)]
-
-
-@_dev
-def _w2(wq, p):
-    # uint32 <- the 4 bytes at byte p (p % 2 == 0): two aligned words, funnel-shifted
-    i = p >> 2
-    sh = _u32((p & 2) * 8)
-    return _u32((wq[_ix(i)] >> sh) | ((wq[_ix(i + 1)] << _U16) << (_U16 - sh)))
-
-
-@_dev
-def _half(wh, p):
-    # float32 <- the float16 at byte p (p % 2 == 0)
-    return _f32(wh[_ix(p >> 1)])
-
-
-@_dev
-def _byte(wq, p):
-    # uint32 <- the byte at p
-    return _u32((wq[_ix(p >> 2)] >> _u32((p & 3) * 8)) & _U255)
-
-
-@_dev
-def _nib(v, j):
-    # uint32 <- nibble j (0..7) of the word v
-    return _u32((v >> _u32(4 * j)) & _U15)
-
-
-@_dev
-def _bits(v, j, n):
-    # uint32 <- n bits of v from bit j
-    return _u32((v >> _u32(j)) & _u32((1 << n) - 1))
-
-
-@_dev
-def _fl(b, off):
-    # float32(b - off), exactly, for 0 <= b < 2**23 and small off: 2**23 + b is built from its
-    # bits and 2**23 + off subtracted (one float op instead of a slow integer->float convert)
-    return _as_f32(np.int32(_MAGIC | b)) - _f32(8388608 + off)
-
-
-# ---- slots: decode the K weights of slot s of the row starting at byte `base` into wv ------------
-# Each weight is computed with the float32 operations, in the order, of the CPU dequantization
-# (d * (q - 8), d * q + m, ...), so wv holds exactly the values gguf.quants.dequantize gives.
-
-@_dev
-def _slot_f32(wq, wh, wf, base, s, wv, j):
-    wv[j] = wf[_ix((base >> 2) + s)]
-
-
-@_dev
-def _slot_f16(wq, wh, wf, base, s, wv, j):
-    wv[j] = _half(wh, base + 2 * s)
-
-
-@_dev
-def _slot_bf16(wq, wh, wf, base, s, wv, j):
-    p = base + 2 * s
-    wv[j] = _as_f32(np.int32(_u32((wq[_ix(p >> 2)] >> _u32((p & 2) * 8)) << _U16)))
-
-
-@_dev
-def _slot_q8_0(wq, wh, wf, base, s, wv, j):
-    p = base + 34 * (s >> 3)
-    d = _half(wh, p)
-    v = _w2(wq, p + 2 + 4 * (s & 7))
-    for i in range(4):                 # int8 q: (q + 128) is the byte with its top bit flipped
-        wv[j + i] = _fl(_bits(v, 8 * i, 8) ^ _u32(128), 128) * d
-
-
-@_dev
-def _slot_q4_0(wq, wh, wf, base, s, wv, j):
-    p = base + 18 * (s >> 2)
-    d = _half(wh, p)
-    v = _w2(wq, p + 2 + 4 * (s & 3))
-    for i in range(4):
-        wv[j + i] = d * _fl(_nib(v, 2 * i), 8)
-        wv[j + 4 + i] = d * _fl(_nib(v, 2 * i + 1), 8)
-
-
-@_dev
-def _slot_q4_1(wq, wh, wf, base, s, wv, j):
-    p = base + 20 * (s >> 2)
-    d = _half(wh, p)
-    m = _half(wh, p + 2)
-    v = _w4(wq, p + 4 + 4 * (s & 3))
-    for i in range(4):
-        wv[j + i] = _fmul(d, _fl(_nib(v, 2 * i), 0)) + m
-        wv[j + 4 + i] = _fmul(d, _fl(_nib(v, 2 * i + 1), 0)) + m
-
-
-@_dev
-def _q5(v, qh, q, i, hi):
-    # uint32 <- the 5-bit value of element i of slot q: nibble (low or high) | bit 4 from qh
-    return (_nib(v, 2 * i + hi) | (_bits(qh, 16 * hi + 4 * q + i, 1) << _u32(4)))
-
-
-@_dev
-def _slot_q5_0(wq, wh, wf, base, s, wv, j):
-    p = base + 22 * (s >> 2)
-    q = s & 3
-    d = _half(wh, p)
-    qh = _w2(wq, p + 2)
-    v = _w2(wq, p + 6 + 4 * q)
-    for i in range(4):
-        wv[j + i] = d * _fl(_q5(v, qh, q, i, 0), 16)
-        wv[j + 4 + i] = d * _fl(_q5(v, qh, q, i, 1), 16)
-
-
-@_dev
-def _slot_q5_1(wq, wh, wf, base, s, wv, j):
-    p = base + 24 * (s >> 2)
-    q = s & 3
-    d = _half(wh, p)
-    m = _half(wh, p + 2)
-    qh = _w4(wq, p + 4)
-    v = _w4(wq, p + 8 + 4 * q)
-    for i in range(4):
-        wv[j + i] = _fmul(d, _fl(_q5(v, qh, q, i, 0), 0)) + m
-        wv[j + 4 + i] = _fmul(d, _fl(_q5(v, qh, q, i, 1), 0)) + m
-
-
-@_dev
-def _k4_byte(sc0, sc1, sc2, j):
-    # byte j (0..11) of the 12 packed Q4_K scale bytes held in three words
-    w = sc0 if j < 4 else (sc1 if j < 8 else sc2)
-    return _bits(w, 8 * (j & 3), 8)
-
-
-@_dev
-def _k4_scale_min(sc0, sc1, sc2, sb):
-    # (scale, min) of sub-block sb (0..7), 6 bits each (ggml's get_scale_min_k4)
-    if sb < 4:
-        sc = _k4_byte(sc0, sc1, sc2, sb) & _u32(63)
-        mn = _k4_byte(sc0, sc1, sc2, sb + 4) & _u32(63)
-        return sc, mn
-    hi = _k4_byte(sc0, sc1, sc2, sb + 4)
-    sc = (hi & _U15) | ((_k4_byte(sc0, sc1, sc2, sb - 4) >> _u32(6)) << _u32(4))
-    mn = (hi >> _u32(4)) | ((_k4_byte(sc0, sc1, sc2, sb) >> _u32(6)) << _u32(4))
-    return _u32(sc), _u32(mn)
-
-
-@_dev
-def _slot_q6_k(wq, wh, wf, base, s, wv, j):
-    p = base + 210 * (s >> 5)
-    q = s & 31
-    h = q >> 4
-    t = (q >> 3) & 1
-    u = q & 7
-    ql = _w2(wq, p + 4 * q)
-    qh = _w2(wq, p + 128 + 32 * h + 4 * u)
-    d = _half(wh, p + 208)
-    sb = 4 * h + t                     # sub-block of the low nibbles; + 2 for the high ones
-    half16 = 1 if u >= 4 else 0        # elements 16..31 of a sub-block use its second scale
-    d0 = d * _fl(_byte(wq, p + 192 + 2 * sb + half16) ^ _u32(128), 128)
-    d1 = d * _fl(_byte(wq, p + 192 + 2 * (sb + 2) + half16) ^ _u32(128), 128)
-    for i in range(4):
-        lo = _nib(ql, 2 * i) | (_bits(qh, 8 * i + 2 * t, 2) << _u32(4))
-        hi = _nib(ql, 2 * i + 1) | (_bits(qh, 8 * i + 2 * t + 4, 2) << _u32(4))
-        wv[j + i] = d0 * _fl(lo, 32)
-        wv[j + 4 + i] = d1 * _fl(hi, 32)
-
-
-def _slot_k45(block_bytes, qs_off, qh_off):
-    # Q4_K (no qh: qh_off < 0) and Q5_K: 8 nibbles of word q of qs (sub-blocks 2c and 2c + 1,
-    # c = q // 8); the fifth bit of element 64c + 4u + i (+ 32) is bit 2c (2c + 1) of byte 4u + i
-    # of qh
-    @_dev
-    def slot(wq, wh, wf, base, s, wv, j):
-        p = base + block_bytes * (s >> 5)
-        q = s & 31
-        c = q >> 3
-        d = _half(wh, p)
-        dmin = _half(wh, p + 2)
-        sc0 = _w4(wq, p + 4)
-        sc1 = _w4(wq, p + 8)
-        sc2 = _w4(wq, p + 12)
-        qh = _w4(wq, p + qh_off + 4 * (q & 7)) if qh_off >= 0 else _u32(0)
-        v = _w4(wq, p + qs_off + 4 * q)
-        for hi in range(2):
-            sc, mn = _k4_scale_min(sc0, sc1, sc2, 2 * c + hi)
-            dl = d * _fl(sc, 0)
-            ml = dmin * _fl(mn, 0)
-            for i in range(4):
-                q5 = _nib(v, 2 * i + hi) | (_bits(qh, 8 * i + 2 * c + hi, 1) << _u32(4))
-                wv[j + 4 * hi + i] = _fmul(dl, _fl(q5, 0)) - ml
-    return slot
-
-
-_slot_q4_k = _slot_k45(144, 16, -1)
-_slot_q5_k = _slot_k45(176, 48, 16)
-
-
-@_dev
-def _slot_q2_k(wq, wh, wf, base, s, wv, j):
-    # slot q: the 2-bit fields k0 = 2 (q % 2) and k0 + 1 of word t = q // 2 of qs; byte i of it
-    # holds element 128h + 32k + 4u + i (t = 8h + u) at bits 2k (groups of 16 for the scales)
-    p = base + 84 * (s >> 5)
-    q = s & 31
-    t = q >> 1
-    h = t >> 3
-    u = t & 7
-    k0 = 2 * (q & 1)
-    v = _w4(wq, p + 16 + 4 * t)
-    d = _half(wh, p + 80)
-    dmin = _half(wh, p + 82)
-    for kk in range(2):
-        k = k0 + kk
-        sm = _byte(wq, p + 8 * h + 2 * k + (1 if u >= 4 else 0))   # group 8h + 2k + u // 4
-        dl = d * _fl(sm & _U15, 0)
-        ml = dmin * _fl(sm >> _u32(4), 0)
-        for i in range(4):
-            wv[j + 4 * kk + i] = _fmul(dl, _fl(_bits(v, 8 * i + 2 * k, 2), 0)) - ml
-
-
-@_dev
-def _scale_q3_k(wq, p, g):
-    # the 6-bit scale of group g (0..15) packed in the 12 bytes at p, as an unsigned value
-    lo = (_byte(wq, p + (g & 7)) >> _u32(4 * (g >> 3))) & _U15
-    hi = (_byte(wq, p + 8 + (g & 3)) >> _u32(2 * (g >> 2))) & _u32(3)
-    return lo | (hi << _u32(4))
-
-
-@_dev
-def _slot_q3_k(wq, wh, wf, base, s, wv, j):
-    # the low 2 bits as Q2_K's slots; bit 4h + k of byte 4u + i of hmask adds 4 (else q - 4)
-    p = base + 110 * (s >> 5)          # blocks of 110 bytes: 2-byte aligned words
-    q = s & 31
-    t = q >> 1
-    h = t >> 3
-    u = t & 7
-    k0 = 2 * (q & 1)
-    v = _w2(wq, p + 32 + 4 * t)
-    hm = _w2(wq, p + 4 * u)
-    d = _half(wh, p + 108)
-    for kk in range(2):
-        k = k0 + kk
-        dl = d * _fl(_scale_q3_k(wq, p + 96, 8 * h + 2 * k + (1 if u >= 4 else 0)), 32)
-        for i in range(4):
-            q3 = _bits(v, 8 * i + 2 * k, 2) | (_bits(hm, 8 * i + 4 * h + k, 1) << _u32(2))
-            wv[j + 4 * kk + i] = dl * _fl(q3, 4)
-
-
-# ---- element order of the slots (the activation permutation) -----------------------------------
-
-@_dev
-def _elem_1(s, k):
-    return s
-
-
-@_dev
-def _elem_q8_0(s, k):
-    return 4 * s + k
-
-
-@_dev
-def _elem_q4(s, k):
-    # Q4_0 / Q4_1 / Q5_0 / Q5_1
-    return 32 * (s >> 2) + 4 * (s & 3) + (k & 3) + (16 if k >= 4 else 0)
-
-
-@_dev
-def _elem_q4_k(s, k):
-    q = s & 31
-    return 256 * (s >> 5) + 64 * (q >> 3) + 4 * (q & 7) + (k & 3) + (32 if k >= 4 else 0)
-
-
-@_dev
-def _elem_q6_k(s, k):
-    q = s & 31
-    return (256 * (s >> 5) + 32 * (4 * (q >> 4) + ((q >> 3) & 1)) + 4 * (q & 7) + (k & 3)
-            + (64 if k >= 4 else 0))
-
-
-@_dev
-def _elem_q2_k(s, k):
-    # Q2_K / Q3_K
-    q = s & 31
-    t = q >> 1
-    return (256 * (s >> 5) + 128 * (t >> 3) + 32 * (2 * (q & 1) + (1 if k >= 4 else 0))
-            + 4 * (t & 7) + (k & 3))
-
-
-# ---- the kernels, one set per type (compiled with the slot function as a constant) -------------
-
-def _make_kernels(slot, elem, K):
+MAX_SEGMENT_TYPES = 3       # distinct block types one launch decodes
+_UK_MAX = CUDA_SLOTS_PER_STEP * max(t.K for t in TYPES.values())
+
+# the segment table: one int64 row per segment
+(SEG_BLOCK0,        # the segment's first thread block
+ SEG_BASE,          # byte offset of its row 0 in the buffer
+ SEG_ROW_BYTES,     # bytes per (padded) row
+ SEG_N_OUT,         # its rows (outputs)
+ SEG_COL0,          # its first column in out (and in bias)
+ SEG_S,             # slots per row
+ SEG_TG,            # threads per output row
+ SEG_ORDER,         # which permuted copy of the activations it reads
+ SEG_BODY) = range(9)   # which of the launch's types decodes it
+SEG_FIELDS = 9
+
+
+# ---- the product: one body per block type, one kernel per tuple of types --------------------
+
+def _make_body(slot, K):
     RC = CUDA_ROWS_PER_PASS
-    UK = CUDA_SLOTS_PER_STEP * K
 
     @_dev
-    def fma_rows(acc, xp, wv, j, s, r0, n_rows, S):
+    def fma_rows(acc, xp, wv, j, xb0, s, r0, n_rows, S):
         # acc[rr] += xp[r0 + rr, :, s] . wv[j : j + K] for the rows of this pass, k in order
         for rr in range(RC):
             if r0 + rr >= n_rows:
                 break
             a = acc[rr]
-            xb = (r0 + rr) * K * S + s
+            xb = xb0 + (r0 + rr) * K * S + s
             for k in range(K):
                 a = cuda.fma(xp[_ix(xb + k * S)], wv[j + k], a)
             acc[rr] = a
 
-    @cuda.jit
-    def mm(wq, wh, wf, row_bytes, n_out, xp, n_rows, S, TG, bias, flags, out):
-        # out[r, o] (=, += or + bias) sum_s sum_k xp[r, k, s] * w[o, elem(s, k)]
-        # wq/wh/wf: views of the weight buffer; xp: [n_rows, K, S] flat; out: [n_rows, n_out] flat;
-        # flags: 1 = add bias[o], 2 = accumulate into out (out += product)
+    @_dev
+    def body(wq, wh, wf, seg, i, lb, xp, n_rows, bias, flags, out, n_cols, sh, acc, wv):
+        # block lb of segment i: out[r, col0 + o] (=, += or + bias) sum_s sum_k
+        # xp[order, r, k, s] * w[o, elem(s, k)] for its R output rows o
         tid = cuda.threadIdx.x
         T = cuda.blockDim.x
+        TG = seg[i, SEG_TG]
+        S = seg[i, SEG_S]
+        n_out = seg[i, SEG_N_OUT]
+        c0 = seg[i, SEG_COL0]
+        row_bytes = seg[i, SEG_ROW_BYTES]
+        xb0 = seg[i, SEG_ORDER] * n_rows * K * S
         g = tid // TG                   # output row of this thread within the block
         t = tid - g * TG                # this thread's place among the row's TG threads
-        o = cuda.blockIdx.x * (T // TG) + g
+        o = lb * (T // TG) + g
         live = o < n_out and g < T // TG
-        base = o * row_bytes
-        sh = cuda.shared.array(0, dtype=numba.float32)      # [RC, T]
-        acc = cuda.local.array(RC, dtype=numba.float32)
-        wv = cuda.local.array(UK, dtype=numba.float32)
+        base = seg[i, SEG_BASE] + o * row_bytes
         p2 = 1
         while p2 < TG:
             p2 *= 2
@@ -400,14 +116,14 @@ def _make_kernels(slot, elem, K):
                     slot(wq, wh, wf, base, s + TG, wv, K)
                     slot(wq, wh, wf, base, s + 2 * TG, wv, 2 * K)
                     slot(wq, wh, wf, base, s + 3 * TG, wv, 3 * K)
-                    fma_rows(acc, xp, wv, 0, s, r0, n_rows, S)
-                    fma_rows(acc, xp, wv, K, s + TG, r0, n_rows, S)
-                    fma_rows(acc, xp, wv, 2 * K, s + 2 * TG, r0, n_rows, S)
-                    fma_rows(acc, xp, wv, 3 * K, s + 3 * TG, r0, n_rows, S)
+                    fma_rows(acc, xp, wv, 0, xb0, s, r0, n_rows, S)
+                    fma_rows(acc, xp, wv, K, xb0, s + TG, r0, n_rows, S)
+                    fma_rows(acc, xp, wv, 2 * K, xb0, s + 2 * TG, r0, n_rows, S)
+                    fma_rows(acc, xp, wv, 3 * K, xb0, s + 3 * TG, r0, n_rows, S)
                     s += 4 * TG
                 while s < S:
                     slot(wq, wh, wf, base, s, wv, 0)
-                    fma_rows(acc, xp, wv, 0, s, r0, n_rows, S)
+                    fma_rows(acc, xp, wv, 0, xb0, s, r0, n_rows, S)
                     s += TG
             if TG > 1:                  # the fixed tree over the TG partial sums
                 for rr in range(RC):
@@ -428,13 +144,56 @@ def _make_kernels(slot, elem, K):
                     if rr % TG == t and r < n_rows:
                         v = acc[rr]
                         if flags & 1:
-                            v = v + bias[_ix(o)]
+                            v = v + bias[_ix(c0 + o)]
                         if flags & 2:
-                            v = out[_ix(r * n_out + o)] + v
-                        out[_ix(r * n_out + o)] = v
+                            v = out[_ix(r * n_cols + c0 + o)] + v
+                        out[_ix(r * n_cols + c0 + o)] = v
             if TG > 1:
                 cuda.syncthreads()     # sh is reused by the next pass
 
+    return body
+
+
+def _make_product(types):
+    # the product kernel of one tuple of block types (1 to MAX_SEGMENT_TYPES, distinct): one
+    # body per type
+    bodies = [_make_body(TYPES[t].slot, TYPES[t].K) for t in types]
+    n_bodies = len(bodies)
+    b0, b1, b2 = (bodies * MAX_SEGMENT_TYPES)[:3]          # (the ones past n_bodies never run)
+    RC = CUDA_ROWS_PER_PASS
+
+    @_dev
+    def segment(seg):
+        # -> (the segment of this block, the block's index within it)
+        b = cuda.blockIdx.x
+        i = 0
+        while i + 1 < seg.shape[0] and b >= seg[i + 1, SEG_BLOCK0]:
+            i += 1
+        return i, b - seg[i, SEG_BLOCK0]
+
+    @cuda.jit
+    def mm(wq, wh, wf, seg, xp, n_rows, bias, flags, out, n_cols):
+        # wq/wh/wf: views of the weight buffer; seg: the segment table [n_seg, SEG_FIELDS]; xp:
+        # the permuted activations (copy j at j * n_rows * n_in); out: [n_rows, n_cols] flat;
+        # flags: 1 = add bias[col], 2 = accumulate into out (out += product)
+        i, lb = segment(seg)
+        sh = cuda.shared.array(0, dtype=numba.float32)      # [RC, T]
+        acc = cuda.local.array(RC, dtype=numba.float32)
+        wv = cuda.local.array(_UK_MAX, dtype=numba.float32)
+        which = seg[i, SEG_BODY]        # the same for every thread of the block
+        # (n_bodies is a constant of the kernel: the bodies it does not have are compiled away)
+        if n_bodies == 1 or which == 0:
+            b0(wq, wh, wf, seg, i, lb, xp, n_rows, bias, flags, out, n_cols, sh, acc, wv)
+        elif n_bodies == 2 or which == 1:
+            b1(wq, wh, wf, seg, i, lb, xp, n_rows, bias, flags, out, n_cols, sh, acc, wv)
+        else:
+            b2(wq, wh, wf, seg, i, lb, xp, n_rows, bias, flags, out, n_cols, sh, acc, wv)
+    return mm
+
+
+# ---- the permutation and the embedding lookup, one kernel each per type ----------------------
+
+def _make_type_kernels(slot, elem, K):
     @cuda.jit
     def permute(x, n_in, n_rows, S, xp):
         # xp[r, k, s] = x[r, elem(s, k)]   (flat; a grid-stride loop)
@@ -456,56 +215,125 @@ def _make_kernels(slot, elem, K):
             for k in range(K):
                 out[_ix(r * n_in + elem(s, k))] = wv[k]
 
-    return mm, permute, rows
+    return permute, rows
 
 
-_TYPES = {          # qtype -> (slot, elem, K)
-    F32: (_slot_f32, _elem_1, 1), F16: (_slot_f16, _elem_1, 1),
-    BF16: (_slot_bf16, _elem_1, 1),
-    Q8_0: (_slot_q8_0, _elem_q8_0, 4),
-    Q4_0: (_slot_q4_0, _elem_q4, 8), Q4_1: (_slot_q4_1, _elem_q4, 8),
-    Q5_0: (_slot_q5_0, _elem_q4, 8), Q5_1: (_slot_q5_1, _elem_q4, 8),
-    Q2_K: (_slot_q2_k, _elem_q2_k, 8), Q3_K: (_slot_q3_k, _elem_q2_k, 8),
-    Q4_K: (_slot_q4_k, _elem_q4_k, 8), Q5_K: (_slot_q5_k, _elem_q4_k, 8),
-    Q6_K: (_slot_q6_k, _elem_q6_k, 8),
-}
-_KERNELS = {}
+_PRODUCTS, _TYPE_KERNELS = {}, {}
+
+
+def product_kernel(types):
+    """The product kernel of a tuple of distinct block types (built on first use)."""
+    types = tuple(int(t) for t in types)
+    if types not in _PRODUCTS:
+        for t in types:
+            check_qtype(t)
+        if not 1 <= len(types) <= MAX_SEGMENT_TYPES or len(set(types)) != len(types):
+            raise ValueError(f"a product launch decodes 1 to {MAX_SEGMENT_TYPES} distinct types, "
+                             f"got {[qtype_name(t) for t in types]}")
+        _PRODUCTS[types] = _make_product(types)
+    return _PRODUCTS[types]
 
 
 def cuda_kernels(qtype: int):
-    """(K, matmul kernel, permute kernel, rows kernel) of one type (built on first use)."""
+    """(K, product kernel, permute kernel, rows kernel) of one type (built on first use)."""
     check_qtype(qtype)
     qtype = int(qtype)
-    if qtype not in _KERNELS:
-        slot, elem, K = _TYPES[qtype]
-        _KERNELS[qtype] = (K,) + _make_kernels(slot, elem, K)
-    return _KERNELS[qtype]
+    if qtype not in _TYPE_KERNELS:
+        t = TYPES[qtype]
+        _TYPE_KERNELS[qtype] = _make_type_kernels(t.slot, t.elem, t.K)
+    return (TYPES[qtype].K, product_kernel((qtype,))) + _TYPE_KERNELS[qtype]
+
+
+# ---- matrices on the device ------------------------------------------------------------------
+
+class Segment(NamedTuple):
+    qtype: int
+    n_out: int
+    row_bytes: int      # padded to a multiple of 4
+    base: int           # byte offset of row 0 in the buffer
+    col0: int           # first output column
+    nbytes: int         # the GGUF bytes of its rows (unpadded)
 
 
 class DeviceWeight:
-    """A quantized matrix on the device: its raw GGUF rows, each padded to a multiple of 4 bytes,
-    in one flat buffer (plus 8 spare bytes, read but unused by the last 2-aligned word loads)."""
+    """A quantized matrix, or a group of matrices of the same n_in (`group`), on the device: the
+    raw GGUF rows of each, padded to a multiple of 4 bytes, back to back in one flat buffer (plus
+    8 spare bytes, read but unused by the last 2-aligned word loads)."""
 
     def __init__(self, data, qtype: int, n_in: int, stream=0):
-        data = np.ascontiguousarray(data, dtype=np.uint8)
-        self.qtype, self.n_in, self.n_out = int(qtype), int(n_in), data.shape[0]
-        rb = row_bytes(qtype, n_in)
-        if data.ndim != 2 or data.shape[1] != rb:
-            raise ValueError(f"{qtype_name(qtype)} rows of {n_in} elements take {rb} bytes, "
-                             f"got an array of shape {data.shape}")
-        self.row_bytes = (rb + 3) // 4 * 4
-        host = np.zeros(self.n_out * self.row_bytes + 8, np.uint8)
-        host[:self.n_out * self.row_bytes].reshape(self.n_out, self.row_bytes)[:, :rb] = data
+        self._upload([(data, qtype)], n_in, stream)
+
+    @classmethod
+    def group(cls, parts, n_in: int, stream=0) -> "DeviceWeight":
+        """The matrices parts = [(uint8 [n_out, row_bytes] GGUF rows, qtype), ...] in one buffer:
+        their products are one launch, their outputs side by side in the order given."""
+        self = cls.__new__(cls)
+        self._upload(parts, n_in, stream)
+        return self
+
+    def _upload(self, parts, n_in, stream):
+        n_in = int(n_in)
+        segs, datas, base, col = [], [], 0, 0
+        for data, qtype in parts:
+            data = np.ascontiguousarray(data, dtype=np.uint8)
+            qtype = int(qtype)
+            check_qtype(qtype)
+            rb = row_bytes(qtype, n_in)
+            if data.ndim != 2 or data.shape[1] != rb:
+                raise ValueError(f"{qtype_name(qtype)} rows of {n_in} elements take {rb} bytes, "
+                                 f"got an array of shape {data.shape}")
+            prb = (rb + 3) // 4 * 4
+            segs.append(Segment(qtype, data.shape[0], prb, base, col, data.shape[0] * rb))
+            datas.append(data)
+            base += data.shape[0] * prb
+            col += data.shape[0]
+        host = np.zeros(base + 8, np.uint8)
+        for sg, data in zip(segs, datas):
+            host[sg.base:sg.base + sg.n_out * sg.row_bytes].reshape(
+                sg.n_out, sg.row_bytes)[:, :data.shape[1]] = data
         self.buf = cuda.to_device(host, stream=stream)
         self.wq = self.buf.view(np.uint32)
         self.wh = self.buf.view(np.float16)
         self.wf = self.buf.view(np.float32)
-        self.K = _TYPES[self.qtype][2]
+        self.segments = segs
+        self.n_in, self.n_out = n_in, col
+        self.types = tuple(dict.fromkeys(s.qtype for s in segs))          # distinct, in order
+        if len(self.types) > MAX_SEGMENT_TYPES:
+            raise ValueError(f"a group holds at most {MAX_SEGMENT_TYPES} block types, got "
+                             f"{[qtype_name(t) for t in self.types]}")
+        # the permuted copies of the activations its segments read (one per element order)
+        self.orders = tuple(dict.fromkeys(order_of(t) for t in self.types))
+        self.nbytes = sum(s.nbytes for s in segs)          # the GGUF bytes a product reads
+        # (a single matrix's own figures: the embedding lookup reads them)
+        self.qtype, self.row_bytes = segs[0].qtype, segs[0].row_bytes
+        self.K = TYPES[self.qtype].K
         self.S = n_in // self.K
-        self.nbytes = self.n_out * rb        # the GGUF bytes a product reads
+        self._shapes = {}
 
     def __repr__(self):
-        return f"DeviceWeight({qtype_name(self.qtype)}, {self.n_out}x{self.n_in})"
+        parts = ", ".join(f"{qtype_name(s.qtype)} {s.n_out}" for s in self.segments)
+        return f"DeviceWeight({parts} x {self.n_in})"
+
+    def launch_shape(self, threads: int | None = None, rows_per_block: int | None = None):
+        """(segment table on the device, threads per block, blocks, largest TG) of this matrix's
+        product, made once per (threads, rows_per_block): each segment's TG and R from
+        `mm_config`, the block size the largest TG * R, each segment R = T // TG rows a block."""
+        key = (threads, rows_per_block)
+        if key not in self._shapes:
+            cfg = [mm_config(s.qtype, self.n_in, threads) for s in self.segments]
+            T = max(tg * (int(rows_per_block) if rows_per_block else r) for tg, r in cfg)
+            if T > CUDA_MAX_THREADS:
+                raise ValueError(f"matmul_cuda: {T} threads per block is more than "
+                                 f"{CUDA_MAX_THREADS}")
+            table, b0 = [], 0
+            for s, (tg, _) in zip(self.segments, cfg):
+                R = T // tg
+                table.append([b0, s.base, s.row_bytes, s.n_out, s.col0, self.n_in // TYPES[s.qtype].K,
+                              tg, self.orders.index(order_of(s.qtype)), self.types.index(s.qtype)])
+                b0 += (s.n_out + R - 1) // R
+            self._shapes[key] = (cuda.to_device(np.array(table, np.int64)), T, b0,
+                                 max(tg for tg, _ in cfg))
+        return self._shapes[key]
 
 
 def upload_weight(data, qtype: int, n_in: int, stream=0) -> DeviceWeight:
@@ -524,7 +352,7 @@ def mm_config(qtype: int, n_in: int, threads: int | None = None):
     elif SIM:
         return 1, 32
     else:
-        S = n_in // _TYPES[int(qtype)][2]
+        S = n_in // TYPES[int(qtype)].K
         tg = 32
         while tg < 256 and tg * 8 < S:
             tg *= 2
@@ -533,57 +361,77 @@ def mm_config(qtype: int, n_in: int, threads: int | None = None):
     return tg, max(1, 128 // tg)
 
 
+# ---- launches --------------------------------------------------------------------------------
+
+def product_call(w: DeviceWeight, n_rows: int, xp, out_flat, bias=None, accumulate: bool = False,
+                 threads: int | None = None, rows_per_block: int | None = None) -> KernelCall:
+    """The launch of out [n_rows, w.n_out] (=, or += when accumulate) x @ W^T (+ bias), x given
+    permuted (xp: copy j of w.orders at j * n_rows * n_in; flat), out flat."""
+    seg, T, n_blocks, tg_max = w.launch_shape(threads, rows_per_block)
+    flags = (1 if bias is not None else 0) | (2 if accumulate else 0)
+    b = bias if bias is not None else xp               # (not read without flag 1)
+    shmem = 4 * CUDA_ROWS_PER_PASS * T if tg_max > 1 else 0
+    return KernelCall(product_kernel(w.types), n_blocks, T, shmem,
+                      (w.wq, w.wh, w.wf, seg, xp, n_rows, b, flags, out_flat, w.n_out))
+
+
+def permute_call(order: int, x_flat, n_in: int, n_rows: int, xp) -> KernelCall:
+    """The launch of xp (flat) <- x [n_rows, n_in] (flat) in the element order of `order`."""
+    n = n_rows * n_in
+    threads = 1 if SIM else 256
+    return KernelCall(cuda_kernels(order)[2], 1 if SIM else (n + 255) // 256, threads, 0,
+                      (x_flat, n_in, n_rows, n_in // TYPES[order].K, xp))
+
+
+def rows_call(w: DeviceWeight, ids, out_flat, threads: int = 128) -> KernelCall:
+    """The launch of out [n, n_in] (flat) <- rows ids [n] (device int64) of w, dequantized."""
+    rows = cuda_kernels(w.qtype)[3]
+    return KernelCall(rows, ids.shape[0], threads, 0,
+                      (w.wq, w.wh, w.wf, w.row_bytes, ids, w.S, w.n_in, out_flat))
+
+
 def matmul_cuda(x, w: DeviceWeight, out, bias=None, accumulate: bool = False,
                 threads: int | None = None, rows_per_block: int | None = None,
                 scratch=None, stream=0):
     """out [n_rows, n_out] (=, or += when accumulate) x [n_rows, n_in] @ W^T (+ bias [n_out]),
-    all device float32 arrays, C-contiguous. scratch: a device float32 array of at least
-    n_rows * n_in elements for the permuted activations (allocated when None)."""
-    K, mm, permute, _ = cuda_kernels(w.qtype)
+    all device float32 arrays, C-contiguous; w one matrix or a group (out: their outputs side by
+    side). scratch: a device float32 array of at least n_rows * n_in * len(w.orders) elements for
+    the permuted activations (allocated when None)."""
     n_rows = x.shape[0]
     if x.shape[1] != w.n_in or out.shape[0] != n_rows or out.shape[1] != w.n_out:
         raise ValueError(f"matmul_cuda: x {x.shape} @ {w} -> out {out.shape} do not fit")
     if n_rows == 0:
         return out
-    tg, r = mm_config(w.qtype, w.n_in, threads)
-    if rows_per_block is not None:
-        r = int(rows_per_block)
-    if tg * r > CUDA_MAX_THREADS:
-        raise ValueError(f"matmul_cuda: {tg} x {r} threads per block is more than "
-                         f"{CUDA_MAX_THREADS}")
-    xf = x.reshape(n_rows * w.n_in)
-    if K > 1:
-        n = n_rows * w.n_in
+    w.launch_shape(threads, rows_per_block)           # (refuses a block too large first)
+    n = n_rows * w.n_in
+    xf = x.reshape(n)
+    if TYPES[w.orders[0]].K > 1 or len(w.orders) > 1:
+        need = n * len(w.orders)
         if scratch is None:
-            scratch = cuda.device_array(n, np.float32, stream=stream)
-        elif scratch.size < n:
-            raise ValueError(f"matmul_cuda: scratch of {scratch.size} floats; {n} needed")
-        # the whole scratch, not scratch[:n]: both kernels index it below n themselves, and
+            scratch = cuda.device_array(need, np.float32, stream=stream)
+        elif scratch.size < need:
+            raise ValueError(f"matmul_cuda: scratch of {scratch.size} floats; {need} needed")
+        # the whole scratch, not scratch[:n]: the kernels index it below n themselves, and
         # numba-cuda builds a slice in Python (about 45 us on an H200's host, more than a launch)
         xp = scratch
-        grid = (1, 1) if SIM else ((n + 255) // 256, 256)
-        permute[grid[0], grid[1], stream](xf, w.n_in, n_rows, w.S, xp)
+        for j, order in enumerate(w.orders):
+            permute_call(order, xf, w.n_in, n_rows, xp if j == 0 else xp[j * n:])(stream)
     else:
         xp = xf
-    flags = (1 if bias is not None else 0) | (2 if accumulate else 0)
-    b = bias if bias is not None else xp               # (not read without flag 1)
-    T = tg * r
-    shmem = 4 * CUDA_ROWS_PER_PASS * T if tg > 1 else 0
-    mm[(w.n_out + r - 1) // r, T, stream, shmem](
-        w.wq, w.wh, w.wf, w.row_bytes, w.n_out, xp, n_rows, w.S, tg, b, flags,
-        out.reshape(n_rows * w.n_out))
+    product_call(w, n_rows, xp, out.reshape(n_rows * w.n_out), bias, accumulate, threads,
+                 rows_per_block)(stream)
     return out
 
 
 def dequant_rows_cuda(w: DeviceWeight, ids, out, threads: int = 128, stream=0):
     """out [n, n_in] (device float32) <- rows ids [n] (device int32/int64) of w, dequantized."""
-    _, _, _, rows = cuda_kernels(w.qtype)
     n = ids.shape[0]
     if n:
-        rows[n, threads, stream](w.wq, w.wh, w.wf, w.row_bytes, ids, w.S, w.n_in,
-                                 out.reshape(n * w.n_in))
+        rows_call(w, ids, out.reshape(n * w.n_in), threads)(stream)
     return out
 
+
+# ---- measuring on a GPU ----------------------------------------------------------------------
 
 if not SIM:
     @cuda.jit
@@ -633,6 +481,11 @@ def _gpu_us(launch, reps: int, host_us: float):
     return None
 
 
+def _each(launches):
+    for launch in launches:
+        launch()
+
+
 def launch_floor(reps: int = 200) -> float:
     """Microseconds per launch of an empty kernel from Python (numba-cuda's dispatch and the
     driver's launch): the least any kernel call of the backend costs the host."""
@@ -644,10 +497,12 @@ def matmul_bandwidth(shapes=((4096, 4096), (4096, 14336), (14336, 4096)),
                      qtypes=(Q4_0, Q8_0, Q4_K), n_rows: int = 1, reps: int = 50,
                      peak_gbs: float = 4800.0, seed: int = 0) -> list:
     """Time matmul_cuda on random weights of each (n_out, n_in) and type -> [{type, n_out, n_in,
-    n_rows, us, gbs, frac_peak, host_us}]: `us` the GPU's time per call (CUDA events around calls
-    queued behind a spin, `_gpu_us`), `gbs` the GGUF weight bytes read once per call in that time,
-    `host_us` per call as Python issues them one after another. (A GPU only: under the simulator
-    this would take hours.)"""
+    n_rows, us, gbs, frac_peak, host_us, host_us_prepared}]: `us` the GPU's time per call (CUDA
+    events around calls queued behind a spin, `_gpu_us`), `gbs` the GGUF weight bytes read once
+    per call in that time, `host_us` per call as Python issues `matmul_cuda` calls one after
+    another, `host_us_prepared` the same for the call's two launches made once
+    (launch_cuda.PreparedLaunch, as the CUDA backend issues them). (A GPU only: under the
+    simulator this would take hours.)"""
     rng = np.random.default_rng(seed)
     res = []
     for qt in qtypes:
@@ -659,10 +514,17 @@ def matmul_bandwidth(shapes=((4096, 4096), (4096, 14336), (14336, 4096)),
             scratch = cuda.device_array(n_rows * n_in, np.float32)
             call = partial(matmul_cuda, x, w, out, scratch=scratch)
             host_us = _host_us(call, reps)
+            xf = x.reshape(n_rows * n_in)
+            xp = scratch if TYPES[qt].K > 1 else xf
+            calls = [product_call(w, n_rows, xp, out.reshape(n_rows * n_out))]
+            if TYPES[qt].K > 1:
+                calls.insert(0, permute_call(qt, xf, n_in, n_rows, scratch))
+            made = [prepare(c, 0, "prepared") for c in calls]
+            host_us_prepared = _host_us(partial(_each, made), reps)
             us = host_us if SIM else _gpu_us(call, reps, host_us)      # (the simulator never spins)
             gbs = w.nbytes / (us * 1e-6) / 1e9 if us else None
             res.append({"type": qtype_name(qt), "n_out": n_out, "n_in": n_in, "n_rows": n_rows,
                         "us": us, "gbs": gbs, "frac_peak": gbs and gbs / peak_gbs,
-                        "host_us": host_us})
+                        "host_us": host_us, "host_us_prepared": host_us_prepared})
             del w, x, out, scratch
     return res

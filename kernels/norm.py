@@ -42,7 +42,21 @@ import math  # noqa: E402
 import numba  # noqa: E402
 from numba import cuda  # noqa: E402
 
-from .cuda_common import MAX_THREADS, block_sum  # noqa: E402
+from .cuda_common import MAX_THREADS, block_sum, dev  # noqa: E402
+
+
+@dev
+def rms_scale(x, t, eps, sh, tid, T):
+    # float32 1 / sqrt(mean(x[t]^2) + eps) of row t, for every thread of the block (each calls
+    # it; sh: a float64 shared array of at least T)
+    d = x.shape[1]
+    acc = 0.0
+    for i in range(tid, d, T):
+        v = np.float64(x[t, i])
+        acc += v * v
+    sh[tid] = acc
+    tot = block_sum(sh, tid, T)
+    return np.float32(1.0 / math.sqrt(tot / d + eps))
 
 
 @cuda.jit
@@ -55,13 +69,7 @@ def rmsnorm_cuda_kernel(x, rows, w, eps, out):
     T = cuda.blockDim.x
     d = x.shape[1]
     sh = cuda.shared.array(MAX_THREADS, dtype=numba.float64)
-    acc = 0.0
-    for i in range(tid, d, T):
-        v = np.float64(x[t, i])
-        acc += v * v
-    sh[tid] = acc
-    tot = block_sum(sh, tid, T)
-    scale = np.float32(1.0 / math.sqrt(tot / d + eps))
+    scale = rms_scale(x, t, eps, sh, tid, T)
     for i in range(tid, d, T):
         out[j, i] = x[t, i] * scale * w[i]
 

@@ -38,12 +38,12 @@ LAYER = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 
 # The kernels' own layers (kernels/__init__.py's table): SIMD -> tiles and blocks -> products -> forward.
 KERNEL_LAYERS = [
-    {"__init__", "qtypes", "simd", "rope", "stream", "cuda_common", "clock", "machine"},
-    {"simd_wide"},
+    {"__init__", "qtypes", "simd", "rope", "stream", "cuda_common", "clock", "machine", "launch_cuda"},
+    {"simd_wide", "slots_cuda"},
     {"tiles", "blocks"},
     {"blocks_q8", "quantize_q8"},
     {"matmul", "activations", "norm", "attention"},
-    {"matmul_q8", "matmul_x16", "matmul_x16k", "matmul_cuda"},
+    {"matmul_q8", "matmul_x16", "matmul_x16k", "matmul_cuda", "fused_cuda"},
     {"forward", "tuning"},
 ]
 KERNEL_LAYER = {m: i for i, layer in enumerate(KERNEL_LAYERS) for m in layer}

@@ -166,6 +166,14 @@ def test_the_cuda_matmul_table_shows_gpu_and_host_time():
     assert "Q4_0 |  4096 x  4096 |     4.0 |   2359 |   49.2% |         251.5" in text
     assert "Q8_0 |  4096 x 14336 |       - |      - |       - |         247.9" in text
     assert "empty kernel's launch from Python: 61.2 us" in text
+    rows[0]["host_us_prepared"] = 9.5
+    launches = {"per_pass": 283, "per_layer": 10, "outside_layers": 3, "n_layer": 28,
+                "launch": "prepared", "graph": True, "graph_error": None}
+    text = "\n".join(format_cuda_matmul({"bandwidth_cuda": rows, "peak_gbs": 4800.0,
+                                          "cuda_launches": launches}))
+    assert "251.5 (prepared: 9.5)" in text
+    assert ("launches per decoded token: 283 = 10 per layer x 28 + 3 (prepared launches, one "
+            "captured graph)") in text
 
 
 def test_bench_runs_llama_bench_on_the_measured_model(tiny_path, tmp_path):

@@ -37,8 +37,8 @@ def _run(group: str, sim: bool = True, timeout: int = 900, env_extra: dict | Non
     return out
 
 
-@pytest.mark.parametrize("group", ["kernels", "quant", "invariance", "decode", "state",
-                                   "speculative"])
+@pytest.mark.parametrize("group", ["kernels", "quant", "invariance", "fused", "launches", "decode", "state",
+                                   "speculative", "device_script"])
 def test_cudasim(group):
     _run(group)
 

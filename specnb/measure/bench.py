@@ -336,6 +336,8 @@ def bench(model_path=None, backend: str = "cpu", n_threads=None, reps: int = 5, 
         out["bandwidth_cuda"] = cuda_bandwidth(peak_gbs, reps=20 if quick else 100)
         out["cuda_launch_us"] = launch_floor(reps=50 if quick else 200)
         out["peak_gbs"] = peak_gbs
+        # kernels launched per decoded token (one-row step), per layer and outside the layers
+        out["cuda_launches"] = next(iter(first.ctxs.values())).backend.launch_counts()
     if pair_spec and draft_path:
         del runs
         out["pair"] = pair_speculative(path, draft_path, n_threads=n_threads, activations=activations)

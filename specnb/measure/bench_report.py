@@ -150,11 +150,17 @@ def format_cuda_matmul(r: dict) -> list:
         gpu = (f"{b['us']:7.1f} | {b['gbs']:6.0f} | {100 * b['frac_peak']:6.1f}%" if b["us"]
                else f"{'-':>7s} | {'-':>6s} | {'-':>7s}")
         L.append(f"  {b['type']:4s} | {b['n_out']:5d} x {b['n_in']:5d} | {gpu} | "
-                 f"{b['host_us']:13.1f}")
+                 f"{b['host_us']:13.1f}" + (f" (prepared: {b['host_us_prepared']:.1f})"
+                                            if "host_us_prepared" in b else ""))
     if "cuda_launch_us" in r:
         L.append(f"  an empty kernel's launch from Python: {r['cuda_launch_us']:.1f} us (each matmul "
-                 "is two launches: the activations' permutation and the product; a decode step "
-                 "launches several per layer)")
+                 "is two launches: the activations' permutation and the product; prepared: the two "
+                 "launches made once, as the backend issues them)")
+    if "cuda_launches" in r:
+        c = r["cuda_launches"]
+        L.append(f"  launches per decoded token: {c['per_pass']} = {c['per_layer']} per layer x "
+                 f"{c['n_layer']} + {c['outside_layers']} ({c['launch']} launches"
+                 + (", one captured graph" if c["graph"] else "") + ")")
     return L
 
 

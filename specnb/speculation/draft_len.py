@@ -43,8 +43,8 @@ schedule, or `auto`, chosen before every round from the costs this run measures.
              it: none runs when fewer tokens remain than those rounds ("budget"). A probe
              costs the draft model the rows it missed while idle: it catches up only the last
              CATCH_UP_WINDOW of them (placed right after what its memory holds, so it sees the
-             prompt and the recent tokens; deferred.DeferredDraftSimple), not every skipped
-             token.
+             prompt and the recent tokens; Decision.catch_up_window, deferred.DeferredDraftSimple),
+             not every skipped token.
 
 `expected_tokens(a, d)` and `best_length(...)` are the decision as plain functions, usable on a
 grid (alpha, c) without a run. The policy only chooses each round's n_max: the target's sampler
@@ -55,7 +55,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import ParamError
 
@@ -361,6 +361,8 @@ class Decision:
     expected_rate: float = 0.0        # E(d) / T(d), tokens per second (0: unknown)
     plain_rate: float = 0.0           # 1 / t_target(1)
     rates: list = field(default_factory=list)   # expected tokens per second for each d
+    catch_up_window: int = 0          # the draft model catches up at most this many of the rows it
+                                      # missed while idle (0: all of them; DraftParams)
 
     @property
     def gain(self) -> float:
@@ -375,28 +377,27 @@ class Decision:
 
 class DraftLenPolicy:
     """The per-round draft length, consulted by the chain (speculative.Speculative): `lengths()`
-    before a round, `update_candidate_strategy(ev)` after it."""
+    before a round, `update_candidate_strategy(ev)` after it. A policy is fed: what it needs of
+    the speculators comes in as arguments, and it never calls them."""
     schedule = "fixed"
 
     def __init__(self, n_max: int):
         self.n_max = int(n_max)
         self.chosen: dict[int, int] = {}          # how often each length was chosen
         self.last: Decision | None = None
-        self.round: dict | None = None            # this round's {impl type: Decision}
-        # () -> the rows the draft model would decode before its seed row if it drafted now (the
-        # rows it missed while rounds drafted nothing); DeferredDraftSimple sets it
-        self.draft_behind = None
 
-    def lengths(self, types, remaining: int | None = None) -> dict | None:
+    def lengths(self, sources: dict, remaining: int | None = None, behind: int = 0) -> dict | None:
         """This round's {impl type: Decision} (one decision for every sequence), or None when
-        the length is fixed (every draft cut to n_max); `remaining`: the tokens still to
-        generate."""
-        self.round = {t: self.choose(t, remaining) for t in types}
-        return self.round
+        the length is fixed (every draft cut to n_max). `sources`: {impl type: whether its drafts
+        cost a model's decodes (SpeculativeImpl.costs_model)}; `remaining`: the tokens still to
+        generate; `behind`: the rows the draft model would decode before its seed row if it
+        drafted now (the rows it missed while rounds drafted nothing)."""
+        return {t: self.choose(t, remaining, behind, model) for t, model in sources.items()}
 
-    def choose(self, source: str = "draft-simple", remaining: int | None = None) -> Decision:
+    def choose(self, source: str = "draft-simple", remaining: int | None = None, behind: int = 0,
+               costs_model: bool = True) -> Decision:
         """This round's decision for a draft from `source` (an impl type); `remaining`: the
-        tokens still to generate (None: unknown)."""
+        tokens still to generate (None: unknown); `behind` and `costs_model` as in lengths()."""
         return Decision(self.n_max, "schedule")
 
     def record(self, dec: Decision) -> None:
@@ -410,7 +411,7 @@ class DraftLenPolicy:
     def observe_prefill(self, n_rows: int, t_target: float, t_draft: float | None = None) -> None: ...
 
     def observe_draft_decode(self, n_rows: int, seconds: float) -> None:
-        """One decode of the draft model while drafting (DeferredDraftSimple reports them)."""
+        """One decode of the draft model while drafting (the chain hands them on)."""
 
     def stats(self) -> dict:
         return {"schedule": self.schedule, "n_max": self.n_max,
@@ -420,9 +421,8 @@ class DraftLenPolicy:
 class FixedDraftLen(DraftLenPolicy):
     """llama.cpp: every round may draft n_max tokens."""
 
-    def lengths(self, types, remaining: int | None = None) -> None:
+    def lengths(self, sources: dict, remaining: int | None = None, behind: int = 0) -> None:
         self.record(self.choose())
-        self.round = None
         return None
 
 
@@ -435,7 +435,8 @@ class HeuristicDraftLen(DraftLenPolicy):
         super().__init__(n_max)
         self.n = float(min(start, n_max))
 
-    def choose(self, source: str = "draft-simple", remaining: int | None = None) -> Decision:
+    def choose(self, source: str = "draft-simple", remaining: int | None = None, behind: int = 0,
+               costs_model: bool = True) -> Decision:
         return Decision(int(self.n), "schedule")
 
     def update_candidate_strategy(self, ev) -> None:
@@ -453,13 +454,14 @@ class AutoDraftLen(DraftLenPolicy):
 
     Fed by `update_candidate_strategy(ev)` with the loop's RoundEvents: ev.t_verify + ev.t_sample +
     ev.t_rollback + ev.t_process time a target side of 1 + len(draft) rows; the slot's draft, impl
-    and n_accepted the acceptance per source; and by `observe_draft_decode`, the draft model's
-    decodes as (rows, seconds).
+    and n_accepted the acceptance per source; by `observe_draft_decode`, the draft model's
+    decodes as (rows, seconds); by `observe_prefill`, the prompt's decodes. `keeps_rows`: the
+    draft model keeps the rows it computed while drafting (--no-reeval), which prices its seed.
     """
     schedule = "auto"
 
     def __init__(self, n_max: int, probe_first: int = PROBE_FIRST, probe_max: int = PROBE_MAX,
-                 probe_len: int = PROBE_LEN):
+                 probe_len: int = PROBE_LEN, keeps_rows: bool = False):
         super().__init__(n_max)
         self.t_target = BatchCost()
         self.t_draft_rows = BatchCost()           # the draft model's k-row decodes
@@ -473,19 +475,20 @@ class AutoDraftLen(DraftLenPolicy):
         self.probe_share = PROBE_SHARE
         self._held: dict = {}                     # per source: ["no gain" Decision, rounds it holds]
         self.prefill_ratio: float | None = None   # draft / target seconds on the same prompt rows
-        self.keeps_rows = False                   # the draft keeps its rows (--no-reeval; set by it)
+        self.keeps_rows = bool(keeps_rows)
         self.max_draft = 0                        # the longest draft a round has verified
 
     # ---- the model of a round ------------------------------------------------------------
     def rates(self, source: str) -> list:
         return self.acc.setdefault(source, Acceptance()).rates(self.n_max)
 
-    def draft_cost(self, d: int, source: str = "draft-simple", accept=None) -> float:
+    def draft_cost(self, d: int, source: str = "draft-simple", accept=None,
+                   costs_model: bool = True) -> float:
         """Seconds the draft model spends on a d-token draft in steady drafting: one seed decode,
         then d - 1 one-row steps. The seed holds the rows the draft misses: re-evaluating, the last
         round's committed ones (1 + E(d) rows); keeping its rows (--no-reeval), the seed row and,
         after a fully accepted round (probability E(d) - E(d - 1)), the last draft token."""
-        if d <= 0 or source != "draft-simple":
+        if d <= 0 or not costs_model:
             return 0.0
         es = expected_tokens_upto(accept if accept is not None else self.rates(source), d)
         return self._draft_cost_e(d, es[d], es[d] - es[d - 1])
@@ -509,7 +512,7 @@ class AutoDraftLen(DraftLenPolicy):
         tab = self.t_target.upto(self.n_max + 2)
         return tab[k] if 0 <= k < len(tab) else self.t_target(k)
 
-    def _rates(self, source: str, es: list, cautious: bool = False, behind: int = 0) -> list:
+    def _rates(self, es: list, costs_model: bool, cautious: bool = False, behind: int = 0) -> list:
         """E(d) / T(d) for d in 0..n_max from the cost tables: best_length's rates, computed in one
         pass (the policy decides every round, so its own cost counts). behind: the rows the draft
         model must catch up first (rounds that drafted nothing); the catch-up's cost beyond a
@@ -517,7 +520,7 @@ class AutoDraftLen(DraftLenPolicy):
         n = self.n_max
         tt = self.t_target.upto(n + 2, cautious)
         rates = [es[0] / tt[1] if tt[1] > 0 else math.inf]
-        if source == "draft-simple":
+        if costs_model:
             if self.t_draft_rows.known:
                 dt = self.t_draft_rows.upto(max(n, behind) + 2, cautious)
             else:
@@ -549,24 +552,34 @@ class AutoDraftLen(DraftLenPolicy):
         (drafts of 7-12 tokens verified at 3-6 one-row steps each, on code with 97% acceptance)."""
         return min(self.n_max, self.max_draft + GROW)
 
-    def decide(self, source: str = "draft-simple", behind: int = 0) -> Decision:
+    def decide(self, source: str = "draft-simple", behind: int = 0, costs_model: bool = True) -> Decision:
         """The argmax decision from the current estimates, without counting it: best_length's,
         with target_cost and draft_cost, from the tables in one pass, over the lengths up to
         reach(); behind: the draft model's rows to catch up (_rates)."""
         es = self.acc.setdefault(source, Acceptance()).expected_upto(self.n_max)
-        rates = self._rates(source, es, behind=behind)
+        rates = self._rates(es, costs_model, behind=behind)
         d = self._argmax(rates[:self.reach() + 1])
         return Decision(d, "best", es[d], rates[d], rates[0], rates)
 
-    def hopeless(self, source: str = "draft-simple") -> bool:
+    def hopeless(self, costs_model: bool = True) -> bool:
         """True when no length beats plain decoding even if every draft token were accepted, at
         the cautious reading of the costs (unmeasured sizes on the straight line between measured
         ones): a draft model is tried, and probed for, only where it pays in that reading, while
         the lengths of a model that drafts are chosen on the hopeful one (`between`)."""
         full = [1.0 + d for d in range(self.n_max + 1)]
-        return self._argmax(self._rates(source, full, cautious=True)) == 0
+        return self._argmax(self._rates(full, costs_model, cautious=True)) == 0
 
-    def choose(self, source: str = "draft-simple", remaining: int | None = None) -> Decision:
+    def lengths(self, sources: dict, remaining: int | None = None, behind: int = 0) -> dict:
+        """DraftLenPolicy.lengths; a round that probes or starts up a source drafts to measure,
+        and pays only through the rounds after it: there the draft model catches up only the
+        last CATCH_UP_WINDOW rows it missed."""
+        decs = super().lengths(sources, remaining, behind)
+        if any(dec.reason in ("probe", "start-up") for dec in decs.values()):
+            decs = {t: replace(dec, catch_up_window=CATCH_UP_WINDOW) for t, dec in decs.items()}
+        return decs
+
+    def choose(self, source: str = "draft-simple", remaining: int | None = None, behind: int = 0,
+               costs_model: bool = True) -> Decision:
         """This round's decision for a draft from `source` (an impl type); not yet counted
         (`record` counts the decision that applied). `remaining`, the tokens still to generate:
         a start-up draft or a probe pays only through the rounds after it, so none runs when
@@ -580,23 +593,23 @@ class AutoDraftLen(DraftLenPolicy):
             # decoding (read right after a decode, its tables are cache misses: 60 us on a 3.6 ms
             # step of the 135M)
             held[1] -= 1
-            return self._no_gain(source, remaining, held[0], hold=False)
-        if source == "draft-simple" and not self.t_draft_rows.known:
+            return self._no_gain(source, remaining, held[0], costs_model, hold=False)
+        if costs_model and not self.t_draft_rows.known:
             # the draft model has not drafted yet: with the prompt's decodes measured, a draft model
             # that could not pay even at full acceptance is judged without a start-up draft
-            if self.prefill_ratio is not None and self.hopeless(source):
-                return self._no_gain(source, remaining, self.decide(source))
+            if self.prefill_ratio is not None and self.hopeless(costs_model):
+                return self._no_gain(source, remaining, self.decide(source, costs_model=costs_model),
+                                     costs_model)
             if remaining is not None and remaining < self.probe_first:
                 return Decision(0, "budget")
             return Decision(min(self.probe_len, self.n_max), "start-up")
-        behind = self.draft_behind() if source == "draft-simple" and self.draft_behind else 0
-        dec = self.decide(source, behind)
+        dec = self.decide(source, behind if costs_model else 0, costs_model)
         st = self._probe.setdefault(source, [0, self.probe_first])   # [rounds of d = 0, interval]
-        if dec.d == 0 and self.hopeless(source):
+        if dec.d == 0 and self.hopeless(costs_model):
             # even a draft accepted in full would not pay at the measured costs: a probe could only
             # confirm it, at the price of the draft model's catch-up; the costs are re-read every
             # round, so a change of load brings the probes back
-            return self._no_gain(source, remaining, dec)
+            return self._no_gain(source, remaining, dec, costs_model)
         if dec.d == 0:
             st[0] += 1
             if st[0] >= st[1] and remaining is not None and remaining < st[1]:
@@ -609,12 +622,13 @@ class AutoDraftLen(DraftLenPolicy):
             st[0], st[1] = 0, self.probe_first
         return dec
 
-    def _no_gain(self, source: str, remaining, dec: Decision, hold: bool = True) -> Decision:
+    def _no_gain(self, source: str, remaining, dec: Decision, costs_model: bool,
+                 hold: bool = True) -> Decision:
         """d = 0, "no gain" (held for NO_GAIN_RECHECK rounds). Judged from the prompt's decodes
         alone (the draft model has not drafted yet), one probe per PROBE_MAX such rounds checks
         the estimate against a real draft."""
         st = self._probe.setdefault(source, [0, self.probe_first])
-        st[0] = st[0] + 1 if source == "draft-simple" and not self.t_draft_rows.known else 0
+        st[0] = st[0] + 1 if costs_model and not self.t_draft_rows.known else 0
         if st[0] >= self.probe_max and (remaining is None or remaining >= self.probe_max) \
                 and self._probe_affordable():
             st[0] = 0
@@ -671,7 +685,7 @@ class AutoDraftLen(DraftLenPolicy):
             if r.replay or not r.draft:
                 continue
             self.max_draft = max(self.max_draft, len(r.draft))
-            self.acc.setdefault(r.impl or "draft-simple", Acceptance()).observe(len(r.draft), r.n_accepted)
+            self.acc.setdefault(r.impl, Acceptance()).observe(len(r.draft), r.n_accepted)
 
     def stats(self) -> dict:
         st = super().stats()
@@ -680,16 +694,6 @@ class AutoDraftLen(DraftLenPolicy):
                   t_draft_rows={k: t for k, t in self.t_draft_rows.points()},
                   acceptance={s: a.rates(min(self.n_max, 8)) for s, a in self.acc.items()})
         return st
-
-
-def make_policy(schedule: str, n_max: int) -> DraftLenPolicy:
-    if schedule == "auto":
-        return AutoDraftLen(n_max)
-    if schedule == "heuristic":
-        return HeuristicDraftLen(n_max)
-    if schedule == "fixed":
-        return FixedDraftLen(n_max)
-    raise ParamError(f"unknown draft schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
 
 
 def format_chosen(st: dict) -> str:

@@ -33,8 +33,8 @@ _API = {
     "build_speculative": "speculation.speculative", "SPEC_TYPES": "speculation.params",
     "PRIORITY": "speculation.params", "SpeculativeImpl": "speculation.impl",
     "ngram_simple_draft": "speculation.ngram", "rejection_verify": "speculation.verify",
-    "speculative_step": "speculation.verify", "AutoDraftLen": "speculation.draft_len",
-    "CATCH_UP_WINDOW": "speculation.draft_len",
+    "speculative_step": "speculation.verify", "AutoDraftLen": "speculation.auto",
+    "CATCH_UP_WINDOW": "speculation.auto",
     # measuring
     "event_stats": "measure.stats", "run_stats": "measure.stats",
     "examined_counts": "measure.stats", "batch_costs": "measure.bench",
@@ -90,7 +90,7 @@ if TYPE_CHECKING:       # for editors and type checkers: the same names, importe
                                  describe, gemma_available, gemma_path, model_path)
     from .run.context import can_seq_rm, set_threads
     from .run.pair import Pair
-    from .speculation.draft_len import CATCH_UP_WINDOW, AutoDraftLen
+    from .speculation.auto import CATCH_UP_WINDOW, AutoDraftLen
     from .speculation.impl import SpeculativeImpl
     from .speculation.ngram import ngram_simple_draft
     from .speculation.params import PRIORITY, SPEC_TYPES

@@ -1,7 +1,7 @@
-"""The per-round draft length (specnb.speculation.draft_len): the decision against Leviathan's
-closed form, d = 0 when drafting cannot pay, probes, transformers' heuristic schedule, parsing,
-`auto` lossless against plain decoding on the tiny pair (greedy and sampled, every memory, the
-chain), and the one-way seam between `auto` and the draft model."""
+"""The per-round draft length (specnb.speculation.draft_len, auto, auto_costs): the decision
+against Leviathan's closed form, d = 0 when drafting cannot pay, probes, transformers' heuristic
+schedule, parsing, `auto` lossless against plain decoding on the tiny pair (greedy and sampled,
+every memory, the chain), and the one-way seam between `auto` and the draft model."""
 import math
 import warnings
 
@@ -10,10 +10,13 @@ import pytest
 from specnb import ParamError
 from specnb.run.context import Context
 from specnb.measure.cost import speedup
+from specnb.speculation.auto import (
+    CATCH_UP_ROUNDS, CATCH_UP_WINDOW, GROW, NO_GAIN_RECHECK, PROBE_FIRST, PROBE_LEN, PROBE_MAX, PROBE_SHARE,
+    AutoDraftLen)
+from specnb.speculation.auto_costs import Acceptance, BatchCost, cap_few_samples, monotone
 from specnb.speculation.draft_len import (
-    AUTO_CAP, CATCH_UP_ROUNDS, CATCH_UP_WINDOW, GROW, HEURISTIC_CAP, HEURISTIC_START, NO_GAIN_RECHECK, PROBE_FIRST,
-    PROBE_LEN, PROBE_MAX, PROBE_SHARE, Acceptance, AutoDraftLen, BatchCost, Decision, HeuristicDraftLen, best_length,
-    cap_few_samples, expected_tokens, expected_tokens_upto, format_chosen, monotone, parse_draft_max)
+    AUTO_CAP, HEURISTIC_CAP, HEURISTIC_START, Decision, HeuristicDraftLen, best_length, expected_tokens,
+    expected_tokens_upto, format_chosen, parse_draft_max)
 from specnb.speculation.events import RoundEvent, SlotRound
 from specnb.speculation.params import SpecParams
 from specnb.speculation.deferred import DeferredDraftSimple
@@ -637,7 +640,10 @@ def test_batch_cost_medians_follow_every_new_sample():
     assert bc(2) == pytest.approx(7.0 * 2 / 3)
 
 
-def test_batch_cost_table_equals_its_values():
+def test_batch_cost_tables_agree_whatever_their_length_and_read_measured_sizes_as_measured():
+    """One walk computes every reading (bc(k) is the table's value): a table for n = 70 and one
+    for a smaller n agree on their common sizes, and a measured size reads as its point (to the
+    last bits: past the first point, the rule between two sizes evaluated at the larger)."""
     import random
     rnd = random.Random(3)
     for _ in range(500):
@@ -645,7 +651,10 @@ def test_batch_cost_table_equals_its_values():
         for _ in range(rnd.randint(1, 30)):
             bc.add(rnd.choice([1, 2, 3, 5, 9, 17, rnd.randint(1, 60)]), rnd.random())
         n = rnd.randint(0, 70)
-        assert bc.upto(n) == pytest.approx([bc(k) for k in range(n + 1)], rel=1e-12)
+        big, small = bc._interpolate(70), bc._interpolate(n)
+        assert big[:n + 1] == small and bc(n) == small[n]
+        for k, t in bc.points():
+            assert big[k] == pytest.approx(t, rel=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -781,7 +790,7 @@ def test_the_seam_between_auto_and_the_draft_model_runs_one_way():
     assert not {n for n in names if "policy" in n.lower() or n in ("round", "reason")}
     strings = {n.value for n in ast.walk(deferred) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     assert not strings & {"probe", "start-up"}
-    for name in ("draft_len",):
+    for name in ("draft_len", "auto_costs", "auto"):
         imported = {n.module for n in ast.walk(tree(name)) if isinstance(n, ast.ImportFrom)}
         assert not imported & {"impl", "draft_simple", "deferred", "speculative", "loop"}, name
         source = (here / f"{name}.py").read_text(encoding="utf-8")

@@ -30,8 +30,9 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from .auto import AutoDraftLen
 from .deferred import DeferredDraftSimple
-from .draft_len import SCHEDULES, AutoDraftLen, DraftLenPolicy, FixedDraftLen, HeuristicDraftLen
+from .draft_len import SCHEDULES, DraftLenPolicy, FixedDraftLen, HeuristicDraftLen
 from .draft_simple import DraftSimple
 from ..errors import ParamError
 from .ngram import NgramMapK, NgramMapK4V, NgramSimple

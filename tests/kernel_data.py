@@ -1,5 +1,5 @@
 """Weights, activations and comparisons shared by the kernel tests (test_matmul, test_matmul_q8,
-test_simd, test_kernels, test_matmul_x16, test_matmul_x16k)."""
+test_simd, test_kernels, test_matmul_x16)."""
 from fractions import Fraction
 
 import numpy as np
@@ -81,7 +81,7 @@ def check_close(out, x, w, name, n_in, ref, tol=REL_TOL):
     assert np.all(err <= tol * scale + 1e-30), f"max rel err {np.max(err / (scale + 1e-30)):.2e}"
 
 
-# ---- exact arithmetic for the interleaved kernels' oracles (test_matmul_x16, test_matmul_x16k)
+# ---- exact arithmetic for the interleaved kernels' oracles (test_matmul_x16)
 
 def round_f32(fr: Fraction) -> np.float32:
     """The float32 nearest to an exact rational (ties to even): one rounding, as an FMA does."""

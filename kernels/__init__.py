@@ -14,7 +14,7 @@ and a small benchmark); data flows top to bottom:
   quantize_q8.py  ggml's quantize_row_q8_0 / q8_1 / q8_K: the activations as int8 blocks   tests/test_matmul_q8
   matmul_q8.py    ggml's integer sums  matmul_q8              (CPU only)           self_check(), bench()
   matmul_x16.py   the same sums        matmul_x16_by: 16 rows interleaved (Q5_0, Q5_1)  tests/test_matmul_x16
-  matmul_x16k.py  the same sums        matmul_x16k_by: the same for Q4_K, Q6_K   tests/test_matmul_x16k
+  matmul_x16k.py  the same sums        matmul_x16k_by: the same for Q4_K, Q6_K   tests/test_matmul_x16
   machine.py      (figures measured once per machine and kept: one record file per figure)
   tuning.py       (measured once per machine: matmul_q8's prefetch distance, the int8 compute limit)
   norm.py         rmsnorm_ref          rmsnorm                rmsnorm_cuda         tests/test_kernels

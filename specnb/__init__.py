@@ -26,35 +26,47 @@ from typing import TYPE_CHECKING
 from .errors import (BatchError, ContextFullError, GGUFError, ModelNotFoundError,
                      ParamError, SpecnbError, UnsupportedError, VocabError)
 
-# name -> the module that defines it (relative to specnb); modules are loaded on first use
-_API = {
+# The learner's API, one name a line: editors follow these imports, and `_API` below is read from
+# them, so that each name loads on first use.
+if TYPE_CHECKING:
     # a model and its tokens
-    "load_model": "model", "Vocab": "vocab",
-    # running a model, choosing tokens
-    "Context": "run.context", "Batch": "run.context", "open_pair": "run.pair",
-    "Sampler": "run.sampling", "SamplerParams": "run.sampling",
-    "sample_and_accept_n": "run.sampling", "generate": "run.generate",
-    # speculation
-    "speculative_simple": "speculative_simple", "SpeculativeLoop": "speculation.loop",
-    "SpecParams": "speculation.params", "DraftSimple": "speculation.draft_simple",
-    "DraftParams": "speculation.impl",
-    # the live view (the notebook extra)
-    "LiveView": "view",
-}
-
-if TYPE_CHECKING:       # for editors and type checkers: the same names, imported statically
     from .model import load_model
-    from .run.context import Batch, Context
-    from .run.generate import generate
+    from .vocab import Vocab
+    # running a model, choosing tokens
+    from .run.context import Context
+    from .run.context import Batch
     from .run.pair import open_pair
-    from .run.sampling import Sampler, SamplerParams, sample_and_accept_n
-    from .speculation.draft_simple import DraftSimple
-    from .speculation.impl import DraftParams
+    from .run.sampling import Sampler
+    from .run.sampling import SamplerParams
+    from .run.sampling import sample_and_accept_n
+    from .run.generate import generate
+    # speculation
+    from .speculative_simple import speculative_simple
     from .speculation.loop import SpeculativeLoop
     from .speculation.params import SpecParams
-    from .speculative_simple import speculative_simple
+    from .speculation.draft_simple import DraftSimple
+    from .speculation.impl import DraftParams
+    # the live view (the notebook extra)
     from .view import LiveView
-    from .vocab import Vocab
+
+
+def _type_checking_names(source: str) -> dict:
+    """A door's {name: the module that defines it, relative to specnb}, read from the `from .module
+    import name` lines of its `if TYPE_CHECKING:` block: each name is written once, there."""
+    import ast
+    block = next(n for n in ast.parse(source).body
+                 if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    return {alias.asname or alias.name: node.module for node in block.body for alias in node.names}
+
+
+def _load(module: str, name: str):
+    """`from specnb.<module> import <name>`, run now: the module's own name, else its submodule
+    (a door's __getattr__ loads its names so, on first use)."""
+    mod = _importlib.import_module(f"{__name__}.{module}")
+    return vars(mod)[name] if name in vars(mod) else _importlib.import_module(f"{mod.__name__}.{name}")
+
+
+_API = _type_checking_names(__spec__.loader.get_source(__name__))   # name -> module
 
 __all__ = sorted(["SpecnbError", "GGUFError", "UnsupportedError", "ParamError", "ContextFullError",
                   "BatchError", "VocabError", "ModelNotFoundError", *_API])
@@ -62,9 +74,7 @@ __all__ = sorted(["SpecnbError", "GGUFError", "UnsupportedError", "ParamError", 
 
 def __getattr__(name: str):
     if name in _API:
-        value = getattr(_importlib.import_module(f".{_API[name]}", __name__), name)
-    elif name == "course":
-        value = _importlib.import_module(".course", __name__)
+        value = _load(_API[name], name)
     else:
         hint = " (it is in specnb.course)" if _in_course(name) else ""
         raise AttributeError(f"module 'specnb' has no attribute {name!r}{hint}")
@@ -73,8 +83,11 @@ def __getattr__(name: str):
 
 
 def _in_course(name: str) -> bool:
-    from . import course
-    return name in course.__all__
+    """Whether the course's door (specnb.course: its names, `say` and `check`) has `name`, read
+    from its source: the door is not loaded for an error message."""
+    import importlib.util
+    spec = importlib.util.find_spec(f"{__name__}.course")
+    return name in ("say", "check") or name in _type_checking_names(spec.loader.get_source(spec.name))
 
 
 def __dir__():

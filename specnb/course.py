@@ -12,111 +12,115 @@ one it says right or not quite, without raising, so Run All goes on.
 """
 from __future__ import annotations
 
-import importlib as _importlib
 import math
 from typing import TYPE_CHECKING
 
-# name -> the module that defines it (relative to specnb); modules are loaded on first use
-_API = {
-    # models: files, forged variants, the vocab gate, the registry
-    "Model": "model", "GGUFFile": "gguf.file", "are_compatible": "vocab.gate",
-    "SPEC_VOCAB_MAX_SIZE_DIFFERENCE": "vocab.gate", "SPEC_VOCAB_CHECK_START_TOKEN_ID": "vocab.gate",
-    "rewrite": "gguf.forge", "truncate_layers": "gguf.forge", "mutate_vocab": "gguf.forge",
-    "MUTATIONS": "gguf.forge",
-    "REAL_TARGET": "model.registry", "REAL_DRAFT": "model.registry", "describe": "model.registry",
-    "model_path": "model.registry", "default_target_path": "model.registry",
-    "default_draft_path": "model.registry", "gemma_available": "model.registry",
-    "gemma_path": "model.registry",
-    # running
-    "can_seq_rm": "run.context", "set_threads": "run.context", "Pair": "run.pair",
-    # speculation beyond the loop
-    "build_speculative": "speculation.speculative", "SPEC_TYPES": "speculation.params",
-    "PRIORITY": "speculation.params", "SpeculativeImpl": "speculation.impl",
-    "ngram_simple_draft": "speculation.ngram", "rejection_verify": "speculation.verify",
-    "speculative_step": "speculation.verify", "AutoDraftLen": "speculation.draft_len",
-    "CATCH_UP_WINDOW": "speculation.draft_len",
-    # measuring
-    "event_stats": "measure.stats", "run_stats": "measure.stats",
-    "examined_counts": "measure.stats", "batch_costs": "measure.bench",
-    "measure_cost_ratio": "measure.experiments", "sweep_draft_max": "measure.experiments",
-    "decode_bytes": "measure.bench", "measure_verify_cost": "measure.verify_cost",
-    "verify_verdict": "measure.verify_cost", "flat_but_slow": "measure.verify_cost",
-    "row_price": "measure.verify_cost", "verify_cost_from": "measure.verify_cost",
-    # the machine's costs, measured once; verdicts from intervals; runs taken in turn
-    "machine_costs": "measure.costs", "open_costs": "measure.costs", "format_costs": "measure.costs",
-    "interval": "measure.verdict", "said": "measure.verdict", "speedup_verdict": "measure.verdict",
-    "compare": "measure.turns", "take_turns": "measure.turns", "chat_ids": "measure.turns",
-    # the demo's waterfall: plain decoding, llama.cpp's defaults, then each specnb extension
-    "waterfall": "measure.waterfall", "format_waterfall": "app.waterfall_report",
-    "ceiling_lines": "app.waterfall_report", "CODE_PROMPTS": "app.demo",
-    "CODE_EDIT_REQUEST": "measure.spec_bench", "code_edit_prompt": "measure.spec_bench",
-    # figures
-    "fig_acceptance_per_position": "figures.runs", "fig_tokens_per_call": "figures.runs",
-    "fig_round_timeline": "figures.runs", "fig_speedup_vs_draft_max": "figures.runs",
-    "fig_rounds_by_impl": "figures.runs",
-    "fig_time_per_token": "figures.time_per_token",
-    "fig_draft_confidence": "figures.maths", "fig_draft_rows": "figures.maths",
-    "fig_alpha_vs_temperature": "figures.maths", "fig_p_q_overlap": "figures.maths",
-    "fig_slot_positions": "figures.maths", "tv_distance": "figures.maths",
-    "static_figures": "figures.snapshot",
-    "round_cost": "figures.cost_map", "engine_speedup": "figures.cost_map",
-    "coverage_speedup": "figures.cost_map", "best_speedup": "figures.cost_map",
-    "decode_roofline": "figures.cost_map", "streaming_gb_s": "figures.cost_map",
-    "break_even_alpha": "figures.cost_map", "c_from_bytes": "figures.cost_map",
-    "fig_cost_map": "figures.cost_map",
-    # the live view's pieces
-    "kv_states": "view", "visible": "view", "MARK": "view",
-}
-# modules a learner uses as a namespace (cost.speedup(alpha, gamma, c), answers.after_round(...))
-_MODULES = {"cost": "measure.cost", "answers": "app.answers"}
+from . import _load, _type_checking_names
 
-if TYPE_CHECKING:       # for editors and type checkers: the same names, imported statically
-    from .app.demo import CODE_PROMPTS
-    from .app.waterfall_report import ceiling_lines, format_waterfall
-    from .figures.cost_map import (best_speedup, break_even_alpha, c_from_bytes, coverage_speedup,
-                                   decode_roofline, engine_speedup, fig_cost_map, round_cost,
-                                   streaming_gb_s)
-    from .figures.maths import (fig_alpha_vs_temperature, fig_draft_confidence, fig_draft_rows,
-                                fig_p_q_overlap, fig_slot_positions, tv_distance)
-    from .figures.runs import (fig_acceptance_per_position, fig_round_timeline, fig_rounds_by_impl,
-                               fig_speedup_vs_draft_max, fig_tokens_per_call)
-    from .figures.snapshot import static_figures
-    from .figures.time_per_token import fig_time_per_token
-    from .gguf.file import GGUFFile
-    from .gguf.forge import MUTATIONS, mutate_vocab, rewrite, truncate_layers
-    from .app import answers
-    from .measure import cost
-    from .measure.bench import batch_costs, decode_bytes
-    from .measure.costs import format_costs, machine_costs, open_costs
-    from .measure.experiments import measure_cost_ratio, sweep_draft_max
-    from .measure.spec_bench import CODE_EDIT_REQUEST, code_edit_prompt
-    from .measure.stats import event_stats, examined_counts, run_stats
-    from .measure.turns import chat_ids, compare, take_turns
-    from .measure.verdict import interval, said, speedup_verdict
-    from .measure.verify_cost import flat_but_slow, measure_verify_cost, row_price, verify_cost_from, verify_verdict
-    from .measure.waterfall import waterfall
+# The course's names, one name a line: editors follow these imports, and `_API` below is read from
+# them, so that each name loads on first use.
+if TYPE_CHECKING:
+    # models: files, forged variants, the vocab gate, the registry
     from .model import Model
-    from .model.registry import (REAL_DRAFT, REAL_TARGET, default_draft_path, default_target_path,
-                                 describe, gemma_available, gemma_path, model_path)
-    from .run.context import can_seq_rm, set_threads
+    from .gguf.file import GGUFFile
+    from .vocab.gate import are_compatible
+    from .vocab.gate import SPEC_VOCAB_MAX_SIZE_DIFFERENCE
+    from .vocab.gate import SPEC_VOCAB_CHECK_START_TOKEN_ID
+    from .gguf.forge import rewrite
+    from .gguf.forge import truncate_layers
+    from .gguf.forge import mutate_vocab
+    from .gguf.forge import MUTATIONS
+    from .model.registry import REAL_TARGET
+    from .model.registry import REAL_DRAFT
+    from .model.registry import describe
+    from .model.registry import model_path
+    from .model.registry import default_target_path
+    from .model.registry import default_draft_path
+    from .model.registry import gemma_available
+    from .model.registry import gemma_path
+    # running
+    from .run.context import can_seq_rm
+    from .run.context import set_threads
     from .run.pair import Pair
-    from .speculation.draft_len import CATCH_UP_WINDOW, AutoDraftLen
+    # speculation beyond the loop
+    from .speculation.speculative import build_speculative
+    from .speculation.params import SPEC_TYPES
+    from .speculation.params import PRIORITY
     from .speculation.impl import SpeculativeImpl
     from .speculation.ngram import ngram_simple_draft
-    from .speculation.params import PRIORITY, SPEC_TYPES
-    from .speculation.speculative import build_speculative
-    from .speculation.verify import rejection_verify, speculative_step
-    from .view import MARK, kv_states, visible
-    from .vocab.gate import SPEC_VOCAB_CHECK_START_TOKEN_ID, SPEC_VOCAB_MAX_SIZE_DIFFERENCE, are_compatible
+    from .speculation.verify import rejection_verify
+    from .speculation.verify import speculative_step
+    from .speculation.auto import AutoDraftLen
+    from .speculation.auto import CATCH_UP_WINDOW
+    # measuring
+    from .measure.stats import event_stats
+    from .measure.stats import run_stats
+    from .measure.stats import examined_counts
+    from .measure.bench import batch_costs
+    from .measure.experiments import measure_cost_ratio
+    from .measure.experiments import sweep_draft_max
+    from .measure.bench import decode_bytes
+    from .measure.verify_cost import measure_verify_cost
+    from .measure.verify_cost import verify_verdict
+    from .measure.verify_cost import flat_but_slow
+    from .measure.verify_cost import row_price
+    from .measure.verify_cost import verify_cost_from
+    # the machine's costs, measured once; verdicts from intervals; runs taken in turn
+    from .measure.costs import machine_costs
+    from .measure.costs import open_costs
+    from .measure.costs import format_costs
+    from .measure.verdict import interval
+    from .measure.verdict import said
+    from .measure.verdict import speedup_verdict
+    from .measure.turns import compare
+    from .measure.turns import take_turns
+    from .measure.turns import chat_ids
+    # the demo's waterfall: plain decoding, llama.cpp's defaults, then each specnb extension
+    from .measure.waterfall import waterfall
+    from .app.waterfall_report import format_waterfall
+    from .app.waterfall_report import ceiling_lines
+    from .app.demo import CODE_PROMPTS
+    from .measure.spec_bench import CODE_EDIT_REQUEST
+    from .measure.spec_bench import code_edit_prompt
+    # figures
+    from .figures.runs import fig_acceptance_per_position
+    from .figures.runs import fig_tokens_per_call
+    from .figures.runs import fig_round_timeline
+    from .figures.runs import fig_speedup_vs_draft_max
+    from .figures.runs import fig_rounds_by_impl
+    from .figures.time_per_token import fig_time_per_token
+    from .figures.maths import fig_draft_confidence
+    from .figures.maths import fig_draft_rows
+    from .figures.maths import fig_alpha_vs_temperature
+    from .figures.maths import fig_p_q_overlap
+    from .figures.maths import fig_slot_positions
+    from .figures.maths import tv_distance
+    from .figures.snapshot import static_figures
+    from .figures.cost_map import round_cost
+    from .figures.cost_map import engine_speedup
+    from .figures.cost_map import coverage_speedup
+    from .figures.cost_map import best_speedup
+    from .figures.cost_map import decode_roofline
+    from .figures.cost_map import streaming_gb_s
+    from .figures.cost_map import break_even_alpha
+    from .figures.cost_map import c_from_bytes
+    from .figures.cost_map import fig_cost_map
+    # the live view's pieces
+    from .view import kv_states
+    from .view import visible
+    from .view import MARK
+    # modules a learner uses as a namespace (cost.speedup(alpha, gamma, c), answers.after_round(...))
+    from .measure import cost
+    from .app import answers
 
-__all__ = sorted(["say", "check", *_API, *_MODULES])
+_API = _type_checking_names(__spec__.loader.get_source(__name__))   # name -> module
+
+__all__ = sorted(["say", "check", *_API])
 
 
 def __getattr__(name: str):
-    if name in _MODULES:
-        value = _importlib.import_module(f"specnb.{_MODULES[name]}")
-    elif name in _API:
-        value = getattr(_importlib.import_module(f"specnb.{_API[name]}"), name)
+    if name in _API:
+        value = _load(_API[name], name)
     else:
         raise AttributeError(f"module 'specnb.course' has no attribute {name!r}")
     globals()[name] = value

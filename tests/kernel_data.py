@@ -1,5 +1,5 @@
 """Weights, activations and comparisons shared by the kernel tests (test_matmul, test_matmul_q8,
-test_simd, test_kernels, test_matmul_x16, test_matmul_x16k)."""
+test_simd, test_kernels, test_matmul_x16)."""
 from fractions import Fraction
 
 import numpy as np
@@ -55,6 +55,25 @@ def bits(a):
     return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
+def on_the_threaded_path(product, name, n_rows, n_over, rng):
+    """product(x, w, code, out) for a batch of n_rows and a weight matrix of n_over rows past
+    matmul's SERIAL_MAX_ELEMENTS (the threaded prange path: the serial or threaded choice depends on
+    the weight shape only), its first and last rows checked to give the same bits alone.
+    -> (x, w, out)."""
+    from specnb.kernels.matmul import SERIAL_MAX_ELEMENTS
+    n_in = 512
+    n_out = SERIAL_MAX_ELEMENTS // n_in + n_over
+    w = finite_weights(name, n_out, n_in, rng)
+    x = rng.standard_normal((n_rows, n_in)).astype(np.float32)
+    out = np.empty((n_rows, n_out), np.float32)
+    product(x, w, code(name), out)
+    for r in (0, n_rows - 1):
+        one = np.empty((1, n_out), np.float32)
+        product(x[r:r + 1].copy(), w, code(name), one)
+        assert np.array_equal(bits(one[0]), bits(out[r])), (name, r)
+    return x, w, out
+
+
 def same_bits_at_every_interleaved_distance(wx, qtype16, n_in, ks, rng):
     """The batch sizes in ks for which matmul_q8 over the interleaved matrix wx [n_out, the row
     bytes of n_in] does not give the same bits with no prefetching, short and long distances
@@ -81,7 +100,7 @@ def check_close(out, x, w, name, n_in, ref, tol=REL_TOL):
     assert np.all(err <= tol * scale + 1e-30), f"max rel err {np.max(err / (scale + 1e-30)):.2e}"
 
 
-# ---- exact arithmetic for the interleaved kernels' oracles (test_matmul_x16, test_matmul_x16k)
+# ---- exact arithmetic for the interleaved kernels' oracles (test_matmul_x16)
 
 def round_f32(fr: Fraction) -> np.float32:
     """The float32 nearest to an exact rational (ties to even): one rounding, as an FMA does."""

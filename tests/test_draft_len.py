@@ -1,6 +1,7 @@
-"""The per-round draft length (specnb.speculation.draft_len): the decision against Leviathan's closed form,
-d = 0 when drafting cannot pay, probes, transformers' heuristic schedule, parsing, and `auto`
-lossless against plain decoding on the tiny pair (greedy and sampled, every memory, the chain)."""
+"""The per-round draft length (specnb.speculation.draft_len, auto, auto_costs): the decision
+against Leviathan's closed form, d = 0 when drafting cannot pay, probes, transformers' heuristic
+schedule, parsing, `auto` lossless against plain decoding on the tiny pair (greedy and sampled,
+every memory, the chain), and the one-way seam between `auto` and the draft model."""
 import math
 import warnings
 
@@ -9,10 +10,13 @@ import pytest
 from specnb import ParamError
 from specnb.run.context import Context
 from specnb.measure.cost import speedup
+from specnb.speculation.auto import (
+    CATCH_UP_ROUNDS, CATCH_UP_WINDOW, GROW, NO_GAIN_RECHECK, PROBE_FIRST, PROBE_LEN, PROBE_MAX, PROBE_SHARE,
+    AutoDraftLen)
+from specnb.speculation.auto_costs import Acceptance, BatchCost, cap_few_samples, monotone
 from specnb.speculation.draft_len import (
-    AUTO_CAP, CATCH_UP_ROUNDS, CATCH_UP_WINDOW, GROW, HEURISTIC_CAP, HEURISTIC_START, NO_GAIN_RECHECK, PROBE_FIRST,
-    PROBE_LEN, PROBE_MAX, PROBE_SHARE, Acceptance, AutoDraftLen, BatchCost, Decision, HeuristicDraftLen, best_length,
-    cap_few_samples, expected_tokens, expected_tokens_upto, format_chosen, monotone, parse_draft_max)
+    AUTO_CAP, HEURISTIC_CAP, HEURISTIC_START, Decision, HeuristicDraftLen, best_length, expected_tokens,
+    expected_tokens_upto, format_chosen, parse_draft_max)
 from specnb.speculation.events import RoundEvent, SlotRound
 from specnb.speculation.params import SpecParams
 from specnb.speculation.deferred import DeferredDraftSimple
@@ -325,16 +329,18 @@ def test_auto_grows_a_draft_one_token_beyond_the_longest_verified():
 def test_auto_prices_the_seed_as_the_draft_memory_needs_it():
     """Re-evaluating, the seed decode holds the last round's committed rows (1 + E(d)); keeping its
     rows (--no-reeval), the seed row and, after a fully accepted round, the last draft token."""
-    pol = AutoDraftLen(4)
-    pol.update_candidate_strategy(_event(0, 0, 1.0))
-    for k, t in ((1, 0.010), (2, 0.014), (3, 0.018), (4, 0.022), (5, 0.026)):
-        pol.observe_draft_decode(k, t)
+    def policy(keeps_rows):
+        pol = AutoDraftLen(4, keeps_rows=keeps_rows)
+        pol.update_candidate_strategy(_event(0, 0, 1.0))
+        for k, t in ((1, 0.010), (2, 0.014), (3, 0.018), (4, 0.022), (5, 0.026)):
+            pol.observe_draft_decode(k, t)
+        return pol
     a = [0.9, 0.8, 0.5, 0.5]
     e = expected_tokens_upto(a, 4)
+    pol = policy(False)
     assert pol.draft_cost(3, accept=a) == pytest.approx(pol.t_draft_rows(1 + round(e[3])) + 2 * 0.010)
-    pol.keeps_rows = True
     full = 0.9 * 0.8 * 0.5                                   # all three accepted: E(3) - E(2)
-    assert pol.draft_cost(3, accept=a) == pytest.approx(0.010 + full * 0.004 + 2 * 0.010)
+    assert policy(True).draft_cost(3, accept=a) == pytest.approx(0.010 + full * 0.004 + 2 * 0.010)
 
 
 def test_auto_charges_a_catch_up_over_the_rounds_it_opens():
@@ -342,8 +348,7 @@ def test_auto_charges_a_catch_up_over_the_rounds_it_opens():
     steady seed counts spread over CATCH_UP_ROUNDS rounds. Where a one-token draft pays a little
     in steady drafting, a long catch-up on a draft whose rows are dear (a Zen 3's 0.5B: a row
     beyond the first ~0.45 of its step) tips the choice to plain decoding."""
-    pol = AutoDraftLen(1)
-    pol.keeps_rows = True
+    pol = AutoDraftLen(1, keeps_rows=True)
     pol.update_candidate_strategy(_event(0, 0, 0.040))
     for i in range(40):
         pol.update_candidate_strategy(_event(1, int(i % 10 < 6), 0.048, pol=pol,
@@ -357,10 +362,8 @@ def test_auto_charges_a_catch_up_over_the_rounds_it_opens():
     seed = dt[1] + pol.rates("draft-simple")[0] * (dt[2] - dt[1])   # a one-token draft accepted in full
     t = pol.target_cost(2) + seed + (dt[12] - seed) / CATCH_UP_ROUNDS
     assert behind.rates[1] == pytest.approx(steady.expected_tokens / t)
-    pol.draft_behind = lambda: 11                            # as DeferredDraftSimple reports it
-    assert pol.choose().d == 0
-    pol.draft_behind = lambda: 1
-    assert pol.choose().d == 1
+    assert pol.choose(behind=11).d == 0                      # as the chain feeds it
+    assert pol.choose(behind=1).d == 1
 
 
 def test_auto_for_a_free_ngram_draft_weighs_only_the_verification():
@@ -369,8 +372,8 @@ def test_auto_for_a_free_ngram_draft_weighs_only_the_verification():
         pol.update_candidate_strategy(_event(k - 1, 0 if k > 1 else 0, t, impl="ngram-simple"))
     for _ in range(30):
         pol.update_candidate_strategy(_event(2, 1, 2.0, impl="ngram-simple"))   # position 1 accepted, 2 not
-    assert pol.draft_cost(3, "ngram-simple") == 0.0
-    assert pol.choose("ngram-simple").d == 1
+    assert pol.draft_cost(3, "ngram-simple", costs_model=False) == 0.0
+    assert pol.choose("ngram-simple", costs_model=False).d == 1
 
 
 def test_heuristic_schedule_is_transformers():
@@ -582,7 +585,7 @@ def test_a_no_gain_verdict_holds_for_a_few_rounds_then_is_read_again():
     pol.update_candidate_strategy(_event(0, 0, 1.0))
     calls = []
     decide = pol.decide
-    pol.decide = lambda source="draft-simple": calls.append(1) or decide(source)
+    pol.decide = lambda *a, **kw: calls.append(1) or decide(*a, **kw)
     for _ in range(4 * NO_GAIN_RECHECK):
         dec = pol.choose(remaining=1000)
         pol.record(dec)
@@ -637,7 +640,10 @@ def test_batch_cost_medians_follow_every_new_sample():
     assert bc(2) == pytest.approx(7.0 * 2 / 3)
 
 
-def test_batch_cost_table_equals_its_values():
+def test_batch_cost_tables_agree_whatever_their_length_and_read_measured_sizes_as_measured():
+    """One walk computes every reading (bc(k) is the table's value): a table for n = 70 and one
+    for a smaller n agree on their common sizes, and a measured size reads as its point (to the
+    last bits: past the first point, the rule between two sizes evaluated at the larger)."""
     import random
     rnd = random.Random(3)
     for _ in range(500):
@@ -645,7 +651,10 @@ def test_batch_cost_table_equals_its_values():
         for _ in range(rnd.randint(1, 30)):
             bc.add(rnd.choice([1, 2, 3, 5, 9, 17, rnd.randint(1, 60)]), rnd.random())
         n = rnd.randint(0, 70)
-        assert bc.upto(n) == pytest.approx([bc(k) for k in range(n + 1)], rel=1e-12)
+        big, small = bc._interpolate(70), bc._interpolate(n)
+        assert big[:n + 1] == small and bc(n) == small[n]
+        for k, t in bc.points():
+            assert big[k] == pytest.approx(t, rel=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -657,25 +666,24 @@ def test_auto_decision_is_best_length_of_its_costs(seed):
     pol = AutoDraftLen(rnd.choice([1, 4, 8, 16]))
     pol.observe_prefill(rnd.randint(2, 40), 0.02 + 0.02 * rnd.random(), 0.002 + 0.03 * rnd.random())
     pol.update_candidate_strategy(_event(0, 0, 0.02 + 0.01 * rnd.random()))
-    def check(source):
+    def check(source, model):
         a = pol.rates(source)
-        want = best_length(a, pol.target_cost, lambda d: pol.draft_cost(d, source, a), pol.n_max)
-        near = best_length(a, pol.target_cost, lambda d: pol.draft_cost(d, source, a), pol.reach())
-        dec = pol.decide(source)
+        want = best_length(a, pol.target_cost, lambda d: pol.draft_cost(d, source, a, model), pol.n_max)
+        near = best_length(a, pol.target_cost, lambda d: pol.draft_cost(d, source, a, model), pol.reach())
+        dec = pol.decide(source, costs_model=model)
         assert dec.d == near[0] <= pol.max_draft + GROW and dec.rates == pytest.approx(want[1], rel=1e-12)
         full = best_length(1.0, lambda k: pol.t_target.upto(pol.n_max + 2, cautious=True)[k],
-                           lambda d: (pol._draft_cost_e(d, 1.0 + d, 1.0, cautious=True)
-                                      if source == "draft-simple" else 0.0),
+                           lambda d: pol._draft_cost_e(d, 1.0 + d, 1.0, cautious=True) if model else 0.0,
                            pol.n_max)
-        assert pol.hopeless(source) == (full[0] == 0)
-    for source in ("draft-simple", "ngram-simple"):
+        assert pol.hopeless(model) == (full[0] == 0)
+    for source, model in (("draft-simple", True), ("ngram-simple", False)):
         for _ in range(rnd.randint(0, 30)):
             d = rnd.randint(1, pol.n_max)
             dft = ([(rnd.randint(1, 6), 0.004 + 0.01 * rnd.random())]
                    if source == "draft-simple" and rnd.random() < 0.7 else [])
             pol.update_candidate_strategy(_event(d, rnd.randint(0, d), 0.02 + 0.004 * d * rnd.random(),
                                                  impl=source, pol=pol, dft=dft))
-        check(source)
+        check(source, model)
 
 
 def test_expected_tokens_upto_agrees_with_expected_tokens():
@@ -692,8 +700,8 @@ class _Scripted(AutoDraftLen):
         self.script = list(script)
         self.behind_seen = []
 
-    def choose(self, source="draft-simple", remaining=None):
-        self.behind_seen.append(self.draft_behind())
+    def choose(self, source="draft-simple", remaining=None, behind=0, costs_model=True):
+        self.behind_seen.append(behind)
         d, why = self.script.pop(0) if self.script else (2, "best")
         return Decision(d, why)
 
@@ -740,3 +748,50 @@ def test_a_probe_after_idle_rounds_catches_up_only_the_last_rows(pair, reeval):
     n0 = len(prompt) - 1 + 1                  # the prompt's rows and the first round's id_last
     assert held[:len(prompt) - 1] == history[:len(prompt) - 1]
     assert held[n0 - 1:] == history[n0 - 1 + ds.offset(0):len(held) + ds.offset(0)]
+
+
+def test_a_policy_given_with_a_chain_is_the_one_the_draft_model_reports_to(pair):
+    """SpeculativeLoop(chain=..., policy=...) puts the policy in the chain, its only holder: the
+    draft model's catch-up, its decode times and its rows behind reach the new policy, not the
+    one the chain was built with."""
+    from specnb.speculation.speculative import build_speculative
+    tgt, dft = pair
+    prompt = repetitive_prompt(tgt, 3)
+    sp, spec = SAMPLERS["greedy"], SpecParams(n_max="auto:4")
+    ct, cd = Context(tgt, n_ctx=128), Context(dft, n_ctx=128)
+    chain = build_speculative(spec, tgt, cd)
+    built_with = chain.policy
+    pol = _Scripted([(0, "start-up")] + [(0, "best")] * 9 + [(1, "probe")])
+    loop = SpeculativeLoop(ct, cd, prompt, 30, sp, spec, chain=chain, policy=pol)
+    decodes = _draft_decodes(loop)
+    events = list(loop.rounds())
+    assert loop.policy is pol and loop.chain.policy is pol
+    assert pol.t_draft_rows.known and not built_with.t_draft_rows.known
+    assert pol.behind_seen[:11] == list(range(11))
+    assert events[10].slot.draft_len.reason == "probe"
+    assert [n for r, n in decodes if r == 10][0] == CATCH_UP_WINDOW + 1   # the probe's window
+    assert loop.results()[0].tokens == plain(tgt, prompt, sp, 30)
+    check_invariants(loop, events)
+
+
+def test_the_seam_between_auto_and_the_draft_model_runs_one_way():
+    """The policy is fed by the chain (arguments in, decisions out): the draft model's module
+    names no policy and reads no reason, and the policy's modules import no speculator."""
+    import ast
+    from pathlib import Path
+    import specnb.speculation as pkg
+    here = Path(pkg.__file__).parent
+
+    def tree(name):
+        return ast.parse((here / f"{name}.py").read_text(encoding="utf-8"))
+    deferred = tree("deferred")
+    names = {n.id for n in ast.walk(deferred) if isinstance(n, ast.Name)} | \
+            {n.attr for n in ast.walk(deferred) if isinstance(n, ast.Attribute)}
+    assert not {n for n in names if "policy" in n.lower() or n in ("round", "reason")}
+    strings = {n.value for n in ast.walk(deferred) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    assert not strings & {"probe", "start-up"}
+    for name in ("draft_len", "auto_costs", "auto"):
+        imported = {n.module for n in ast.walk(tree(name)) if isinstance(n, ast.ImportFrom)}
+        assert not imported & {"impl", "draft_simple", "deferred", "speculative", "loop"}, name
+        source = (here / f"{name}.py").read_text(encoding="utf-8")
+        assert '== "draft-simple"' not in source and '!= "draft-simple"' not in source, name

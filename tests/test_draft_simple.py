@@ -82,14 +82,13 @@ def test_draft_simple_keeps_no_state_of_specnbs_auto(pair):
     `auto`'s deferred rows, catch-up window, position offsets and decode timings live in
     deferred.DeferredDraftSimple."""
     from specnb.speculation.deferred import DeferredDraftSimple
-    from specnb.speculation.draft_len import AutoDraftLen
     tgt, dft = pair
-    auto_state = {"defer", "_pending", "catch_up_window", "_off", "decodes", "policy", "_begun"}
+    auto_state = {"defer", "_pending", "catch_up_window", "_off", "_decodes", "policy", "_begun"}
     plain = DraftSimple(tgt, Context(dft, n_ctx=16))
     assert not set(vars(plain)) & auto_state
-    assert not {"offset", "_catch_up", "_windowed"} & set(dir(DraftSimple))
-    deferred = DeferredDraftSimple(tgt, Context(dft, n_ctx=16), AutoDraftLen(4))
-    assert {"_pending", "_off", "policy"} <= set(vars(deferred))
+    assert not {"offset", "_catch_up", "_windowed", "_kv_pos", "_seed_rows"} & set(dir(DraftSimple))
+    deferred = DeferredDraftSimple(tgt, Context(dft, n_ctx=16))
+    assert {"_pending", "_off", "_decodes"} <= set(vars(deferred)) and "policy" not in vars(deferred)
 
 
 def test_n_max_zero_drafts_one_token_as_master_does(pair):

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
-from kernel_data import (FLOAT_TYPES, TYPES, bits, finite_weights, gguf_rows, qk, random_blocks,
-                         readonly)
+from kernel_data import (FLOAT_TYPES, TYPES, bits, finite_weights, gguf_rows, on_the_threaded_path, qk,
+                         random_blocks, readonly)
 from kernel_data import check_close as _check_close
 from specnb.kernels import matmul as M
 from specnb.kernels import matmul_q8 as Q8
@@ -111,19 +111,8 @@ def test_matmul_batch_invariance(name):
 
 @pytest.mark.parametrize("name", ["Q4_1", "Q8_0", "Q6_K", "F16"])
 def test_batch_invariance_on_the_threaded_path(name):
-    # big enough for the prange path (the serial/threaded choice depends on the weight shape only)
-    rng = np.random.default_rng(4)
-    n_in = 512
-    n_out = M.SERIAL_MAX_ELEMENTS // n_in + 3
-    w = finite_weights(name, n_out, n_in, rng)
-    x = rng.standard_normal((6, n_in)).astype(np.float32)
-    out = np.empty((6, n_out), np.float32)
-    M.matmul(x, w, int(T[name]), out)
-    check_close(out, x, w, name, n_in)
-    for r in (0, 5):
-        one = np.empty((1, n_out), np.float32)
-        M.matmul(x[r:r + 1].copy(), w, int(T[name]), one)
-        assert np.array_equal(bits(one[0]), bits(out[r]))
+    x, w, out = on_the_threaded_path(M.matmul, name, 6, 3, np.random.default_rng(4))
+    check_close(out, x, w, name, x.shape[1])
 
 
 @pytest.mark.parametrize("name", TYPES)

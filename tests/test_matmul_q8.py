@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
-from kernel_data import FLOAT_TYPES, K_TYPES, TYPES, REL_TOL, bits, finite_weights, gguf_rows, qk
+from kernel_data import (FLOAT_TYPES, K_TYPES, TYPES, REL_TOL, bits, finite_weights, gguf_rows,
+                         on_the_threaded_path, qk)
 from specnb.kernels import matmul as M
 from specnb.kernels import matmul_q8 as Q8
 
@@ -45,16 +46,8 @@ def test_matmul_q8_close_and_batch_invariant(name, n_blocks):
 
 @pytest.mark.parametrize("name", ["Q4_1", "Q8_0", "Q4_K", "Q6_K"])
 def test_matmul_q8_threaded_path(name):
-    rng = np.random.default_rng(8)
-    n_in = 512
-    n_out = M.SERIAL_MAX_ELEMENTS // n_in + 5
-    w = finite_weights(name, n_out, n_in, rng)
-    x = rng.standard_normal((5, n_in)).astype(np.float32)
-    out = np.empty((5, n_out), np.float32)
-    Q8.matmul_q8(x, w, int(T[name]), out)
-    one = np.empty((1, n_out), np.float32)
-    Q8.matmul_q8(x[4:5].copy(), w, int(T[name]), one)
-    assert np.array_equal(bits(one[0]), bits(out[4]))
+    x, w, out = on_the_threaded_path(Q8.matmul_q8, name, 5, 5, np.random.default_rng(8))
+    n_in = x.shape[1]
     ref = M.matmul_ref(x, w, int(T[name]), n_in)
     scale = np.abs(x) @ np.abs(gguf_rows(w, name, n_in)).T
     assert np.max(np.abs(out - ref) / scale) < 1e-2

@@ -27,19 +27,16 @@ IMPL_MARKS = {"draft-simple": "◆", "ngram-simple": "#", "ngram-map-k": "#k", "
 
 # ---- what the events say, computed independently of the view -------------------------------
 def expected_chips(rec):
-    """Chip states straight from a SlotRound: the target's samples against the draft."""
-    d, ids = len(rec.draft), rec.ids
-    n_acc = len(ids) - 1
-    out = []
-    for i in range(d):
-        if i < n_acc:
-            out.append("replayed" if rec.replay else "accepted")
-        elif i == n_acc:
-            out.append("rejected")
-        else:
-            out.append("unexamined")
-    out.append("bonus" if n_acc == d else "replaced")
-    return out
+    """Chip states from the tokens (view.state.chip_states reads the round's counts): a draft
+    token is kept while it equals the target's sample at its position (exact verification, and
+    rejection sampling, whose replacement is never the rejected token); the first that differs is
+    rejected, those after it unexamined; the target's last sample is the bonus after a draft kept
+    whole, else the replacement."""
+    d, kept = len(rec.draft), 0
+    while kept < d and kept < len(rec.ids) and rec.draft[kept] == rec.ids[kept]:
+        kept += 1
+    return (["replayed" if rec.replay else "accepted"] * kept + ["rejected"] * (kept < d)
+            + ["unexamined"] * max(d - kept - 1, 0) + ["bonus" if kept == d else "replaced"])
 
 
 def expected_target_kv(rec):

@@ -12,77 +12,78 @@ Not llama.cpp's: master's draft-simple replays every target batch on the draft m
     draft whose step reads its weights once, most of a decode's cost). Under `auto` many rounds
     draft nothing, and such a round costs the draft model nothing; catching up is one batched
     decode;
-  - a windowed catch-up (auto only): when the policy's decision this round is a probe or a
-    start-up draft, a catch-up of more than CATCH_UP_WINDOW rows decodes only the last ones,
-    placed right after what the draft memory holds. The draft model then sees the prompt and
-    the recent tokens with the rows between left out, and its positions run `offset` behind the
-    target's (target position = draft position + offset);
-  - timing: each decode of draft() is reported to the policy (auto's draft-cost table).
+  - a windowed catch-up (auto only): a draft request with a catch-up window
+    (DraftParams.catch_up_window: a probe's or a start-up draft's round) decodes only the last
+    rows of a longer catch-up, placed right after what the draft memory holds. The draft model
+    then sees the prompt and the recent tokens with the rows between left out, and its positions
+    run `offset` behind the target's (target position = draft position + offset). DraftSimple
+    works in the target's positions; this class translates them where they meet the draft memory
+    (its `_decode`, `before_verify`, `seq_rm` and `pos_max`);
+  - timing: each decode of draft() is kept as (rows, seconds) for `take_decodes` (the chain hands
+    them to auto's draft-cost table).
 
 The target still verifies every draft with its own sampler, so the output is unchanged.
 """
 from __future__ import annotations
 
+import bisect
 import time
 
 from ..run.context import Batch
-from .draft_len import CATCH_UP_WINDOW
 from .draft_simple import DraftSimple
+from .impl import DraftParams
 
 
 class DeferredDraftSimple(DraftSimple):
     """DraftSimple whose draft memory follows the target only when it drafts (see the module)."""
 
-    def __init__(self, target, ctx_dft, policy, **kw):
+    def __init__(self, target, ctx_dft, **kw):
         super().__init__(target, ctx_dft, **kw)
-        self.policy = policy                  # draft_len.AutoDraftLen: decisions in, timings out
-        policy.keeps_rows = not self.reeval   # its seed decodes (the policy's draft_cost)
-        policy.draft_behind = self.behind
         self._begun: set = set()              # sequences past their prompt: their rows wait
         self._pending: list[list] = [[] for _ in range(self.n_seq)]   # (token, position)
         self._off: list[int] = [0] * self.n_seq
+        self._decodes: list = []              # (rows, seconds) of draft()'s decodes
 
     def offset(self, seq: int) -> int:
         """Target position minus draft position of seq's recent rows (0 unless a windowed
         catch-up left rows out)."""
         return self._off[seq]
 
-    # ---- DraftSimple's placement hooks ----------------------------------------------------
-    def _kv_pos(self, seq: int, p: int) -> int:
-        return p - self._off[seq]
+    # ---- drafting: the catch-up in the seed batch, positions translated -------------------
+    def _seed(self, batch: Batch, s: int, dp: DraftParams) -> int:
+        self._catch_up(s, batch, dp.catch_up_window)
+        return super()._seed(batch, s, dp)
 
-    def _seed_rows(self, seq: int, batch: Batch) -> None:
-        """The target's rows the draft memory misses go into the seed batch."""
+    def _catch_up(self, seq: int, batch: Batch, window: int) -> None:
+        """The target's rows the draft memory misses go into the seed batch, before the seed row
+        (with a window, only the last `window` of them; the offset grows by the rows left out)."""
         rows = dict(sorted((p, t) for t, p in self._pending[seq]))   # the last row per position
         self._pending[seq] = []
-        if not rows:
-            return
-        ctx, off = self.ctx, self._off[seq]
-        todo = sorted(rows.items())
-        i = 0
-        while i < len(todo) and not self.reeval and ctx.holds(seq, todo[i][0] - off, todo[i][1]):
-            i += 1                                     # the draft already holds this row
-        todo = todo[i:]
-        if not todo:
-            return
-        ctx.seq_rm(seq, todo[0][0] - off, -1)
-        if self._windowed() and len(todo) > CATCH_UP_WINDOW:   # leave the older rows out
-            off = self._off[seq] = off + len(todo) - CATCH_UP_WINDOW
-            todo = todo[-CATCH_UP_WINDOW:]
+        off = self._off[seq]
+        todo = [(p + off, t) for p, t in self._missing(seq, [(p - off, t) for p, t in rows.items()])]
+        if window and len(todo) > window:                  # leave the older rows out
+            self._off[seq] += len(todo) - window
+            todo = todo[-window:]
         for p, t in todo:
-            batch.add(t, p - off, seq, False)
-            self.n_eval_process += 1
-            self.n_eval_draft -= 1                     # counted as process() work
-
-    def _windowed(self) -> bool:
-        """A probe or a start-up draft this round: its catch-up is cut to CATCH_UP_WINDOW rows."""
-        decs = self.policy.round
-        return bool(decs) and any(d.reason in ("probe", "start-up") for d in decs.values())
+            batch.add(t, p, seq, False)                    # (target positions: _decode places them)
+        self.n_eval_process += len(todo)                   # process() work, though decoded with
+        self.n_eval_draft -= len(todo)                     # the seed (_decode counts them there)
 
     def _decode(self, batch: Batch) -> None:
+        """DraftSimple's decode, at the draft memory's positions, timed."""
+        off = self._off
+        if any(off[s] for s in set(batch.seq_id)):
+            placed = Batch()
+            for t, p, s, want in zip(batch.tokens, batch.pos, batch.seq_id, batch.logits):
+                placed.add(t, p - off[s], s, want)
+            batch = placed
         t0 = time.perf_counter()
         super()._decode(batch)
-        self.policy.observe_draft_decode(len(batch), time.perf_counter() - t0)
+        self._decodes.append((len(batch), time.perf_counter() - t0))
+
+    def take_decodes(self) -> list:
+        out, self._decodes = self._decodes, []
+        return out
 
     # ---- the interface --------------------------------------------------------------------
     def begin(self, seq: int, prompt) -> None:
@@ -105,19 +106,23 @@ class DeferredDraftSimple(DraftSimple):
         n = 0
         for s in self._begun:
             held = self.ctx.seq_pos_max(s) + self._off[s]         # in the target's positions
-            n = max(n, sum(1 for _, p in self._pending[s] if p > held))
+            pend = self._pending[s]                               # in position order
+            n = max(n, len(pend) - bisect.bisect_right(pend, held, key=lambda row: row[1]))
         return n
 
     def pos_max(self, seq: int) -> int:
         p = self.ctx.seq_pos_max(seq)
         return p + self._off[seq] if p >= 0 else p
 
+    def before_verify(self, seq: int, n_past: int) -> None:
+        super().before_verify(seq, n_past - self._off[seq])
+
     def seq_rm(self, seq: int, p0: int) -> None:
         self._drop_pending(seq, p0)
         if p0 <= 0:                                    # a new prompt: no offset, no deferral
             self._begun.discard(seq)
             self._off[seq] = 0
-        super().seq_rm(seq, p0)
+        super().seq_rm(seq, p0 - self._off[seq])
 
     def _drop_pending(self, seq: int, p0: int) -> None:
         """Forget the deferred rows at positions >= p0 (the list is kept in position order)."""

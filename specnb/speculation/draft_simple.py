@@ -73,6 +73,7 @@ class DraftSimple(SpeculativeImpl):
     keeps the whole vocabulary. The target verifies over its whole vocabulary either way.
     """
     type = "draft-simple"
+    costs_model = True
 
     def __init__(self, target, ctx_dft, n_seq: int = 1, n_max: int = 3, n_min: int = 0,
                  p_min: float = 0.0, reeval: bool = True, sample_draft: bool = False,
@@ -137,18 +138,6 @@ class DraftSimple(SpeculativeImpl):
             for t, p, s in zip(batch.tokens, batch.pos, batch.seq_id):
                 self._since[s].append((t, p))
 
-    # ---- where the draft memory's rows go (a subclass may place them elsewhere) -------------
-    def _kv_pos(self, seq: int, p: int) -> int:
-        """The draft memory's position for the target's position p (the same here)."""
-        return p
-
-    def _seed_rows(self, seq: int, batch: Batch) -> None:
-        """Rows to decode in the seed batch before seq's seed row (none here)."""
-
-    def _decode(self, batch: Batch) -> None:
-        """One decode of the draft model while drafting."""
-        self.ctx.decode(batch)
-
     # ---- specnb's rollback hooks ----------------------------------------------------------
     def pos_max(self, seq: int) -> int:
         """The draft memory's last position of seq, in the target's positions."""
@@ -162,18 +151,18 @@ class DraftSimple(SpeculativeImpl):
         if not self.partial:
             self._restore(seq, n_past)
         elif self.reeval:
-            self.ctx.seq_rm(seq, self._kv_pos(seq, n_past), -1)
+            self.ctx.seq_rm(seq, n_past, -1)
 
     def seq_rm(self, seq: int, p0: int) -> None:
         """Drop positions >= p0 of seq (llama_memory_seq_rm(ctx_dft, seq, p0, -1))."""
-        if self.ctx.seq_pos_max(seq) < self._kv_pos(seq, p0):
+        if self.ctx.seq_pos_max(seq) < p0:
             return
         if p0 <= 0:                            # the whole sequence: every memory can do that
             self.ctx.seq_rm(seq, -1, -1)
             self._ckpt[seq], self._since[seq] = None, []
             self._drafted.discard(seq)
         elif self.partial:
-            self.ctx.seq_rm(seq, max(self._kv_pos(seq, p0), 0), -1)
+            self.ctx.seq_rm(seq, max(p0, 0), -1)
         else:
             self._restore(seq, p0)
 
@@ -198,24 +187,27 @@ class DraftSimple(SpeculativeImpl):
             self._decoded(b)
             self.n_eval_process += len(b)
             return True
-        # the fix: skip rows whose (position, token) the draft KV already holds
-        ctx = self.ctx
         b = Batch()
         for s in sorted(set(batch.seq_id)):
             rows = [(p, t) for t, p, q in zip(batch.tokens, batch.pos, batch.seq_id) if q == s]
-            first = len(rows)
-            for i, (p, t) in enumerate(rows):
-                if not ctx.holds(s, p, t):
-                    first = i
-                    break
-            if first < len(rows):
-                ctx.seq_rm(s, rows[first][0], -1)
-                for p, t in rows[first:]:
-                    b.add(t, p, s, False)
+            for p, t in self._missing(s, rows):
+                b.add(t, p, s, False)
         if len(b):
-            ctx.decode(b)
+            self.ctx.decode(b)
             self.n_eval_process += len(b)
         return True
+
+    def _missing(self, seq: int, rows: list) -> list:
+        """The rows [(position, token)] of seq, in position order, that the draft memory must
+        decode; the memory is cut before the first of them. Keeping its rows (the fix), the
+        leading rows whose (position, token) it holds already are skipped; re-evaluating, none."""
+        i = 0
+        if not self.reeval:
+            while i < len(rows) and self.ctx.holds(seq, *rows[i]):
+                i += 1
+        if i < len(rows):
+            self.ctx.seq_rm(seq, rows[i][0], -1)
+        return rows[i:]
 
     def draft(self, dps: list[DraftParams]) -> None:
         """Greedy drafting for every sequence with dp.drafting, one draft decode per step."""
@@ -228,24 +220,11 @@ class DraftSimple(SpeculativeImpl):
             self.info[s], self.q[s] = [], []
             if dp.n_max == 0:
                 continue                                           # no room this round
-            if not self.partial:
-                self._save(s)                                      # ckpt.update_dft
-            self._drafted.add(s)
-            self.smpl[s].reset()
-            if self.sample_draft:                                  # :461 the target's chain, cloned
-                self._q_smpl[s] = (dp.smpl.clone() if dp.smpl is not None else
-                                   Sampler(SamplerParams(temp=self.draft_temp, top_k=0, top_p=1.0,
-                                                         min_p=0.0)))
-            dp.result.clear()
-            self._seed_rows(s, batch)
-            i_batch[s] = len(batch)
-            batch.add(dp.id_last, self._kv_pos(s, dp.n_past), s, True)   # the seed row
+            i_batch[s] = self._seed(batch, s, dp)
             active.append(s)
         if not active:
             return
         self._decode(batch)
-        self._decoded(batch)
-        self.n_eval_draft += len(batch)
         i = 0
         while active:
             batch.clear()
@@ -274,19 +253,38 @@ class DraftSimple(SpeculativeImpl):
                 if len(dp.result) >= self.n_max or 0 < dp.n_max <= len(dp.result):
                     continue
                 i_batch[s] = len(batch)
-                batch.add(tok, self._kv_pos(s, dp.n_past + i + 1), s, True)   # next input row
+                batch.add(tok, dp.n_past + i + 1, s, True)         # next input row
                 still.append(s)
             active = still
             if not len(batch):
                 break
             self._decode(batch)
-            self._decoded(batch)
-            self.n_eval_draft += len(batch)
             i += 1
         for s, dp in enumerate(dps):
             if dp.drafting and len(dp.result) < self.n_min:        # too short: no speculation
                 dp.result.clear()
                 self.q[s] = []
+
+    def _seed(self, batch: Batch, s: int, dp: DraftParams) -> int:
+        """Start seq s's draft (its sampler reset, the checkpoint taken) and add its seed row,
+        id_last @ n_past (:286-300), to the seed batch; the row's index."""
+        if not self.partial:
+            self._save(s)                                          # ckpt.update_dft
+        self._drafted.add(s)
+        self.smpl[s].reset()
+        if self.sample_draft:                                      # :461 the target's chain, cloned
+            self._q_smpl[s] = (dp.smpl.clone() if dp.smpl is not None else
+                               Sampler(SamplerParams(temp=self.draft_temp, top_k=0, top_p=1.0,
+                                                     min_p=0.0)))
+        dp.result.clear()
+        batch.add(dp.id_last, dp.n_past, s, True)
+        return len(batch) - 1
+
+    def _decode(self, batch: Batch) -> None:
+        """One decode of the draft model while drafting (n_eval_draft; noted for the checkpoint)."""
+        self.ctx.decode(batch)
+        self._decoded(batch)
+        self.n_eval_draft += len(batch)
 
     def _sample_q(self, s: int, row: int) -> tuple[int, DraftTokenInfo]:
         """Rejection mode: draw one draft token from q, the draft chain's distribution at row."""

@@ -22,6 +22,10 @@ and small hooks of specnb's (no-ops unless the impl owns a memory or a record to
                                  or None for a deterministic draft
   pos_max(seq)                   the impl's memory's last position of seq, in the target's
                                  positions (None: the impl keeps no memory)
+  behind()                       the rows its model would decode before its seed row if it
+                                 drafted now (rows it skipped while idle; 0: it follows every batch)
+  take_decodes()                 its model's decodes since the last call, as (rows, seconds)
+  costs_model                    (a class attribute) its drafts cost a model's decodes, not a lookup
   n_eval_draft, n_eval_process   token rows this impl evaluated on a model while drafting and
                                  while observing target batches (0 for lookups); n_eval their sum
 
@@ -69,11 +73,14 @@ class DraftParams:
     prompt: list = field(default_factory=list)    # committed tokens [0, n_past)
     result: list = field(default_factory=list)    # output: the draft
     smpl: object = None       # specnb: the target's sampler of seq (rejection-sampling mode)
+    catch_up_window: int = 0  # specnb: catch up at most the last N rows the draft model missed
+                              # while idle (0: all of them; deferred.py, a Decision of auto's)
 
 
 class SpeculativeImpl:
     """common_speculative_impl: a speculator and llama.cpp's per-impl accounting."""
     type = "none"
+    costs_model = False       # a lookup: its drafts cost no model decode
 
     def __init__(self, n_seq: int, n_max: int):
         self.n_seq, self.n_max = n_seq, n_max
@@ -105,6 +112,8 @@ class SpeculativeImpl:
     def before_verify(self, seq: int, n_past: int) -> None: ...
     def seq_rm(self, seq: int, p0: int) -> None: ...
     def pos_max(self, seq: int) -> int | None: return None
+    def behind(self) -> int: return 0
+    def take_decodes(self) -> list: return []
 
     @property
     def n_eval(self) -> int:

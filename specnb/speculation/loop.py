@@ -104,7 +104,8 @@ class SpeculativeLoop:
 
     ctx_dft may be None when no type needs a draft model (the n-gram types); `chain`, a prebuilt
     `Speculative`, replaces the one built from `params`; `policy` replaces the chain's draft
-    length policy.
+    length policy (the chain is its only holder, so the draft model's timings reach it too),
+    used as it was built (AutoDraftLen's keeps_rows).
     """
 
     def __init__(self, ctx_tgt: Context, ctx_dft: Context | None, prompts, n_predict: int,
@@ -272,7 +273,7 @@ class SpeculativeLoop:
             if not rec.replay:
                 sl.draft = list(dps[sl.seq].result)
                 rec.impl, rec.draft_info = self.chain.drafted_by(sl.seq), self.chain.draft_info(sl.seq)
-                rec.draft_len = self.chain.length_applied(sl.seq)   # the policy's decision, if any
+                rec.draft_len = self.chain.record_length(sl.seq)    # the policy's decision, if any
                 with timed(ev, "t_draft"):
                     self.chain.before_verify(sl.seq, sl.n_past)    # undo draft()'s decodes
                 if sl.draft and not self.can_rm_tgt:                # ckpt.update_tgt (:200-204)

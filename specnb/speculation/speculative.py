@@ -15,26 +15,44 @@ Behaviour as llama.cpp master 34af94cd, common/speculative.cpp:
 `SpecParams` (params.py) carries speculative-simple's flags; `build_speculative` is
 common_speculative_init.
 
-specnb's one addition is the draft-length policy (draft_len.py), consulted in one place: before
-the impls draft, `draft(dps, n_remaining)` asks it for this round's length per impl type (master
-cuts every draft to a fixed n_max: FixedDraftLen), and after each round the loop hands it the
-round (`update_candidate_strategy`, shaped like transformers' AssistedCandidateGenerator hook of
-that name). Under `auto`, and with --no-reeval, the draft model is a `DeferredDraftSimple`
+specnb's one addition is the draft-length policy (draft_len.py), held here and nowhere else, and
+fed in one direction: before the impls draft, `draft(dps, n_remaining)` asks it for this round's
+length per impl type, telling it which impls' drafts cost a model and how many rows the draft
+model is behind (master cuts every draft to a fixed n_max: FixedDraftLen); each impl then drafts
+from its own copy of the DraftParams, cut to its length. After the walk the chain hands it the
+draft model's decode times, and after each round the loop hands it the round
+(`update_candidate_strategy`, shaped like transformers' AssistedCandidateGenerator hook of that
+name). Under `auto`, and with --no-reeval, the draft model is a `DeferredDraftSimple`
 (deferred.py).
 """
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
+from .auto import AutoDraftLen
 from .deferred import DeferredDraftSimple
-from .draft_len import DraftLenPolicy, FixedDraftLen, make_policy
+from .draft_len import SCHEDULES, DraftLenPolicy, FixedDraftLen, HeuristicDraftLen
 from .draft_simple import DraftSimple
 from ..errors import ParamError
 from .ngram import NgramMapK, NgramMapK4V, NgramSimple
 from .ngram_cache import NgramCache
 from .ngram_mod import NgramMod
 from .impl import DraftParams, SpeculativeImpl, format_impl_stats, impl_stats
-from .params import NEEDS_DRAFT_MODEL, NGRAM_CACHE_N_DRAFT, PRIORITY, SpecParams
+from .params import NGRAM_CACHE_N_DRAFT, PRIORITY, SpecParams
+
+
+def make_policy(schedule: str, n_max: int, keeps_rows: bool = False) -> DraftLenPolicy:
+    """The draft-length policy of a schedule (draft_len.py); keeps_rows: the draft model keeps the
+    rows it computed while drafting (--no-reeval on a memory that can drop part of a sequence),
+    which `auto` prices."""
+    if schedule == "auto":
+        return AutoDraftLen(n_max, keeps_rows=keeps_rows)
+    if schedule == "heuristic":
+        return HeuristicDraftLen(n_max)
+    if schedule == "fixed":
+        return FixedDraftLen(n_max)
+    raise ParamError(f"unknown draft schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
 
 
 def build_speculative(p: SpecParams, target, ctx_dft, n_seq: int = 1, sample_draft: bool = False,
@@ -42,7 +60,8 @@ def build_speculative(p: SpecParams, target, ctx_dft, n_seq: int = 1, sample_dra
                       policy: DraftLenPolicy | None = None) -> "Speculative":
     """common_speculative_init: one impl per requested type, in priority order, and the draft
     length policy of p.schedule (or `policy`)."""
-    policy = policy or make_policy(p.schedule, p.n_max)
+    keeps_rows = not p.reeval and ctx_dft is not None and bool(ctx_dft.partial_seq_rm)
+    policy = policy or make_policy(p.schedule, p.n_max, keeps_rows)
     impls = []
     for t in p.resolved_types(ctx_dft is not None):
         if t == "draft-simple":
@@ -55,8 +74,7 @@ def build_speculative(p: SpecParams, target, ctx_dft, n_seq: int = 1, sample_dra
             # the draft memory catches up in its next seed batch under `auto`, and wherever it
             # keeps its rows (--no-reeval); master's re-evaluation replays each batch at once
             deferred = policy.schedule == "auto" or not p.reeval
-            impls.append(DeferredDraftSimple(target, ctx_dft, policy, **kw) if deferred
-                         else DraftSimple(target, ctx_dft, **kw))
+            impls.append((DeferredDraftSimple if deferred else DraftSimple)(target, ctx_dft, **kw))
         elif t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
             # not cut to --spec-draft-n-max: master drafts up to the m-gram size
             cls = {"ngram-simple": NgramSimple, "ngram-map-k": NgramMapK, "ngram-map-k4v": NgramMapK4V}[t]
@@ -119,66 +137,64 @@ class Speculative:
 
         specnb: with `n_remaining` (the fewest tokens any new draft's sequence still has to
         generate; None: no sequence asks for a new draft, e.g. every one replays) the policy
-        first chooses this round's length per impl type; a length of 0 skips that impl."""
+        first chooses this round's length per impl type, and each impl drafts from its own copy
+        of the requests, cut to its length (`_walk`); a length of 0 skips that impl."""
         self.impl_round, self._info = [None] * self.n_seq, [[] for _ in range(self.n_seq)]
         self._lengths = None
         if self.impls and n_remaining is not None:
-            self._lengths = self.policy.lengths(self.types, n_remaining)
-        caps = None if self._lengths is None else {t: d.d for t, d in self._lengths.items()}
+            self._lengths = self.policy.lengths({impl.type: impl.costs_model for impl in self.impls},
+                                                n_remaining, max(impl.behind() for impl in self.impls))
         for dp in dps:
             if dp.drafting:
                 dp.result.clear()
-                if caps is not None and not any(caps.values()):
-                    dp.drafting = False            # every impl's length is 0: a plain round
         if not any(dp.drafting for dp in dps):
             return
-        for impl in self.impls:
-            saved = self._impl_caps(impl, dps, caps)
-            if any(dp.drafting for dp in dps):
-                t0 = time.perf_counter()
-                impl.draft(dps)
-                impl.t_draft_us += (time.perf_counter() - t0) * 1e6
-                impl.n_call_draft += 1
-            for s, (n_max, _) in saved.items():
-                dps[s].n_max, dps[s].drafting = n_max, True
-            for s, dp in enumerate(dps):
-                if not dp.drafting or (s in saved and saved[s][1] <= 0):
+        for impl, dparams in self._walk(dps):
+            t0 = time.perf_counter()
+            impl.draft(dparams)
+            impl.t_draft_us += (time.perf_counter() - t0) * 1e6
+            impl.n_call_draft += 1
+            n_drafting = 0
+            for s, dp in enumerate(dparams):
+                if not dp.drafting:
                     continue
                 info = impl.draft_info(s)
-                if not dp.result:
-                    self._info[s] += info        # e.g. the draft model's p_min stop
-                    continue
-                dp.drafting = False
-                n_max = saved[s][1] if s in saved else dp.n_max
-                if 0 < n_max < len(dp.result):             # "truncating draft to %d tokens"
-                    del dp.result[n_max:]
-                    info = info[:n_max]
-                self.impl_last[s] = self.impl_round[s] = impl
-                impl.n_gen_drafts += 1
-                impl.n_gen_tokens += len(dp.result)
-                self._info[s] = info
-            if not any(dp.drafting for dp in dps):
+                if dp.result:                                   # a new draft has been sampled
+                    dp.drafting = dps[s].drafting = False
+                    if 0 < dp.n_max < len(dp.result):           # "truncating draft to %d tokens"
+                        del dp.result[dp.n_max:]
+                        info = info[:dp.n_max]
+                    self.impl_last[s] = self.impl_round[s] = impl     # remember which impl was used
+                    impl.n_gen_drafts += 1
+                    impl.n_gen_tokens += len(dp.result)
+                    self._info[s] = info
+                else:
+                    self._info[s] += info                       # e.g. the draft model's p_min stop
+                if dp.drafting:
+                    n_drafting += 1
+            if n_drafting == 0:
                 break
-        for dp in dps:                                      # these failed to draft
+        for dp in dps:                                          # these failed to draft
             dp.drafting = False
+        for impl in self.impls:
+            for rows, seconds in impl.take_decodes():
+                self.policy.observe_draft_decode(rows, seconds)
 
-    @staticmethod
-    def _impl_caps(impl, dps, caps: dict | None) -> dict:
-        """specnb's per-impl lengths ({impl type: cap}, the policy's): apply impl's to each
-        drafting sequence, a cap of 0 taking the sequence out of this impl's call; {seq: (n_max
-        as it was, the impl's cap)}."""
-        saved = {}
-        if not caps or impl.type not in caps:
-            return saved
-        for s, dp in enumerate(dps):
-            if dp.drafting:
-                cap = int(caps[impl.type])
-                cap = min(dp.n_max, cap) if dp.n_max >= 0 else cap
-                saved[s] = (dp.n_max, cap)
-                dp.n_max = cap
-                if cap <= 0:
-                    dp.drafting = False
-        return saved
+    def _walk(self, dps: list[DraftParams]):
+        """The impls in priority order, each with the requests it drafts from: `dps` itself when
+        the length is fixed; under a draft-length policy a copy per impl, made when the walk
+        reaches it (so a sequence an earlier impl drafted is no longer drafting there), each
+        request's n_max cut to the impl's length and its catch-up window set; an impl whose
+        length is 0 sits the round out (specnb's: master cuts every draft to one n_max)."""
+        for impl in self.impls:
+            if self._lengths is None:
+                yield impl, dps
+                continue
+            dec = self._lengths[impl.type]
+            if dec.d <= 0:
+                continue
+            yield impl, [replace(dp, n_max=min(dp.n_max, dec.d) if dp.n_max >= 0 else dec.d,
+                                 catch_up_window=dec.catch_up_window) for dp in dps]
 
     def accept(self, seq: int, n_accepted: int) -> None:
         """common_speculative_accept: credit the impl that drafted this sequence last."""
@@ -233,10 +249,10 @@ class Speculative:
         impl = self.impl_round[seq]
         return impl.draft_dists(seq) if impl is not None else None
 
-    def length_applied(self, seq: int):
-        """The policy's Decision that applied to seq's draft this round (the drafter's, or the
-        last impl's when none drafted), counted in the policy's statistics; None when the
-        length was not chosen this round (a fixed n_max, or a replay)."""
+    def record_length(self, seq: int):
+        """Count the policy's Decision that applied to seq's draft this round (the drafter's, or
+        the last impl's when none drafted) in the policy's statistics, and return it; None when
+        the length was not chosen this round (a fixed n_max, or a replay)."""
         if self._lengths is None:
             return None
         dec = self._lengths.get(self.drafted_by(seq)) or self._lengths[self.types[-1]]
@@ -251,7 +267,7 @@ class Speculative:
 
     def needs_draft_model(self) -> bool:
         """Some impl runs a draft model."""
-        return any(impl.type in NEEDS_DRAFT_MODEL for impl in self.impls)
+        return any(impl.costs_model for impl in self.impls)
 
     # ---- the draft-length policy's hooks (specnb) ------------------------------------------
     def observe_prefill(self, n_rows: int, t_target: float, t_process: float) -> None:
@@ -266,7 +282,7 @@ class Speculative:
 
     def main_stats(self) -> dict:
         """impl_stats of the draft-model impl, else of the first impl ({} without one)."""
-        main = next((i for i in self.impls if i.type == "draft-simple"), self.impls[0] if self.impls else None)
+        main = next((i for i in self.impls if i.costs_model), self.impls[0] if self.impls else None)
         return impl_stats(main) if main is not None else {}
 
     def before_verify(self, seq: int, n_past: int) -> None:

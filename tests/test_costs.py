@@ -153,3 +153,18 @@ def test_the_command_prints_the_record_as_json(pair_paths, cache, monkeypatch, c
     assert main(["costs", "-m", str(pair_paths[0]), "-md", str(pair_paths[1])]) == 0
     assert j["id"] in capsys.readouterr().out                                 # read back, not measured again
     assert main(["costs", "-m", str(pair_paths[0]), "-md", str(pair_paths[1]), "--spec-draft-vocab", "0"]) == 2
+
+
+def test_auto_starts_from_the_pairs_record_with_the_lines_head(tiny, cache, monkeypatch):
+    from specnb.measure.turns import auto_prior
+    from specnb.speculation.params import SpecParams
+    small(monkeypatch)
+    assert auto_prior(tiny, SpecParams(n_max="auto")) is None                 # nothing recorded yet
+    rec = costs.machine_costs(tiny, draft_vocab=64)
+    p = rec.prior()
+    assert p.target[5] == pytest.approx(rec.target_step_ms.estimate / 1e3 * rec.bc_target[5].estimate)
+    assert p.draft[3] == pytest.approx(rec.draft_step_ms.estimate / 1e3 * rec.bc_draft[3].estimate)
+    assert rec.id in p.source
+    assert auto_prior(tiny, SpecParams(n_max="auto", draft_vocab=64)) == p   # the line's own head
+    assert auto_prior(tiny, SpecParams(n_max="auto")) is None                 # another head: none recorded
+    assert auto_prior(tiny, SpecParams(n_max=3, draft_vocab=64)) is None     # fixed lengths need none

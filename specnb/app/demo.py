@@ -94,8 +94,9 @@ def _open(target, draft, n_ctx, **kw):
     return p
 
 
-def _first_result(echo, pairs, st, prompt, n_predict: int, t0: float):
+def _first_result(echo, pairs, st, prompt, n_predict: int, t0: float, lines):
     from ..measure.turns import compare
+    from ..measure.waterfall import auto_records
     from ..model.registry import describe
     label, text, chat = prompt
     pair = pairs[st.draft]
@@ -103,6 +104,8 @@ def _first_result(echo, pairs, st, prompt, n_predict: int, t0: float):
     echo(f"\n== 1. the first result: {describe(pair.draft)} drafting for {describe(pair.target)}, line "
          f"{st.index} ({st.label}) against plain decoding, {label}, greedy, {n_predict} tokens, "
          f"{FIRST_PASSES} passes ==")
+    # `auto` starts from this pair's costs record (measured here once, about 20 s, where none is)
+    auto_records(pairs, lines, on_measure=lambda text: echo(f"  {text}"))
     c = compare(pair, chat_ids(pair.target.vocab, text, chat), greedy, n_predict, st.params, FIRST_PASSES,
                 label, "greedy")
     echo(result_line(label, c))
@@ -196,7 +199,7 @@ def demo(n_predict: int = 64, n_threads=None, backend: str = "cpu", json_out: bo
         pairs = stage_pairs(pair, lines)
         rec = stages(lines)[min(RECOMMENDED, len(lines)) - 1]
         target = registry_name(pair.target)
-        first = _first_result(echo, pairs, rec, code_prompts[0], n_predict, t0)
+        first = _first_result(echo, pairs, rec, code_prompts[0], n_predict, t0, lines)
         out["first"] = {**first.as_json(), "stage": rec.index, "draft": registry_name(pairs[rec.draft].draft),
                         "elapsed_s": time.perf_counter() - t0}
         out["first"]["command"] = command(target, out["first"]["draft"], spec_flags(rec.params))

@@ -83,6 +83,15 @@ class Costs:
         """{k: median bc(k)}: the form figures.cost_map's round_cost takes."""
         return {k: iv.estimate for k, iv in (self.bc_target if model == "target" else self.bc_draft).items()}
 
+    def prior(self):
+        """What `auto` starts from (speculation.auto_costs.CostPrior): each model's k-row step in
+        seconds when the record was measured (the medians), which the run's own timings rescale."""
+        from ..speculation.auto_costs import CostPrior
+        t, d = self.target_step_ms.estimate / 1e3, self.draft_step_ms.estimate / 1e3
+        return CostPrior({k: t * iv.estimate for k, iv in self.bc_target.items()},
+                         {k: d * iv.estimate for k, iv in self.bc_draft.items()},
+                         f"costs record {self.id} ({self.date[:16]})")
+
     def as_json(self) -> dict:
         iv = lambda x: None if x is None else x.as_json()            # noqa: E731
         out = {k: getattr(self, k) for k in ("id", "date", "time", "cpu", "simd", "n_threads", "kernel_stamp",

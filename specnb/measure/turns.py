@@ -79,14 +79,26 @@ def plain_run(pair, ids, sp, n_predict: int):
     return run
 
 
+def auto_prior(pair, params):
+    """The costs prior `auto` starts from (measure/costs.Costs.prior): the pair's recorded costs
+    with the line's draft head, when `params` chooses lengths with auto and a record is there."""
+    if params.schedule != "auto" or pair.ctx_dft is None or not params.needs_draft_model():
+        return None
+    from .costs import recorded_costs
+    rec = recorded_costs(pair, params.draft_vocab or None)
+    return None if rec is None else rec.prior()
+
+
 def spec_run(pair, ids, sp, n_predict: int, params):
     """A function running the speculative loop once with `params` (a SpecParams) -> Run. The draft
-    model's decodes in the rounds (not its prompt's) are logged for c's parts."""
+    model's decodes in the rounds (not its prompt's) are logged for c's parts. `auto` starts from
+    the pair's costs record where one is recorded (auto_prior)."""
     from ..speculation.loop import SpeculativeLoop
+    prior = auto_prior(pair, params)
 
     def run():
         ctx_dft = pair.ctx_dft if params.needs_draft_model() else None   # n-gram types need none
-        loop = SpeculativeLoop(pair.ctx_tgt, ctx_dft, ids, n_predict, sp, params)
+        loop = SpeculativeLoop(pair.ctx_tgt, ctx_dft, ids, n_predict, sp, params, costs_prior=prior)
         ctxs = [c for c in (pair.ctx_tgt, ctx_dft) if c is not None]
         t_dec = sum(c.t_decode for c in ctxs)
         events, log = [], ()

@@ -85,6 +85,19 @@ def stage_pairs(pair, lines=WATERFALL) -> dict:
     return out
 
 
+def auto_records(pairs: dict, lines=WATERFALL, on_measure=None) -> list:
+    """The costs records the lines that choose lengths with `auto` start from (measure/turns.auto_prior):
+    each such line's pair with its draft head, measured once where none is recorded. -> the Costs."""
+    from .costs import machine_costs
+    out, seen = [], set()
+    for st in stages(lines):
+        key = (st.draft, st.params.draft_vocab or None)
+        if st.params.schedule == "auto" and st.params.needs_draft_model() and key not in seen:
+            seen.add(key)
+            out.append(machine_costs(pairs[st.draft], key[1], on_measure=on_measure))
+    return out
+
+
 def _pooled(comps) -> Interval | None:
     ratios = [x for c in comps for x in c.ratios]
     return interval(ratios) if ratios else None
@@ -310,5 +323,6 @@ def pair_waterfall(target=None, draft=None, n_predict: int = 64, n_threads=None,
     warm_up(pair.ctx_tgt, pair.ctx_dft)
     pairs = stage_pairs(pair, lines)
     costs = machine_costs(pair, on_measure=say)
+    auto_records(pairs, lines, say)
     return waterfall(pair, prompts, samplings, n_predict, passes, lines, prose=prose, say=say, pairs=pairs,
                      costs=costs), costs

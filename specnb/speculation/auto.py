@@ -18,13 +18,17 @@ its terms) over the lengths the run may try, and decides when a round drafts at 
     no probe runs; the verdict holds NO_GAIN_RECHECK rounds before the costs are read again;
   - budget: a start-up draft or a probe pays only through the rounds after it, so none runs
     when fewer tokens remain than those rounds.
+With a costs prior (auto_costs.CostPrior, from the machine's costs record) every length is priced
+from the first round: no start-up round or draft, no reach (every size is priced, none guessed),
+and the acceptance starts from PRIOR_ACCEPT, so a run drafts at once and settles on its length
+within a few rounds (a short run would otherwise spend a third of itself finding it).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
 
-from .auto_costs import Acceptance, BatchCost
+from .auto_costs import Acceptance, BatchCost, CostPrior
 from .draft_len import Decision, DraftLenPolicy, expected_tokens, expected_tokens_upto, shortest_best
 
 PROBE_FIRST = 8               # rounds of d = 0 before the first probe ...
@@ -35,6 +39,7 @@ NO_GAIN_RECHECK = 8           # a "no gain" verdict is read again from the costs
 CATCH_UP_WINDOW = 4           # a probe's draft model decodes at most this many of the rows it missed
 GROW = 1                      # a draft at most this many tokens longer than the longest one verified
 CATCH_UP_ROUNDS = 8           # a draft after idle rounds: its catch-up charged over this many rounds
+PRIOR_ACCEPT = 0.75           # the pooled acceptance a run with a costs prior starts from
 
 
 @dataclass
@@ -63,10 +68,16 @@ class AutoDraftLen(DraftLenPolicy):
     schedule = "auto"
 
     def __init__(self, n_max: int, probe_first: int = PROBE_FIRST, probe_max: int = PROBE_MAX,
-                 probe_len: int = PROBE_LEN, keeps_rows: bool = False):
+                 probe_len: int = PROBE_LEN, keeps_rows: bool = False, prior: CostPrior | None = None,
+                 accept_mean: float | None = None):
         super().__init__(n_max)
-        self.t_target = BatchCost()
-        self.t_draft_rows = BatchCost()           # the draft model's k-row decodes
+        self.prior = prior
+        self.t_target = BatchCost(prior=prior.target if prior else None)
+        # the draft model's k-row decodes (before it has drafted, the record's rescaled as the target's)
+        self.t_draft_rows = BatchCost(prior=prior.draft if prior else None, fallback_scale=self.t_target.scale)
+        # the pooled acceptance before any draft is verified: PRIOR_ACCEPT with a costs prior (which
+        # starts the run drafting at once), else one half
+        self.accept_mean = accept_mean if accept_mean is not None else PRIOR_ACCEPT if prior else 0.5
         self.acc: dict[str, Acceptance] = {}
         self.probe_first, self.probe_max, self.probe_len = probe_first, probe_max, probe_len
         self._probe: dict[str, ProbeClock] = {}   # per source
@@ -82,7 +93,13 @@ class AutoDraftLen(DraftLenPolicy):
 
     # ---- the model of a round ------------------------------------------------------------
     def rates(self, source: str) -> list:
-        return self.acc.setdefault(source, Acceptance()).rates(self.n_max)
+        return self._acceptance(source).rates(self.n_max)
+
+    def _acceptance(self, source: str) -> Acceptance:
+        a = self.acc.get(source)
+        if a is None:
+            a = self.acc[source] = Acceptance(mean=self.accept_mean)
+        return a
 
     def draft_cost(self, d: int, source: str = "draft-simple", accept=None,
                    costs_model: bool = True) -> float:
@@ -146,13 +163,15 @@ class AutoDraftLen(DraftLenPolicy):
         it gets tried; one step at a time, each try measures the next size, where a jump to the
         longest draft the optimistic reading favours can cost a short run several long rounds
         (drafts of 7-12 tokens verified at 3-6 one-row steps each, on code with 97% acceptance)."""
+        if self.prior is not None:
+            return self.n_max                 # every size is priced by the record: none is guessed
         return min(self.n_max, self.max_draft + GROW)
 
     def decide(self, source: str = "draft-simple", behind: int = 0, costs_model: bool = True) -> Decision:
         """The argmax decision from the current estimates, without counting it: best_length's,
         with target_cost and draft_cost, from the tables in one pass, over the lengths up to
         reach(); behind: the draft model's rows to catch up (_rates)."""
-        es = self.acc.setdefault(source, Acceptance()).expected_upto(self.n_max)
+        es = self._acceptance(source).expected_upto(self.n_max)
         rates = self._rates(es, costs_model, behind=behind)
         d = shortest_best(rates[:self.reach() + 1])
         return Decision(d, "best", es[d], rates[d], rates[0], rates)
@@ -181,7 +200,7 @@ class AutoDraftLen(DraftLenPolicy):
         (`record` counts the decision that applied). `remaining`, the tokens still to generate:
         a start-up draft or a probe pays only through the rounds after it, so none runs when
         fewer tokens remain than the rounds its measurement would govern ("budget")."""
-        if 1 not in self.t_target.samples:
+        if 1 not in self.t_target.samples and self.prior is None:
             return Decision(0, "start-up")                        # measure a plain round first
         held = self._held.get(source)
         if held is not None and held.rounds > 0:
@@ -268,6 +287,8 @@ class AutoDraftLen(DraftLenPolicy):
         rows = sum(1 + len(r.draft) for r in ev.slots)
         t_tgt = ev.t_verify + ev.t_sample + ev.t_rollback + ev.t_process
         self.t_target.add(rows, t_tgt)
+        if self.prior is not None and not self.t_draft_rows.measured:
+            self.t_draft_rows.invalidate()        # its prior is rescaled as the target's
         self.t_run += ev.t_round
         if self._held and any(r.draft for r in ev.slots):
             self._held.clear()                    # new draft measurements: judge again
@@ -282,12 +303,13 @@ class AutoDraftLen(DraftLenPolicy):
             if r.replay or not r.draft:
                 continue
             self.max_draft = max(self.max_draft, len(r.draft))
-            self.acc.setdefault(r.impl, Acceptance()).observe(len(r.draft), r.n_accepted)
+            self._acceptance(r.impl).observe(len(r.draft), r.n_accepted)
 
     def stats(self) -> dict:
         st = super().stats()
         st.update(n_probes=self.n_probes, t_probes_s=self.t_probes, t_probes_net_s=self.t_probes_net,
                   t_target={k: t for k, t in self.t_target.points()},
                   t_draft_rows={k: t for k, t in self.t_draft_rows.points()},
-                  acceptance={s: a.rates(min(self.n_max, 8)) for s, a in self.acc.items()})
+                  acceptance={s: a.rates(min(self.n_max, 8)) for s, a in self.acc.items()},
+                  prior=self.prior.source if self.prior is not None else None)
         return st

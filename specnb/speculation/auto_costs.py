@@ -9,8 +9,13 @@ A BatchCost keeps the last WINDOW times of each size k it measured, and reads an
     untried size gets tried and measured), with a smaller size measured too no cheaper than the
     step below continued (`onward`); the cautious reading is the straight line (`chord`);
   - above the largest: the slope of the last two; below the smallest: its value.
+With a prior (`CostPrior`: a machine's costs record, read before the run), every size the run has
+not measured reads the record's step, rescaled by what the run measured against the record at its
+smallest measured size, and counts as measured TRUSTED times (so a size measured once is capped by
+the record's neighbours, and every size is known from the first round).
 An Acceptance keeps the counts per draft position, decayed by DECAY per observed round, under a
-Beta prior of PRIOR_STRENGTH pseudo-counts centred on the pooled rate.
+Beta prior of PRIOR_STRENGTH pseudo-counts centred on the pooled rate (the pooled rate itself
+starts from `mean`, 1/2 unless a prior says otherwise).
 """
 from __future__ import annotations
 
@@ -108,6 +113,21 @@ def cap_few_samples(ks: list, medians: list, counts: list, trusted: int = TRUSTE
     return out
 
 
+@dataclass(frozen=True)
+class CostPrior:
+    """What a machine's costs record (measure/costs.py) says of a pair before a run measures
+    anything, in seconds of a k-row step when it was measured: the target's (`target`) and the draft
+    model's (`draft`), k = 1..K; `source` names the record for the printed statistics."""
+    target: dict
+    draft: dict
+    source: str = ""
+
+    def __post_init__(self):
+        for name, tab in (("target", self.target), ("draft", self.draft)):
+            if not tab or 1 not in tab or any(not (math.isfinite(v) and v > 0) for v in tab.values()):
+                raise ValueError(f"CostPrior.{name}: expected seconds > 0 for k = 1.., got {tab!r}")
+
+
 class BatchCost:
     """Seconds of a k-row step, from measurements: the running median of the last WINDOW times at
     each measured k, a size with fewer than TRUSTED times no dearer than its better-measured
@@ -117,9 +137,14 @@ class BatchCost:
     (no cheaper than the step below continued); above the largest, the slope of the last two
     points (never negative); below the smallest, the smallest's value."""
 
-    def __init__(self, window: int = WINDOW, trusted: int = TRUSTED):
+    def __init__(self, window: int = WINDOW, trusted: int = TRUSTED, prior: dict | None = None,
+                 fallback_scale=None):
         self.window, self.trusted = window, trusted
         self.samples: dict[int, deque] = {}
+        # {k: seconds} a costs record measured, rescaled by this run's own timings (scale());
+        # fallback_scale() where this run has measured none of its sizes (the draft: the target's)
+        self.prior = dict(prior) if prior else {}
+        self.fallback_scale = fallback_scale
         self._points: list | None = None          # the medians, until the next add()
         self._table: list = []                    # upto()'s values, until the next add()
         self._cautious: list = []                 # upto(n, cautious=True)'s
@@ -127,8 +152,12 @@ class BatchCost:
     def add(self, k: int, seconds: float) -> None:
         if k >= 1 and seconds > 0 and math.isfinite(seconds):
             self.samples.setdefault(int(k), deque(maxlen=self.window)).append(float(seconds))
-            self._points = None
-            self._table, self._cautious = [], []
+            self.invalidate()
+
+    def invalidate(self) -> None:
+        """Read the points again at the next use (a new sample, or a prior's scale moved)."""
+        self._points = None
+        self._table, self._cautious = [], []
 
     def upto(self, n: int, cautious: bool = False) -> list:
         """[self(0), self(1), ..., self(n)], kept until the next add() (a policy reads them
@@ -165,13 +194,27 @@ class BatchCost:
 
     @property
     def known(self) -> bool:
+        return bool(self.samples) or bool(self.prior)
+
+    @property
+    def measured(self) -> bool:
+        """This run has timed at least one size (a prior alone is not a measurement)."""
         return bool(self.samples)
+
+    def scale(self) -> float:
+        """This run's time over the prior's at the smallest size both have (1 without either)."""
+        for k in sorted(self.samples):
+            if k in self.prior:
+                return _median(self.samples[k]) / self.prior[k]
+        return self.fallback_scale() if self.fallback_scale is not None else 1.0
 
     def points(self) -> list[tuple[int, float]]:
         if self._points is None:
-            ks = sorted(self.samples)
-            n = [len(self.samples[k]) for k in ks]
-            med = cap_few_samples(ks, [_median(self.samples[k]) for k in ks], n, self.trusted)
+            f = self.scale() if self.prior else 1.0
+            ks = sorted(set(self.samples) | set(self.prior))
+            n = [len(self.samples[k]) if k in self.samples else self.trusted for k in ks]
+            med = [_median(self.samples[k]) if k in self.samples else f * self.prior[k] for k in ks]
+            med = cap_few_samples(ks, med, n, self.trusted)
             self._points = list(zip(ks, monotone(med, n)))
         return self._points
 
@@ -189,6 +232,7 @@ class Acceptance:
     exa: list = field(default_factory=list)
     decay: float = DECAY
     prior: float = PRIOR_STRENGTH
+    mean: float = 0.5                 # the pooled rate before anything is observed
     _cache: tuple | None = field(default=None, repr=False, compare=False)
 
     def observe(self, n_draft: int, n_accepted: int) -> None:
@@ -206,7 +250,7 @@ class Acceptance:
             self.acc[i] += 1.0 if i < n_accepted else 0.0
 
     def pooled(self) -> float:
-        return (sum(self.acc) + 1.0) / (sum(self.exa) + 2.0)
+        return (sum(self.acc) + 2.0 * self.mean) / (sum(self.exa) + 2.0)
 
     def rates(self, n: int) -> list:
         c = self._cache                              # (n, rates, E(0..n)) until the next observe

@@ -211,4 +211,6 @@ def format_chosen(st: dict) -> str:
     line = f"draft length ({format_draft_max(st['schedule'], st['n_max'])}) chosen per round: {body}"
     if "n_probes" in st:
         line += f"; probes: {st['n_probes']} ({1e3 * st['t_probes_s']:.1f} ms)"
+    if st.get("prior"):
+        line += f"; costs from the {st['prior']}"
     return line

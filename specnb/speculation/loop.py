@@ -105,14 +105,16 @@ class SpeculativeLoop:
     ctx_dft may be None when no type needs a draft model (the n-gram types); `chain`, a prebuilt
     `Speculative`, replaces the one built from `params`; `policy` replaces the chain's draft
     length policy (the chain is its only holder, so the draft model's timings reach it too),
-    used as it was built (AutoDraftLen's keeps_rows).
+    used as it was built (AutoDraftLen's keeps_rows); `costs_prior` (an auto_costs.CostPrior, from
+    the machine's costs record: measure/costs.Costs.prior) gives `auto` every length's price from
+    the first round.
     """
 
     def __init__(self, ctx_tgt: Context, ctx_dft: Context | None, prompts, n_predict: int,
                  sampler_params: SamplerParams | list | None = None,
                  params: SpecParams | None = None, draft_seed: int = 0,
                  chain: Speculative | None = None, penalize_prompt: bool = True,
-                 policy: DraftLenPolicy | None = None, stop_rule: str = "exact"):
+                 policy: DraftLenPolicy | None = None, stop_rule: str = "exact", costs_prior=None):
         self.params = (params or SpecParams()).validate()
         self.n_predict = check_n_predict(n_predict)
         check_param(stop_rule in STOP_RULES, "stop_rule", stop_rule, " or ".join(STOP_RULES))
@@ -133,7 +135,7 @@ class SpeculativeLoop:
             temp = max((sampler_params[0] or SamplerParams()).temp, 0.0)
             chain = build_speculative(self.params, ctx_tgt.model, ctx_dft, n_seq=ctx_tgt.n_seq_max,
                                       sample_draft=self.params.verify == "rejection", draft_temp=temp,
-                                      seed=draft_seed, policy=policy)
+                                      seed=draft_seed, policy=policy, costs_prior=costs_prior)
         elif policy is not None:
             chain.policy = policy
         self.chain = chain

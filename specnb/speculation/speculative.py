@@ -31,6 +31,7 @@ import time
 from dataclasses import replace
 
 from .auto import AutoDraftLen
+from .auto_costs import CostPrior
 from .deferred import DeferredDraftSimple
 from .draft_len import SCHEDULES, DraftLenPolicy, FixedDraftLen, HeuristicDraftLen
 from .draft_simple import DraftSimple
@@ -42,12 +43,14 @@ from .impl import DraftParams, SpeculativeImpl, format_impl_stats, impl_stats
 from .params import NGRAM_CACHE_N_DRAFT, PRIORITY, SpecParams
 
 
-def make_policy(schedule: str, n_max: int, keeps_rows: bool = False) -> DraftLenPolicy:
+def make_policy(schedule: str, n_max: int, keeps_rows: bool = False,
+                costs_prior: CostPrior | None = None) -> DraftLenPolicy:
     """The draft-length policy of a schedule (draft_len.py); keeps_rows: the draft model keeps the
     rows it computed while drafting (--no-reeval on a memory that can drop part of a sequence),
-    which `auto` prices."""
+    which `auto` prices; costs_prior: what the machine's costs record says of the pair (auto_costs:
+    `auto` then drafts from the first round, every length priced)."""
     if schedule == "auto":
-        return AutoDraftLen(n_max, keeps_rows=keeps_rows)
+        return AutoDraftLen(n_max, keeps_rows=keeps_rows, prior=costs_prior)
     if schedule == "heuristic":
         return HeuristicDraftLen(n_max)
     if schedule == "fixed":
@@ -56,12 +59,12 @@ def make_policy(schedule: str, n_max: int, keeps_rows: bool = False) -> DraftLen
 
 
 def build_speculative(p: SpecParams, target, ctx_dft, n_seq: int = 1, sample_draft: bool = False,
-                      draft_temp: float = 1.0, seed: int = 0,
-                      policy: DraftLenPolicy | None = None) -> "Speculative":
+                      draft_temp: float = 1.0, seed: int = 0, policy: DraftLenPolicy | None = None,
+                      costs_prior: CostPrior | None = None) -> "Speculative":
     """common_speculative_init: one impl per requested type, in priority order, and the draft
-    length policy of p.schedule (or `policy`)."""
+    length policy of p.schedule (or `policy`; `costs_prior` for `auto`: make_policy)."""
     keeps_rows = not p.reeval and ctx_dft is not None and bool(ctx_dft.partial_seq_rm)
-    policy = policy or make_policy(p.schedule, p.n_max, keeps_rows)
+    policy = policy or make_policy(p.schedule, p.n_max, keeps_rows, costs_prior)
     impls = []
     for t in p.resolved_types(ctx_dft is not None):
         if t == "draft-simple":

@@ -22,6 +22,7 @@ and a small benchmark); data flows top to bottom:
   activations.py  swiglu_ref           swiglu_into, argmax, topk  swiglu_into_cuda  tests/test_kernels
   forward.py      specnb.model.reference     the whole pass fused   specnb.run.backend_cuda  tests/test_speed_paths
   cuda_common.py  (the CUDA kernels' shared helpers and block reductions)
+  cache_files.py  (Numba's cache files keyed by signature: many processes compile into one cache)
   stream.py       np.bitwise_xor       stream_xor (a read at memory speed: the bandwidth probe)    self_check()
   clock.py        (a cycle counter read inside compiled code: the fused pass's phases timed, bench --profile)
 
@@ -129,6 +130,16 @@ def _distinct_compile_ids() -> None:
 
 
 _distinct_compile_ids()
+
+
+def _keyed_cache_files() -> None:
+    # One data file per compiled signature, named by it and checked when it loads, so that any
+    # number of processes can compile into one cache and load from it at once (cache_files.py).
+    from .cache_files import use_keyed_cache_files
+    use_keyed_cache_files()
+
+
+_keyed_cache_files()
 
 
 def _start_thread_pool() -> None:

@@ -38,7 +38,7 @@ LAYER = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 
 # The kernels' own layers (kernels/__init__.py's table): SIMD -> tiles and blocks -> products -> forward.
 KERNEL_LAYERS = [
-    {"__init__", "qtypes", "simd", "rope", "stream", "cuda_common", "clock"},
+    {"__init__", "qtypes", "simd", "rope", "stream", "cuda_common", "clock", "cache_files"},
     {"simd_wide"},
     {"tiles", "blocks"},
     {"blocks_q8", "quantize_q8"},

@@ -136,9 +136,11 @@ class Speculative:
             saved = self._impl_caps(impl, dps, caps)
             if any(dp.drafting for dp in dps):
                 t0 = time.perf_counter()
-                impl.draft(dps)
-                impl.t_draft_us += (time.perf_counter() - t0) * 1e6
-                impl.n_call_draft += 1
+                try:
+                    impl.draft(dps)
+                finally:            # a draft whose decode failed is counted too, as master counts
+                    impl.t_draft_us += (time.perf_counter() - t0) * 1e6    # it (speculative.cpp:
+                    impl.n_call_draft += 1                                 # 2643-2644 after :300-304)
             for s, (n_max, _) in saved.items():
                 dps[s].n_max, dps[s].drafting = n_max, True
             for s, dp in enumerate(dps):

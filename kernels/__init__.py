@@ -26,6 +26,7 @@ and a small benchmark); data flows top to bottom:
   slots_cuda.py   (how each block type is read on a GPU: the slot decoders and element orders)
   fused_cuda.py   the twins composed   (CUDA only: RMSNorm, SwiGLU into a product's input; rope + KV store)  cudasim
   launch_cuda.py  (CUDA launches made once: prepared arguments, captured graphs)
+  cache_files.py  (Numba's cache files keyed by signature: many processes compile into one cache)
   stream.py       np.bitwise_xor       stream_xor (a read at memory speed: the bandwidth probe)    self_check()
   clock.py        (a cycle counter read inside compiled code: the fused pass's phases timed, bench --profile)
 
@@ -133,6 +134,16 @@ def _distinct_compile_ids() -> None:
 
 
 _distinct_compile_ids()
+
+
+def _keyed_cache_files() -> None:
+    # One data file per compiled signature, named by it and checked when it loads, so that any
+    # number of processes can compile into one cache and load from it at once (cache_files.py).
+    from .cache_files import use_keyed_cache_files
+    use_keyed_cache_files()
+
+
+_keyed_cache_files()
 
 
 def _start_thread_pool() -> None:

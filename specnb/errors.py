@@ -15,7 +15,13 @@ class UnsupportedError(SpecnbError):
 
 
 class ParamError(SpecnbError, ValueError):
-    """An invalid parameter value (sampler, context size, sequence id, draft settings...)."""
+    """An invalid parameter value (sampler, context size, sequence id, draft settings...).
+    `field`: the dataclass field it is about, where there is one (the flag table names the flag
+    that set it)."""
+
+    def __init__(self, message: str = "", field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 class ContextFullError(SpecnbError):
@@ -34,7 +40,7 @@ class ModelNotFoundError(SpecnbError):
     """The default model is not installed or its checksum does not match."""
 
 
-def check_param(ok: bool, name: str, value, expected: str) -> None:
-    """Raise ParamError('name=value: expected ...') unless ok."""
+def check_param(ok: bool, name: str, value, expected: str, field: str | None = None) -> None:
+    """Raise ParamError('invalid name=value: expected ...', field=field or name) unless ok."""
     if not ok:
-        raise ParamError(f"invalid {name}={value!r}: expected {expected}")
+        raise ParamError(f"invalid {name}={value!r}: expected {expected}", field=field or name)

@@ -38,7 +38,7 @@ LAYER = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 
 # The kernels' own layers (kernels/__init__.py's table): SIMD -> tiles and blocks -> products -> forward.
 KERNEL_LAYERS = [
-    {"__init__", "qtypes", "simd", "rope", "stream", "cuda_common", "clock", "machine", "launch_cuda"},
+    {"__init__", "qtypes", "simd", "rope", "stream", "cuda_common", "clock", "machine", "launch_cuda", "cache_files"},
     {"simd_wide", "slots_cuda"},
     {"tiles", "blocks"},
     {"blocks_q8", "quantize_q8"},

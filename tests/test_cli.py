@@ -22,8 +22,8 @@ def test_bad_inputs_exit_2_without_traceback(tmp_path, tiny_path, capsys):
     cases = [
         (["generate", "-m", str(tmp_path / "missing.gguf"), "-p", "hi"], "not found"),
         (["generate", "-m", str(notgguf), "-p", "hi"], "magic"),
-        (["generate", "-m", tiny_path("Q8_0"), "-p", "hi", "--temp", "-1"], "temp=-1"),
-        (["generate", "-m", tiny_path("Q8_0"), "-p", "hi", "--top-p", "1.5"], "top_p=1.5"),
+        (["generate", "-m", tiny_path("Q8_0"), "-p", "hi", "--mirostat", "3"], "mirostat=3"),
+        (["generate", "-m", tiny_path("Q8_0"), "-p", "hi", "--repeat-penalty", "0"], "penalty_repeat=0"),
         (["generate", "-m", tiny_path("Q8_0"), "-p", "hi " * 100, "-c", "16"], "longer than the context"),
         (["generate", "-m", tiny_path("Q8_0"), "-p", "hi", "-t", "999"], "n_threads=999"),
         (["tokenize", "-m", tiny_path("Q8_0"), "-f", str(tmp_path / "nofile.txt")], "cannot read"),
@@ -131,7 +131,7 @@ def test_speculative_simple_spec_types(tiny_path, tmp_path, capsys):
     with pytest.warns(UserWarning, match="unused.gguf is not used"):
         assert main(["speculative-simple", "-m", t, "-p", prompt, "-n", "8", "--spec-type", "ngram-map-k",
                      "-md", str(tmp_path / "unused.gguf"), "--spec-ngram-map-k-size-n", "1"]) == 0
-    text = capsys.readouterr().out
+    text = capsys.readouterr().err
     assert text.count("statistics ") == 1 and "statistics      ngram-map-k: #calls(b,g,a)" in text
     assert "--stop master prints its counts" in text and "draft evaluations" not in text
     assert main(["speculative-simple", "-m", t, "-p", "x", "--spec-type", "ngram-fancy"]) == 2
@@ -165,7 +165,7 @@ def test_speculative_simple_draft_max_auto(tiny_path, tmp_path, capsys):
             assert sum(out["draft_len"]["chosen"].values()) >= 1
     assert main(["speculative-simple", "-m", t, "-md", d, "-p", prompt, "-n", "16",
                  "--spec-draft-n-max", "auto:4"]) == 0
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "n_draft   = auto:4" in out and "draft length (auto:4) chosen per round: 0: " in out
     for bad in ("fast", "auto:0", "heuristic:x"):
         assert main(["speculative-simple", "-m", t, "-md", d, "-p", "x", "--spec-draft-n-max", bad]) == 2
@@ -192,7 +192,8 @@ def test_speculative_simple_counts_as_llama_cpp_prints_them(capsys):
     got = {}
     for stop in ("c392e50", "master", "exact"):
         assert main(args + ["--stop", stop]) == 0
-        got[stop] = capsys.readouterr().out
+        cap = capsys.readouterr()
+        got[stop] = cap.out + cap.err
     assert counts(got["c392e50"]) == counts(rec) == (33, 42, 19)
     assert counts(got["master"]) == (33, 40, 19)
     assert counts(got["exact"])[0] == 32 and counts(got["exact"])[2] == 19

@@ -152,7 +152,7 @@ def test_the_command_prints_the_record_as_json(pair_paths, cache, monkeypatch, c
     assert j["target"] == str(pair_paths[0]) and set(j["c"]) >= {"median", "min", "max"}
     assert main(["costs", "-m", str(pair_paths[0]), "-md", str(pair_paths[1])]) == 0
     assert j["id"] in capsys.readouterr().out                                 # read back, not measured again
-    assert main(["costs", "-m", str(pair_paths[0]), "-md", str(pair_paths[1]), "--spec-draft-vocab", "0"]) == 2
+    assert main(["costs", "-m", str(pair_paths[0]), "-md", str(pair_paths[1]), "--spec-draft-vocab", "-5"]) == 2
 
 
 def test_auto_starts_from_the_pairs_record_with_the_lines_head(tiny, cache, monkeypatch):

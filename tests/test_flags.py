@@ -75,14 +75,39 @@ def test_choices_are_the_librarys():
 
 @pytest.mark.parametrize("f", [f for f in F.FLAGS if f.bounds], ids=lambda f: f.names[0])
 def test_bounds_are_what_the_validators_accept(f):
+    """The table's bounds are the validators' (both import the limits from speculation/impl.py), and
+    a refusal names its field (ParamError.field), which build() maps to the flag."""
     lo, hi = f.bounds
     SpecParams(**{f.field_name: lo}).validate()
-    with pytest.raises(ParamError, match=f.check_name or f.field_name):
+    with pytest.raises(ParamError) as e:
         SpecParams(**{f.field_name: lo - 1}).validate()
+    assert e.value.field == f.field_name
     if hi is not None:
         SpecParams(**{f.field_name: hi}).validate()
-        with pytest.raises(ParamError, match=f.check_name or f.field_name):
+        with pytest.raises(ParamError) as e:
             SpecParams(**{f.field_name: hi + 1}).validate()
+        assert e.value.field == f.field_name
+
+
+def test_limits_are_defined_once():
+    """256, 1024 and 65535 are written in speculation/impl.py only: no comparison and no flag's
+    bounds elsewhere spells one out; the table and the validators import them."""
+    import ast
+    from specnb.speculation import impl
+    limits = {impl.DRAFT_N_MAX_LIMIT: 256, impl.NGRAM_SIZE_LIMIT: 1024, impl.MIN_HITS_LIMIT: 65535}
+    assert set(limits) == set(limits.values())
+    for path in ("specnb/app/flag_table.py", "specnb/app/flags.py", "specnb/speculation/params.py",
+                 "specnb/speculation/draft_len.py", "specnb/speculation/ngram.py",
+                 "specnb/speculation/ngram_mod.py"):
+        for node in ast.walk(ast.parse((ROOT / path).read_text())):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+            elif isinstance(node, ast.keyword) and node.arg == "bounds":
+                operands = list(getattr(node.value, "elts", []))
+            else:
+                continue
+            assert not any(isinstance(o, ast.Constant) and o.value in limits for o in operands), \
+                (path, node.lineno if hasattr(node, "lineno") else node.value.lineno)
 
 
 # ---- the table against master's facts ---------------------------------------------------------------
@@ -113,7 +138,8 @@ def test_draft_p_min_takes_any_number_as_master():
 
 
 # ---- --help and docs/commands.md -------------------------------------------------------------------
-@pytest.mark.parametrize("command", ["generate", "speculative-simple"])
+@pytest.mark.parametrize("command", ["generate", "speculative-simple", "tokenize", "perplexity", "bench",
+                                     "demo"])
 def test_help_lists_every_flag_with_its_help_line(command):
     text = _squash(_sub(command).format_help())
     for f in F.flags_of(command):
@@ -237,15 +263,17 @@ def test_token_outside_the_draft_vocab_ends_as_master(tiny_path, tmp_path, capsy
                  "-l", f"{extra}+100"]) == 0
     cap = capsys.readouterr()
     assert fb["batch_message"] in cap.err and "Traceback" not in cap.err
-    assert "<|extra_0|>" in cap.out and "n_predict = 1" in cap.out and "statistics     draft-simple" in cap.out
+    assert "<|extra_0|>" in cap.out and "n_predict = 1" in cap.err and "statistics     draft-simple" in cap.err
     assert main(["speculative-simple", "-m", t, "-md", d, "-p", "the cat sat", "-n", "8", "--json",
                  "-l", f"{extra}+100"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["tokens"] == [extra] and out["error"] == fb["batch_message"] and out["n_rounds"] == 1
+    assert out["impls"][0]["n_call_draft"] == 2          # the failed draft counted, as master counts it
     # the prompt's last token is id_last: the first draft fails, as in master
     assert main(["speculative-simple", "-m", t, "-md", d, "-p", "the cat<|extra_1|>", "-n", "8",
                  "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["tokens"] == []
+    out = json.loads(capsys.readouterr().out)
+    assert out["tokens"] == [] and out["impls"][0]["n_call_draft"] == 1
     # earlier in the prompt: the draft cannot process the prompt
     assert main(["speculative-simple", "-m", t, "-md", d, "-p", "the<|extra_1|> cat", "-n", "8"]) == \
         fb["prompt_exit"]
@@ -258,3 +286,64 @@ def test_stop_c392e50_states_its_defaults_are_not_applied():
     a = _sub("speculative-simple").parse_args(["--stop", "c392e50"])
     sp = F.build(a, "spec", SpecParams)
     assert (sp.n_max, sp.p_min) == (3, 0.0)                     # master's, not c392e50's 16 / 0.75
+
+
+# ---- the sampler flags against master's ranges (the JSON's sampler_ranges) -------------------------------
+SAMPLER_RANGES = {k: v for k, v in MASTER["sampler_ranges"].items() if k != "source"}
+
+
+def _master_takes(r) -> list[str]:
+    """Values master's handler for a sampling flag accepts, outside the usual ranges included."""
+    if r["parse"] == "stof":
+        probes = ["-5", "-0.5", "0", "0.5", "1.5", "5", "1e30", "inf", "-inf", "nan"]
+        out = []
+        for p in probes:
+            v = np.float32(float(p))
+            if r.get("finite") and not np.isfinite(v):
+                continue
+            if r["min"] is not None and (v <= r["min"] if r.get("min_exclusive") else v < r["min"]):
+                continue
+            with np.errstate(divide="ignore", over="ignore"):
+                if r.get("inverse_finite") and not np.isfinite(np.float32(1) / v):
+                    continue
+            out.append(p)
+        return out
+    if r["parse"] == "int":
+        return [p for p in ("-5", "-1", "0", "1", "3", "100000") if r["min"] is None or int(p) >= r["min"]]
+    return {"stoul": ["-1", "-5", "0", "4294967295", "4294967296", "18446744073709551615"],
+            "an int token id, a sign, a stof bias": ["5+1", "5 + 1", "-3+1", "999999-inf", "5+nan"],
+            "names separated by ';'": ["top_k;bogus", "", "infill", "adaptive_p;temperature"],
+            "letters": ["kzt", "", "i", "a"]}[r["parse"]]
+
+
+def _stated(f, value: str) -> bool:
+    """A refusal of a value master takes is stated: NaN once, in the sampling group's title; the
+    others in the flag's note, beside what master does."""
+    if value.strip().split("+")[-1].split("-")[-1].strip() == "nan":
+        return "NaN is refused" in F.GROUPS["sampling"] or ("NaN" in f.note and "refused" in f.note)
+    return "refused" in f.note and "master" in f.note
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLER_RANGES))
+def test_sampler_values_master_takes_are_taken_or_stated(name, recwarn):
+    """Every value master's handler accepts is accepted (and builds a sampler), or its refusal is
+    stated in --help: master aborts on it, or it cannot mean anything (NaN)."""
+    from specnb.app.cli import sampler_params
+    from specnb.run.sampling import Sampler
+    r, f = SAMPLER_RANGES[name], F.flag(name)
+    assert name in f.names and f.field, name
+    refused = []
+    for value in _master_takes(r):
+        try:
+            Sampler(sampler_params(_sub("generate").parse_args([name, value])), n_vocab=16)
+        except (ParamError, SystemExit):
+            refused.append(value)
+    for value in refused:
+        assert _stated(f, value), (name, value, f.note)
+    if "aborts_unless" in r:             # master aborts at init on these: refusing them is stated
+        assert "aborts" in f.note and refused
+
+
+def test_help_states_the_nan_refusal():
+    text = _squash(_sub("generate").format_help())
+    assert _squash(F.GROUPS["sampling"]) in text and "NaN is refused" in F.GROUPS["sampling"]

@@ -138,24 +138,28 @@ def test_sampler_names_as_llamacpp_reads_them():
     assert parse_samplers("Top-K;nucleus;temp;typ;minp;top-n-sigma") == \
         ("top_k", "top_p", "temperature", "typ_p", "min_p", "top_n_sigma")
     assert parse_sampler_seq("edskypmxt") == DEFAULT_SAMPLERS
-    with pytest.raises(ParamError, match="samplers"):
-        parse_samplers("top_k;bogus")
+    with pytest.warns(UserWarning, match="'bogus': skipped"):      # as llama.cpp: warned, skipped
+        assert parse_samplers("top_k;bogus") == ("top_k",)
     with pytest.raises(ParamError, match="infill"):
         SamplerParams(samplers=("infill",)).validate()
     assert parse_logit_bias("15043+1") == (15043, 1.0)
     assert parse_logit_bias("15043-0.5") == (15043, -0.5)
     assert parse_logit_bias("2-inf") == (2, -math.inf)
+    assert parse_logit_bias(" 15043 + 1") == (15043, 1.0) and parse_logit_bias("-3+2") == (-3, 2.0)
     for bad in ("x+1", "15043", "15043*2", "+1", "12+nan"):
         with pytest.raises(ParamError, match="logit_bias"):
             parse_logit_bias(bad)
 
 
-def test_logit_bias_runs_first_and_checks_the_vocab():
+def test_logit_bias_runs_first_and_ignores_ids_outside_the_vocab():
+    """As llama_sampler_logit_bias_apply: an id no candidate has changes nothing (warned here)."""
     l = np.float32([1.0, 0.0, 0.0])
     s = Sampler(SamplerParams(temp=0.0, logit_bias=((2, 5.0),)))
     assert s.sample_logits(l) == 2
-    with pytest.raises(ParamError, match="n_vocab=3"):
-        Sampler(SamplerParams(logit_bias=((3, 1.0),)), n_vocab=3)
+    for t in (3, -1):
+        with pytest.warns(UserWarning, match=f"token {t}: outside the vocab"):
+            s = Sampler(SamplerParams(temp=0.0, logit_bias=((t, 9.0),)), n_vocab=3)
+        assert s.sample_logits(l) == 0
 
 
 def test_dry_needs_the_vocab_for_string_breakers():
@@ -280,14 +284,15 @@ def test_seed_gives_the_mt19937_draw():
 
 
 @pytest.mark.parametrize("kw,name", [
-    (dict(temp=-0.1), "temp"), (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"),
-    (dict(min_p=-0.1), "min_p"), (dict(temp=float("nan")), "temp"), (dict(seed=-5), "seed"),
+    (dict(top_p=float("nan")), "top_p"), (dict(min_p=float("nan")), "min_p"),
+    (dict(temp=float("nan")), "temp"), (dict(seed=-5), "seed"),
     (dict(penalty_last_n=-1), "penalty_last_n"), (dict(top_k=1.5), "top_k"),
-    (dict(penalty_repeat=0.0), "penalty_repeat"), (dict(typ_p=0.0), "typ_p"),
+    (dict(penalty_repeat=0.0), "penalty_repeat"), (dict(penalty_repeat=1e-45), "penalty_repeat"),
+    (dict(penalty_freq=float("inf")), "penalty_freq"), (dict(typ_p=float("nan")), "typ_p"),
     (dict(mirostat=3), "mirostat"), (dict(dry_penalty_last_n=-1), "dry_penalty_last_n"),
-    (dict(xtc_probability=1.5), "xtc_probability"), (dict(dist_draw="pcg"), "dist_draw"),
-    (dict(logit_bias=((-1, 1.0),)), "logit_bias"), (dict(logit_bias=((1, float("nan")),)), "logit_bias"),
-    (dict(top_n_sigma=float("inf")), "top_n_sigma"), (dict(dry_sequence_breakers=(1,)), "breakers"),
+    (dict(xtc_probability=float("nan")), "xtc_probability"), (dict(dist_draw="pcg"), "dist_draw"),
+    (dict(logit_bias=((1, float("nan")),)), "logit_bias"),
+    (dict(top_n_sigma=float("nan")), "top_n_sigma"), (dict(dry_sequence_breakers=(1,)), "breakers"),
 ])
 def test_invalid_sampler_values(kw, name):
     with pytest.raises(ParamError, match=name):
@@ -352,7 +357,11 @@ def test_cli_flags_are_llamacpps():
     assert p.samplers == ("top_k", "temperature", "temperature")
     assert sampler_params(ap.parse_args(["generate", "--sampler-seq", "kt"])).samplers == \
         ("top_k", "temperature")
-    for bad in (["--dry-base", "0.5"], ["--samplers", "top_k", "--sampler-seq", "k"],
-                ["--repeat-last-n", "-1"], ["-l", "x"]):
+    for bad in (["--samplers", "top_k", "--sampler-seq", "k"], ["--repeat-last-n", "-1"], ["-l", "x"]):
         with pytest.raises(ParamError):
             sampler_params(ap.parse_args(["generate"] + bad))
+    # a DRY base below 1 is ignored, the last one >= 1 kept (common/arg.cpp:2126-2130)
+    with pytest.warns(UserWarning, match="--dry-base 0.5 ignored"):
+        assert sampler_params(ap.parse_args(["generate", "--dry-base", "2", "--dry-base", "0.5"])).dry_base == 2.0
+    with pytest.warns(UserWarning, match="ignored"):
+        assert sampler_params(ap.parse_args(["generate", "--dry-base", "0.5"])).dry_base == ref.dry_base

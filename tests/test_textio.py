@@ -179,7 +179,7 @@ def test_tokenize_file_equals_llama_tokenize(tmp_path, capsys, name):
     case = _facts_by_name("llamacpp_tokenize_bytes_smollm2.json")[name]
     p = tmp_path / "prompt.txt"
     p.write_bytes(bytes.fromhex(case["hex"]))
-    assert main(["tokenize", "-f", str(p), "--ids"]) == 0
+    assert main(["tokenize", "-f", str(p), "--ids", "--no-escape"]) == 0      # as llama-tokenize ran
     assert json.loads(capsys.readouterr().out) == case["ids"]
 
 
@@ -197,7 +197,8 @@ def test_tokenize_refusals_are_one_line(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_tokenize_p_with_argument_bytes():
-    """A -p argument that is not UTF-8 (bytes straight from the shell) tokenizes as llama.cpp's."""
+    """A -p argument that is not UTF-8 (bytes straight from the shell) tokenizes as llama.cpp's (its
+    escapes processed, as llama-tokenize's default; the case has none)."""
     smollm_path()
     case = _facts_by_name("llamacpp_tokenize_bytes_smollm2.json")["Latin-1 before a space"]
     p = subprocess.run([os.fsencode(sys.executable), b"-m", b"specnb", b"tokenize", b"--ids", b"-p",
@@ -208,7 +209,8 @@ def test_tokenize_p_with_argument_bytes():
 
 def test_generate_speculative_and_perplexity_read_bytes(tmp_path, tiny_path, capsys):
     """Every command reads -f through the same reader: CRLF kept, invalid bytes tokenized,
-    one final newline dropped (llama.cpp's common -f), a directory refused."""
+    one final newline dropped (llama.cpp's common -f), a directory refused (the bytes as they are
+    under --no-escape; the text has no backslash, so the default -e reads the same)."""
     from specnb.model import load_model
     m = tiny_path("Q8_0")
     v = load_model(m, vocab_only=True).vocab
@@ -217,10 +219,11 @@ def test_generate_speculative_and_perplexity_read_bytes(tmp_path, tiny_path, cap
     p.write_bytes(text)
     expected = v.tokenize(text[:-1])
     assert len(expected) != len(v.tokenize(text[:-1].decode("latin-1").replace("\r\n", "\n")))
-    assert main(["generate", "-m", m, "-f", str(p), "-n", "1", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["n_prompt"] == len(expected)
-    assert main(["speculative-simple", "-m", m, "-md", m, "-f", str(p), "-n", "2", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["n_prompt"] == len(expected)
+    for escape in ("--no-escape", "-e"):
+        assert main(["generate", "-m", m, "-f", str(p), "-n", "1", "--json", escape]) == 0
+        assert json.loads(capsys.readouterr().out)["n_prompt"] == len(expected)
+        assert main(["speculative-simple", "-m", m, "-md", m, "-f", str(p), "-n", "2", "--json", escape]) == 0
+        assert json.loads(capsys.readouterr().out)["n_prompt"] == len(expected)
     assert main(["perplexity", "-m", m, "-f", str(p), "-c", "16", "--chunks", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["n_tokens"] == \
         len(v.tokenize(text[:-1], add_special=True, parse_special=False))
@@ -238,7 +241,7 @@ def test_chat_keeps_undecodable_bytes(tmp_path, capsys):
     v = Vocab.from_metadata(spm_meta(**{"tokenizer.chat_template": tmpl}))
 
     class Args:
-        prompt, file, chat = None, str(tmp_path / "p.txt"), True
+        prompt, file, chat, escape = None, str(tmp_path / "p.txt"), True, True
     (tmp_path / "p.txt").write_bytes(b"caf\xe9")
     from specnb.app.cli import _read_prompt
     assert _read_prompt(Args, v) == b"<s>[caf\xe9]"

@@ -4,10 +4,12 @@ speculative-simple, demo, models, forge.
 Every -m / -md takes a registry name (`specnb models`) or a GGUF path. Every command prints a
 one-line error and exits 2 on bad input (no traceback); `gate` exits 1 when the pair is
 incompatible, `models path` when the model is not installed, and `speculative-simple`, as master's
-does, when the draft model cannot read the prompt ("failed to process speculative prompt").
+does, when no speculator is asked for ("failed to initialize speculative decoding") or the draft
+model cannot read the prompt ("failed to process speculative prompt").
 
-The flags of `generate` and `speculative-simple` are written once, in flags.py's table: this module
-builds their parsers and their SamplerParams / SpecParams from it.
+Every flag the commands share is written once, in flag_table.py: this module builds the parsers
+(flags.add_flags) and the SamplerParams / SpecParams (flags.build) from it; a command adds only its
+own options. `models` and `forge` are in model_commands.py.
 """
 from __future__ import annotations
 
@@ -22,22 +24,30 @@ EXIT_BAD_INPUT = 2
 POLICY_REPEATS = 5             # demo --policies: runs per cell (the median is kept)
 
 
-def _add_model(p, flag="-m", dest="model",
-               help_="target: a model name (`specnb models`) or a GGUF path (default: smollm2-135m)"):
-    p.add_argument(flag, f"--{dest.replace('_', '-')}", dest=dest, default=None, help=help_)
-
-
-def _add_common(p, command):
-    """-t, --backend, --activations (where the command has it) and --json, from the flag table."""
-    from .flags import add_flags
-    add_flags(p, command, groups=("compute",))
-
-
 def sampler_params(a):
-    """The SamplerParams of the sampling flags (flags.py's table names each field)."""
+    """The SamplerParams of the sampling flags (flags.py's table names each field); with -e, the
+    DRY sequence breakers' escapes processed too, as master does (common/arg.cpp:930-932)."""
     from .flags import build
     from ..run.sampling import SamplerParams
-    return build(a, "sampler", SamplerParams)
+    from ..vocab.textio import as_text, escaped_prompt
+    params = build(a, "sampler", SamplerParams)
+    if getattr(a, "escape", False):
+        params = params.replace(dry_sequence_breakers=tuple(
+            as_text(escaped_prompt(b)) for b in params.dry_sequence_breakers))
+    return params
+
+
+def _ignore_eos(a, params, vocab):
+    """--ignore-eos: every end-of-generation token gets a -inf bias after -l's, as master's
+    common_init_result adds logit_bias_eog (common/common.cpp:1340-1357); a vocab without an EOS
+    token: warned about and left alone (:1340-1343)."""
+    if not getattr(a, "ignore_eos", False):
+        return params
+    if vocab.eos_id < 0:
+        print("vocab does not have an EOS token, ignoring --ignore-eos", file=sys.stderr)
+        return params
+    eog = tuple((t, float("-inf")) for t in sorted(vocab.eog_ids))
+    return params.replace(logit_bias=params.logit_bias + eog)
 
 
 def _n_ctx(a, model) -> int:
@@ -68,10 +78,11 @@ def _load(model, vocab_only: bool = False):
 
 def _read_prompt(a, vocab, default=None, keep_final_newline=False):
     """The prompt as llama.cpp takes it: -f FILE's bytes (specnb/vocab/textio.py), or -p's text (the
-    bytes given when they are not UTF-8). llama-tokenize reads -f as it is; llama-cli and
-    llama-speculative-simple drop one final newline (keep_final_newline=False)."""
+    bytes given when they are not UTF-8), its escapes processed unless --no-escape (common/arg.cpp:
+    923-924; llama-tokenize's -f too, tokenize.cpp:131-133). llama-tokenize reads -f as it is;
+    llama-cli and llama-speculative-simple drop one final newline (keep_final_newline=False)."""
     from ..errors import ParamError
-    from ..vocab.textio import as_text, prompt_text, read_text_file
+    from ..vocab.textio import as_text, escaped_prompt, prompt_text, read_text_file
     if a.prompt is not None and a.file is not None:
         raise ParamError("give either -p PROMPT or -f FILE, not both")
     if a.file is not None:
@@ -82,6 +93,8 @@ def _read_prompt(a, vocab, default=None, keep_final_newline=False):
         text = default
     else:
         raise ParamError("no prompt: give -p PROMPT or -f FILE")
+    if a.escape:
+        text = escaped_prompt(text)
     if getattr(a, "chat", False):
         rendered = vocab.apply_chat_template([{"role": "user", "content": as_text(text)}])
         text = prompt_text(rendered, source=f"{getattr(text, 'source', '') or '-p'} (chat)")
@@ -97,7 +110,7 @@ def cmd_generate(a):
     model = _load(a.model)
     text = _read_prompt(a, model.vocab)
     ids = model.vocab.tokenize(text)
-    params = sampler_params(a)
+    params = _ignore_eos(a, sampler_params(a), model.vocab)
     n_ctx = _n_ctx(a, model)
     n_predict = _n_predict(a, n_ctx)
     ctx = Context(model, n_ctx=n_ctx, backend=a.backend, n_threads=a.threads, activations=a.activations)
@@ -156,16 +169,19 @@ def cmd_gate(a):
 def cmd_perplexity(a):
     from ..errors import ParamError
     from ..run.perplexity import perplexity
-    from ..vocab.textio import read_text_file
+    from ..vocab.textio import escaped_prompt, read_text_file, strip_final_newline
     if a.file is None:
         raise ParamError("perplexity needs -f FILE")
     text = read_text_file(a.file, "text file")     # perplexity() drops one final newline
+    if a.escape:                                    # -e (llama-perplexity's default is off)
+        text = escaped_prompt(strip_final_newline(text))
     model = _load(a.model)
     def show(k, n, ppl):
         if not a.json:
             print(f"[{k}]{ppl:.4f},", end="" if k < n else "\n", flush=True)
-    r = perplexity(model, text, n_ctx=a.ctx_size, backend=a.backend, n_threads=a.threads,
-                   on_chunk=show, max_chunks=a.chunks, activations=a.activations)
+    r = perplexity(model, text, n_ctx=_n_ctx(a, model), backend=a.backend, n_threads=a.threads,
+                   on_chunk=show, max_chunks=None if a.chunks == -1 else a.chunks,
+                   activations=a.activations)
     if a.json:
         print(json.dumps(r))
     else:
@@ -242,13 +258,10 @@ def _bench_profile(a, modes):
     return 0
 
 
-def _spec_setup(a):
-    """The pair and SpecParams of speculative-simple's flags (-md without --spec-type: draft-simple)."""
+def _spec_setup(a, params):
+    """The pair for speculative-simple's flags and SpecParams (-md without --spec-type: draft-simple)."""
     import warnings
-    from .flags import build
-    from ..speculation.params import SpecParams
     from ..run.pair import open_pair
-    params = build(a, "spec", SpecParams)
     need_draft = params.needs_draft_model()
     if a.model_draft is not None and not need_draft:
         warnings.warn(f"--spec-type {params.types} has no draft-simple: the draft model "
@@ -259,13 +272,17 @@ def _spec_setup(a):
                      n_seq=max(1, a.parallel), backend=a.backend,
                      n_threads=a.threads, activations=a.activations,
                      tgt_seq_rm=not a.no_seq_rm, dft_seq_rm=not a.no_seq_rm_draft)
-    return pair.target, pair.draft, pair.ctx_tgt, pair.ctx_dft, params
+    return pair.target, pair.draft, pair.ctx_tgt, pair.ctx_dft
 
 
-# master's messages when the draft context cannot decode a batch (speculative-simple.cpp:135-138,
-# 237-240): in the prompt the program returns 1; later it stops and still prints the statistics
+# master's messages: no speculator (--spec-type none: common_speculative_init returns nullptr,
+# speculative-simple.cpp:119-124, exit 1); the draft context cannot decode a batch (:135-138,
+# 237-240): in the prompt the program returns 1, later it stops and still prints the statistics
+FAILED_INIT = "failed to initialize speculative decoding"
 FAILED_PROMPT = "failed to process speculative prompt"
 FAILED_BATCH = "failed to process speculative batch"
+# master colours every accepted draft token cyan, then sets white (speculative-simple.cpp:317-318)
+ACCEPTED_COLOR, AFTER_COLOR = "\x1b[36m", "\x1b[37m"
 
 
 def _outside_draft_vocab(tokens, ctx_d) -> bool:
@@ -274,14 +291,21 @@ def _outside_draft_vocab(tokens, ctx_d) -> bool:
 
 def cmd_speculative_simple(a):
     import warnings
+    from .flags import build
     from ..errors import BatchError
     from ..speculation.loop import SpeculativeLoop
+    from ..speculation.params import SpecParams
     from ..vocab.textio import as_text
     color = a.color == "on" or (a.color == "auto" and sys.stdout.isatty())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore" if a.json else "default")
         smpl_params = sampler_params(a)
-        tgt, dft, ctx_t, ctx_d, params = _spec_setup(a)
+        params = build(a, "spec", SpecParams)
+        if params.types is not None and not params.resolved_types(has_draft_model=True):
+            print(FAILED_INIT, file=sys.stderr)
+            return 1
+        tgt, dft, ctx_t, ctx_d = _spec_setup(a, params)
+        smpl_params = _ignore_eos(a, smpl_params, tgt.vocab)
         text = _read_prompt(a, tgt.vocab)
         ids = tgt.vocab.tokenize(text)
         # the example feeds its sampler no prompt token (speculative-simple.cpp); --penalize-prompt
@@ -296,11 +320,10 @@ def cmd_speculative_simple(a):
         if a.json:
             return
         s = ev.slot
-        k = s.n_accepted if not s.replay else 0
         for i, t in enumerate(s.committed):
             piece = tgt.vocab.token_to_piece(t, special=False).decode("utf-8", "replace")
-            if color and i < k:     # accepted draft tokens: green from the draft model, cyan from a lookup
-                piece = f"\x1b[{32 if s.impl == 'draft-simple' else 36}m{piece}\x1b[0m"
+            if color and i < s.n_accepted:       # an accepted draft token, replays' too, as master's
+                piece = f"{ACCEPTED_COLOR}{piece}{AFTER_COLOR}"
             sys.stdout.write(piece)
         sys.stdout.flush()
     failed = None
@@ -319,7 +342,6 @@ def cmd_speculative_simple(a):
     r = results[0]
     impls = loop.chain.stats()
     st = impls[0] if impls else {}
-    n_eval = sum(s["n_eval"] for s in impls)
     if a.json:
         print(json.dumps({
             "tokens": r.tokens, "text": r.text, "n_prompt": r.n_prompt, "n_drafted": r.n_drafted,
@@ -328,31 +350,41 @@ def cmd_speculative_simple(a):
             "acc_rate_per_pos": _per_draft_rates(impls, params.n_max),
             "mean_acc_len": st.get("mean_acc_len", 0.0), "t_prompt_s": r.t_prompt_s,
             "t_gen_s": r.t_gen_s, "tok_s": len(r.tokens) / r.t_gen_s if r.t_gen_s else 0.0,
-            "n_eval_draft": n_eval, "stop_reason": r.stop_reason, "stats": st, "impls": impls,
+            "n_eval_draft": sum(s["n_eval"] for s in impls), "stop_reason": r.stop_reason, "stats": st, "impls": impls,
             "summary": {"n_drafted": loop.n_drafted_simple, "n_accept": loop.n_accept_simple},
             "draft_len": loop.policy.stats(),
             "draft_vocab": None if ctx_d is None or ctx_d.output_ids is None else len(ctx_d.output_ids),
             "parallel": [x.tokens for x in results[1:]], "error": failed}))
     else:
-        print("\n")
-        print(f"encoded {r.n_prompt:4d} tokens in {r.t_prompt_s:8.3f} seconds, speed: "
-              f"{r.n_prompt / max(r.t_prompt_s, 1e-9):8.3f} t/s")
-        print(f"decoded {len(r.tokens):4d} tokens in {r.t_gen_s:8.3f} seconds, speed: "
-              f"{len(r.tokens) / max(r.t_gen_s, 1e-9):8.3f} t/s\n")
-        print(loop.summary())
-        print("\ndraft:\n")
-        print(loop.chain.print_stats() if impls else "(no speculation: --spec-type none)")
-        if impls:
-            print("  (master 34af94cd prints the lines above at -lv 4 only, after 'spec "
-                  "common_specu: '; c392e50 prints the draft context's perf counters instead)")
-        if ctx_d is not None:
-            print(f"  draft evaluations: {n_eval} over {r.n_rounds} rounds "
-                  f"({n_eval / max(r.n_rounds, 1):.2f} per round)")
-            if ctx_d.output_ids is not None:
-                print(f"  draft vocabulary [specnb, beyond llama.cpp]: the draft scored "
-                      f"{len(ctx_d.output_ids)} of its {ctx_d.model.n_vocab} tokens "
-                      f"(--spec-draft-vocab {params.draft_vocab}, the prompt's and the control tokens)")
+        print("\n", flush=True)                         # the text alone on stdout (LOG, :348)
+        _print_statistics(r, loop, impls, ctx_d, params, file=sys.stderr)
     return 0
+
+
+def _print_statistics(r, loop, impls, ctx_d, params, file):
+    """What master prints after the text, LOG_INF on stderr (speculative-simple.cpp:350-366)."""
+    n_eval = sum(s["n_eval"] for s in impls)
+    say = lambda *x: print(*x, file=file)   # noqa: E731
+    say(f"encoded {r.n_prompt:4d} tokens in {r.t_prompt_s:8.3f} seconds, speed: "
+        f"{r.n_prompt / max(r.t_prompt_s, 1e-9):8.3f} t/s")
+    say(f"decoded {len(r.tokens):4d} tokens in {r.t_gen_s:8.3f} seconds, speed: "
+        f"{len(r.tokens) / max(r.t_gen_s, 1e-9):8.3f} t/s\n")
+    say(loop.summary())
+    say("\ndraft:\n")
+    say(loop.chain.print_stats())
+    say("  (master 34af94cd prints the lines above at -lv 4 only, after 'spec common_specu: '; "
+        "c392e50 prints the draft context's perf counters instead)")
+    if ctx_d is not None:
+        say(f"  draft evaluations: {n_eval} over {r.n_rounds} rounds ({n_eval / max(r.n_rounds, 1):.2f} "
+            f"per round)")
+        if ctx_d.output_ids is not None:
+            say(f"  draft vocabulary [specnb, beyond llama.cpp]: the draft scored {len(ctx_d.output_ids)} "
+                f"of its {ctx_d.model.n_vocab} tokens (--spec-draft-vocab {params.draft_vocab}, the "
+                f"prompt's and the control tokens)")
+    say("\ntarget:\n")
+    say("  (master prints common_perf_print's timings here: the target's load, prompt eval, eval "
+        "and sampling times; specnb does not time the target apart from the draft, see "
+        "encoded / decoded above)")
 
 
 def _per_draft_rates(impls: list, n_max: int) -> list:
@@ -394,79 +426,10 @@ def cmd_demo(a):
     return demo(llama_bench=a.llama_bench, full=a.full, passes=a.passes or 2, **kw)
 
 
-def cmd_models(a):
-    from ..model import registry
-    from ..errors import ParamError
-    takes = {"list": "no NAME", "path": "exactly one NAME", "install": "one or more NAMEs"}
-    n = len(a.names)
-    if (a.action == "list" and n) or (a.action == "path" and n != 1) or not (n or a.action == "list"):
-        raise ParamError(f"models {a.action} takes {takes[a.action]}, got {n}")
-    if a.action == "list":
-        rows = []
-        for name, e in registry.REGISTRY.items():
-            state, path = registry.status(name)
-            rows.append({"name": name, "about": e.about, "size": e.size, "kind": e.kind,
-                         "state": state, "installed": path is not None, "path": path,
-                         "runnable": e.runnable})
-        if a.json:
-            print(json.dumps({"models": rows}))
-            return 0
-        for r in rows:
-            print(f"{r['name']:<20} {registry.size_text(r['size']):>7}  {r['state']}")
-            print(f"    {r['about']}")
-            if r["path"]:
-                print(f"    {r['path']}")
-        print("\nEvery -m / -md takes one of these names or a GGUF path. "
-              "Install one: specnb models install NAME")
-        return 0
-    if a.action == "path":
-        from ..errors import ModelNotFoundError
-        try:
-            print(registry.installed_path(a.names[0]))
-        except ModelNotFoundError as e:
-            if a.names[0] not in registry.REGISTRY:
-                raise
-            print(f"specnb models: {e}", file=sys.stderr)
-            return 1
-        return 0
-    for name in a.names:                     # install
-        registry.entry(name)                 # every name is checked before anything is installed
-    for name in a.names:
-        print(registry.install(name))
-    return 0
-
-
-FORGE_KINDS = ("default-draft", "requantize", "truncate", "mutate", "tiny")
-
-
-def cmd_forge(a):
-    from ..gguf import forge
-    from ..errors import ParamError
-    from ..model.registry import DEFAULT_DRAFT, default_target_path, model_path
-    if a.kind == "default-draft":
-        print(model_path(DEFAULT_DRAFT))
-        return 0
-    if a.output is None:
-        raise ParamError(f"forge {a.kind}: give the destination with -o PATH")
-    if a.kind == "tiny":
-        from ..model.testing import tiny_model
-        print(tiny_model(a.output, qtype=a.type, n_layer=a.layers, seed=a.seed))
-        return 0
-    from ..model.registry import resolve
-    src = resolve(a.model) if a.model else default_target_path()
-    if a.kind == "requantize":
-        out = forge.requantize(src, a.output, a.type)
-    elif a.kind == "truncate":
-        out = forge.truncate_layers(src, a.output, a.layers)
-    else:
-        out = forge.mutate_vocab(src, a.output, a.mutation)
-    print(out)
-    return 0
-
-
 # ---- argument parsing -----------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from .flags import add_flags
+    from .model_commands import FORGE_KINDS, cmd_forge, cmd_models
     ap = argparse.ArgumentParser(prog="specnb", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -475,31 +438,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("tokenize", help="text -> token ids, as llama-tokenize")
-    _add_model(p)
-    p.add_argument("-p", "--prompt", default=None)
-    p.add_argument("-f", "--file", default=None,
-                   help="read the text from a file, its bytes as they are (as llama-tokenize with --no-escape)")
-    p.add_argument("--chat", action="store_true",
-                   help="wrap the text as a user message with the model's chat template")
+    add_flags(p, "tokenize")
     p.add_argument("--ids", action="store_true", help="print only the ids, as a list")
-    p.add_argument("--json", action="store_true")
     p.add_argument("--no-bos", action="store_true", help="do not add BOS/EOS even if the vocab asks")
     p.add_argument("--no-parse-special", action="store_true", help="treat <|...|> as plain text")
     p.set_defaults(func=cmd_tokenize)
 
     p = sub.add_parser("perplexity", help="perplexity as llama-perplexity")
-    _add_model(p)
-    _add_common(p, "perplexity")
-    p.add_argument("-f", "--file", default=None)
-    p.add_argument("-c", "--ctx-size", type=int, default=512)
-    p.add_argument("--chunks", type=int, default=None, help="score at most this many chunks")
+    add_flags(p, "perplexity")
+    p.add_argument("--chunks", type=int, default=-1, help="score at most this many chunks (default: -1, "
+                   "every chunk)")
     p.set_defaults(func=cmd_perplexity)
 
     p = sub.add_parser("bench", help="decode speed and batch cost, next to llama.cpp's")
-    _add_model(p)
-    _add_common(p, "bench")
-    _add_model(p, "-md", "model_draft", "a draft model too (a real pair: its decode, the target's "
-                                        "batch sweep 1..17, and with --spec speculative decoding)")
+    add_flags(p, "bench")
+    p.add_argument("-md", "--model-draft", dest="model_draft", default=None,
+                   help="a draft model too (a real pair: its decode, the target's batch sweep 1..17, and "
+                        "with --spec speculative decoding)")
     p.add_argument("--activations", choices=["f32", "q8", "both"], default="both",
                    help="which CPU activation modes to measure, side by side (default both)")
     p.add_argument("--llama-bench", default=None, metavar="PATH",
@@ -553,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the real pair on code prompts, from plain decoding through "
                                     "llama.cpp's draft-simple to specnb's additions, then on prose, "
                                     "then the teaching pair: speculative == plain, and speed")
-    p.add_argument("-n", "--n-predict", type=int, default=64)
+    add_flags(p, "demo")
     p.add_argument("--sweep", nargs="?", const=",".join(map(str, SWEEP_DRAFT_MAX)), default=None,
                    metavar="N,N,...", help="instead: plain vs speculative speed on the code "
                    "prompts for each draft-max (default 1,2,3,4,6,8)")
@@ -579,7 +534,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=POLICY_REPEATS, metavar="N",
                    help="--policies: runs per cell, the policies taking turns; a cell is the "
                         f"median (default {POLICY_REPEATS})")
-    _add_common(p, "demo")
     p.set_defaults(func=cmd_demo)
 
     from . import costs

@@ -15,29 +15,26 @@ import sys
 
 
 def add_parser(sub) -> None:
-    from ..model.registry import REAL_DRAFT, REAL_TARGET
+    """`costs`: the shared flags from the flag table (-m, -md, --spec-draft-vocab, -t, --backend,
+    --activations, --json), and --refresh."""
+    from .flags import add_flags
     p = sub.add_parser("costs", help="the machine's costs for a pair (c, bc(k), bandwidth, int8 limit), "
                                      "measured once and read by the demo, bench and the notebooks")
-    p.add_argument("-m", "--model", default=REAL_TARGET, help=f"the target (default {REAL_TARGET})")
-    p.add_argument("-md", "--model-draft", default=REAL_DRAFT, help=f"the draft (default {REAL_DRAFT})")
-    p.add_argument("--spec-draft-vocab", type=int, default=None, metavar="N",
-                   help="the draft's head restricted to N tokens, as speculative-simple's flag")
-    p.add_argument("--activations", choices=["q8", "f32"], default=None,
-                   help="the CPU's activation mode (default q8)")
-    p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: every core)")
-    p.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="cpu")
+    add_flags(p, "costs")
     p.add_argument("--refresh", action="store_true", help="measure again now, whatever is recorded")
-    p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(func=run)
 
 
 def run(a) -> int:
     from ..errors import check_param
     from ..measure.costs import format_costs, open_costs
-    check_param(a.spec_draft_vocab is None or a.spec_draft_vocab >= 1, "--spec-draft-vocab",
-                a.spec_draft_vocab, "a number of tokens >= 1")
+    from ..model.registry import REAL_DRAFT, REAL_TARGET
+    from ..run.context import set_threads
+    check_param(a.draft_vocab is None or a.draft_vocab >= 0, "--spec-draft-vocab", a.draft_vocab,
+                "a number of tokens >= 1, or 0 for the whole vocabulary")
     say = lambda text: print(f"specnb: {text}", file=sys.stderr, flush=True)     # noqa: E731
-    c = open_costs(a.model, a.model_draft, a.spec_draft_vocab, a.activations, a.threads, a.backend,
-                   refresh=a.refresh, on_measure=say)
+    n_threads = set_threads(a.threads) if a.threads else None
+    c = open_costs(a.model or REAL_TARGET, a.model_draft or REAL_DRAFT, a.draft_vocab or None, a.activations,
+                   n_threads, a.backend, refresh=a.refresh, on_measure=say)
     print(json.dumps(c.as_json()) if a.json else format_costs(c))
     return 0

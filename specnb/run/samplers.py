@@ -281,7 +281,7 @@ def dry_breakers(vocab, breakers, max_chars: int = 40, max_tail: int = 20) -> di
             w = w[1:]
         words.append(clean_spaces(w) if vocab.clean_spaces else w)
     for s in breakers:
-        s = s.encode("utf-8")[:max_chars]
+        s = s.encode("utf-8", "surrogateescape")[:max_chars]   # (a \xHH escape can make any byte)
         if not s:
             continue
         for tid, word in enumerate(words):

@@ -25,6 +25,8 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import re
+import warnings
 from collections import deque
 from dataclasses import dataclass, fields
 
@@ -65,36 +67,49 @@ def _aliases() -> dict[str, str]:
 _NAMES = _aliases()
 
 
-def parse_samplers(text: str) -> tuple:
-    """'penalties;top_k;temperature' -> the canonical names, as llama.cpp's --samplers reads
-    them (case-insensitive, aliases allowed; llama.cpp skips an unknown name with a warning,
-    specnb refuses it)."""
+def _matched(keys, table: dict, by: str, known: str) -> tuple:
+    """The canonical names of `keys` in `table`; a key it lacks is warned about and skipped, as
+    llama.cpp's common_sampler_types_from_names / _from_chars do (master common/sampling.cpp:876-887,
+    905-916)."""
     out = []
-    for name in str(text).split(";"):
-        key = name.strip().lower()
-        check_param(key in _NAMES, "samplers", name, "names from " + ", ".join(DEFAULT_SAMPLERS))
-        out.append(_NAMES[key])
+    for k in keys:
+        if k in table:
+            out.append(table[k])
+        else:
+            warnings.warn(f"unable to match sampler by {by} {k!r}: skipped, as llama.cpp does ({known})",
+                          stacklevel=3)
     return tuple(out)
 
 
+def parse_samplers(text: str) -> tuple:
+    """'penalties;top_k;temperature' -> the canonical names, as llama.cpp's --samplers reads
+    them: case-insensitive, aliases allowed, an unknown name warned about and skipped."""
+    return _matched([n.lower() for n in str(text).split(";")], _NAMES, "name",
+                    "names: " + ", ".join(DEFAULT_SAMPLERS))
+
+
 def parse_sampler_seq(chars: str) -> tuple:
-    """'edskypmxt' -> the canonical names, as llama.cpp's --sampler-seq reads them."""
-    for c in chars:
-        check_param(c in _SEQ_CHARS, "sampler_seq", c, "letters from " + "".join(_SEQ_CHARS))
-    return tuple(_SEQ_CHARS[c] for c in chars)
+    """'edskypmxt' -> the canonical names, as llama.cpp's --sampler-seq reads them (an unknown
+    letter warned about and skipped)."""
+    return _matched(list(chars), _SEQ_CHARS, "char", "letters: " + "".join(_SEQ_CHARS))
+
+
+_LOGIT_BIAS = re.compile(r"\s*([+-]?\d+)\s*([+-])\s*(.+)", re.S)
 
 
 def parse_logit_bias(text: str) -> tuple:
-    """'15043+1' / '15043-inf' -> (15043, bias), as llama.cpp's --logit-bias reads it."""
-    s = str(text).strip()
-    i = next((j for j in range(1, len(s)) if s[j] in "+-" and s[:j].isdigit()), -1)
+    """'15043+1' / '15043-inf' / '15043 + 1' -> (15043, bias), as llama.cpp's --logit-bias reads it
+    (common/arg.cpp:2240-2255: a token id, a sign, a number). A NaN bias is refused (master adds
+    it to the logit); an id outside the vocab is taken, as master's, and changes nothing."""
+    m = _LOGIT_BIAS.fullmatch(str(text))
     try:
-        bias = float(s[i + 1:]) if i > 0 else float("nan")
+        bias = float(m.group(3)) if m else float("nan")
     except ValueError:
         bias = float("nan")
-    check_param(i > 0 and not math.isnan(bias), "logit_bias", text,
-                "TOKEN_ID+BIAS or TOKEN_ID-BIAS, e.g. 15043+1 or 15043-inf")
-    return int(s[:i]), bias if s[i] == "+" else -bias
+    check_param(m is not None and not math.isnan(bias) and -2**31 <= int(m.group(1)) < 2**31,
+                "logit_bias", text, "TOKEN_ID+BIAS or TOKEN_ID-BIAS, e.g. 15043+1 or 15043-inf "
+                "(a NaN bias refused)")
+    return int(m.group(1)), bias if m.group(2) == "+" else -bias
 
 
 @dataclass
@@ -130,42 +145,51 @@ class SamplerParams:
     dist_draw: str = "master"         # "c392e50": draw as a c392e50 build does (see Dist)
 
     def validate(self) -> "SamplerParams":
-        def num(name, lo=None, hi=None, lo_open=False, integer=False, expected=""):
+        """Master's ranges (common/arg.cpp:1983-2230): the floats take any number but NaN (their
+        samplers switch off or clamp where the flags' help says), the penalties must be finite,
+        the windows >= 0; mirostat 0, 1 or 2 (master aborts on others)."""
+        def num(name, lo=None, hi=None, lo_open=False, integer=False, finite=False, expected=""):
             v = getattr(self, name)
             ok = isinstance(v, (int, np.integer)) and not isinstance(v, bool) if integer else \
                 isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-            ok = ok and (integer or math.isfinite(v))
+            ok = ok and (integer or (math.isfinite(v) if finite else not math.isnan(v)))
             if ok and lo is not None:
                 ok = v > lo if lo_open else v >= lo
             if ok and hi is not None:
                 ok = v <= hi
             check_param(ok, name, v, expected)
-        num("temp", 0.0, expected="a finite number >= 0 (0 = greedy)")
+        num("temp", expected="a number, not NaN (<= 0 = greedy)")
         num("top_k", integer=True, expected="an integer (<= 0 disables top-k)")
-        num("top_p", 0.0, 1.0, lo_open=True, expected="a number in (0, 1] (1 disables top-p)")
-        num("min_p", 0.0, 1.0, expected="a number in [0, 1] (0 disables min-p)")
-        num("typ_p", 0.0, 1.0, lo_open=True, expected="a number in (0, 1] (1 disables typical-p)")
+        num("top_p", expected="a number, not NaN (>= 1 disables top-p)")
+        num("min_p", expected="a number, not NaN (<= 0 disables min-p)")
+        num("typ_p", expected="a number, not NaN (>= 1 disables typical-p)")
         num("penalty_last_n", 0, integer=True,
             expected="an integer >= 0 (0 disables; llama.cpp master refuses the -1 that c392e50 "
                      "read as the context size)")
-        num("penalty_repeat", 0.0, lo_open=True, expected="a number > 0 (1 disables)")
-        num("penalty_freq", expected="a finite number (0 disables)")
-        num("penalty_present", expected="a finite number (0 disables)")
+        # master: finite, > 0 and with a finite inverse in float32 (common/arg.cpp:2083-2087)
+        rep = self.penalty_repeat
+        num("penalty_repeat", 0.0, lo_open=True, finite=True, expected="a finite number > 0 (1 disables)")
+        with np.errstate(divide="ignore", over="ignore"):
+            check_param(bool(np.isfinite(np.float32(1.0) / np.float32(rep))), "penalty_repeat", rep,
+                        "a number whose inverse is finite in float32, as llama.cpp master checks")
+        num("penalty_freq", finite=True, expected="a finite number (0 disables)")
+        num("penalty_present", finite=True, expected="a finite number (0 disables)")
         num("min_keep", 0, integer=True, expected="an integer >= 0")
         num("seed", 0, 0xFFFFFFFF, integer=True, expected="an integer in [0, 4294967295]")
-        num("xtc_probability", 0.0, 1.0, expected="a number in [0, 1] (0 disables XTC)")
-        num("xtc_threshold", expected="a finite number (> 0.5 disables XTC)")
-        num("dynatemp_range", expected="a finite number (<= 0 disables dynamic temperature)")
-        num("dynatemp_exponent", expected="a finite number")
-        num("dry_multiplier", expected="a finite number (0 disables DRY)")
-        num("dry_base", expected="a finite number (< 1 disables DRY)")
+        num("xtc_probability", expected="a number, not NaN (<= 0 disables XTC)")
+        num("xtc_threshold", expected="a number, not NaN (> 0.5 disables XTC)")
+        num("dynatemp_range", expected="a number, not NaN (<= 0 disables dynamic temperature)")
+        num("dynatemp_exponent", expected="a number, not NaN")
+        num("dry_multiplier", expected="a number, not NaN (0 disables DRY)")
+        num("dry_base", expected="a number, not NaN (< 1 disables DRY)")
         num("dry_allowed_length", integer=True, expected="an integer")
         num("dry_penalty_last_n", 0, integer=True,
             expected="an integer >= 0 (0 disables; llama.cpp master refuses negative values)")
-        num("mirostat", 0, 2, integer=True, expected="0, 1 or 2 (0 = off)")
-        num("mirostat_tau", expected="a finite number")
-        num("mirostat_eta", expected="a finite number")
-        num("top_n_sigma", expected="a finite number (<= 0 disables top-n-sigma)")
+        num("mirostat", 0, 2, integer=True, expected="0, 1 or 2 (0 = off; llama.cpp master aborts on "
+                                                      "other values, common/sampling.cpp:408)")
+        num("mirostat_tau", expected="a number, not NaN")
+        num("mirostat_eta", expected="a number, not NaN")
+        num("top_n_sigma", expected="a number, not NaN (<= 0 disables top-n-sigma)")
         check_param(self.dist_draw in ("master", "c392e50"), "dist_draw", self.dist_draw,
                     "'master' or 'c392e50'")
         check_param(isinstance(self.dry_sequence_breakers, (tuple, list)) and
@@ -173,9 +197,9 @@ class SamplerParams:
                     "dry_sequence_breakers", self.dry_sequence_breakers, "a tuple of strings")
         for lb in self.logit_bias:
             ok = isinstance(lb, (tuple, list)) and len(lb) == 2 and \
-                isinstance(lb[0], (int, np.integer)) and not isinstance(lb[0], bool) and lb[0] >= 0 \
+                isinstance(lb[0], (int, np.integer)) and not isinstance(lb[0], bool) \
                 and isinstance(lb[1], (int, float, np.integer, np.floating)) and not math.isnan(lb[1])
-            check_param(ok, "logit_bias", lb, "(token id >= 0, bias) pairs")
+            check_param(ok, "logit_bias", lb, "(token id, bias) pairs, the bias not NaN")
         names = []
         for s in self.samplers:
             key = str(s).lower()
@@ -256,7 +280,9 @@ class Sampler:
         self.n_vocab, self.vocab = n_vocab, vocab
         if n_vocab is not None:
             for t, _ in P.logit_bias:
-                check_param(t < n_vocab, "logit_bias", (t, _), f"a token id below n_vocab={n_vocab}")
+                if not 0 <= t < n_vocab:      # as llama_sampler_logit_bias_apply: no candidate has it
+                    warnings.warn(f"logit bias for token {t}: outside the vocab (0..{n_vocab - 1}), "
+                                  f"it changes nothing, as in llama.cpp", stacklevel=2)
         chain = [LogitBias(P.logit_bias)] if P.logit_bias else []
         if P.mirostat == 0:
             chain += [_step(name, P) for name in P.samplers] + [Dist(P.seed, P.dist_draw)]

@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import ParamError
+from .impl import DRAFT_N_MAX_LIMIT
 
 SCHEDULES = ("fixed", "heuristic", "auto")
 AUTO_CAP = 16                 # `auto` without a cap: lengths 0..16 considered
@@ -42,7 +43,7 @@ def parse_draft_max(value) -> tuple[str, int]:
     """--spec-draft-n-max: N, `auto`, `auto:CAP`, `heuristic` or `heuristic:CAP` -> (schedule, n_max)."""
     if isinstance(value, bool):
         raise ParamError(f"invalid draft_max={value!r}: expected an integer, 'auto[:CAP]' or "
-                         f"'heuristic[:CAP]'")
+                         f"'heuristic[:CAP]'", field="n_max")
     if isinstance(value, int) or (hasattr(value, "__index__") and not isinstance(value, str)):
         return "fixed", int(value)
     s = str(value).strip().lower()
@@ -50,18 +51,19 @@ def parse_draft_max(value) -> tuple[str, int]:
     try:
         if name in ("auto", "heuristic"):
             n = int(cap) if cap else (AUTO_CAP if name == "auto" else HEURISTIC_CAP)
-            if not 1 <= n <= 256:
+            if not 1 <= n <= DRAFT_N_MAX_LIMIT:
                 raise ValueError
             return name, n
         if not cap:
             n = int(s)
-            if not 0 <= n <= 256:
+            if not 0 <= n <= DRAFT_N_MAX_LIMIT:
                 raise ValueError
             return "fixed", n
     except ValueError:
         pass
-    raise ParamError(f"invalid --spec-draft-n-max={value!r}: expected an integer in [0, 256], "
-                     f"'auto', 'auto:CAP' or 'heuristic[:CAP]' (CAP in [1, 256])")
+    raise ParamError(f"invalid --spec-draft-n-max={value!r}: expected an integer in "
+                     f"[0, {DRAFT_N_MAX_LIMIT}], 'auto', 'auto:CAP' or 'heuristic[:CAP]' "
+                     f"(CAP in [1, {DRAFT_N_MAX_LIMIT}])", field="n_max")
 
 
 def format_draft_max(schedule: str, n_max: int) -> str:

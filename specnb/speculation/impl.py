@@ -44,23 +44,31 @@ from dataclasses import dataclass, field
 from ..errors import check_param
 
 
+# The limits of the speculators' parameters, defined here once (params.py, the n-gram impls,
+# draft_len.py and the flag table import them)
+DRAFT_N_MAX_LIMIT = 256     # specnb's: the per-position statistics are n_max long (master: none)
+NGRAM_SIZE_LIMIT = 1024     # master's --spec-ngram-*-size-n/-m and -mod-* (common/arg.cpp:4163-4285)
+MIN_HITS_LIMIT = 65535      # master stores min_hits in a uint16_t (common/common.h:361)
+
+
 def check_draft_limits(n_max, n_min, p_min) -> None:
     """The draft model's limits (--spec-draft-n-max / -n-min / -p-min), checked in one place for
     SpecParams.validate and DraftSimple. Master 34af94cd accepts (common/arg.cpp:4076-4108) any
     n_max >= 0, any n_min and any p_min. specnb takes the same, except:
-    - n_max above 256: the per-position statistics are n_max long;
+    - n_max above DRAFT_N_MAX_LIMIT: the per-position statistics are n_max long;
     - a negative n_min: master compares the draft's size with (size_t) n_min
       (common/speculative.cpp:378), so there it drops every draft, as any n_min above n_max does
       in both; Python's comparison would drop none.
     A p_min above 1 drafts nothing, a negative (or NaN) one never stops a draft, as in master."""
     import numbers
-    check_param(isinstance(n_max, numbers.Integral) and not isinstance(n_max, bool) and 0 <= n_max <= 256,
-                "draft_max", n_max, "an integer in [0, 256] (master: any integer >= 0)")
+    check_param(isinstance(n_max, numbers.Integral) and not isinstance(n_max, bool)
+                and 0 <= n_max <= DRAFT_N_MAX_LIMIT, "draft_max", n_max,
+                f"an integer in [0, {DRAFT_N_MAX_LIMIT}] (master: any integer >= 0)", field="n_max")
     check_param(isinstance(n_min, numbers.Integral) and not isinstance(n_min, bool) and n_min >= 0,
                 "draft_min", n_min, "an integer >= 0 (master drops every draft with a negative "
-                "value; so does any value above draft_max)")
+                "value; so does any value above draft_max)", field="n_min")
     check_param(isinstance(p_min, numbers.Real) and not isinstance(p_min, bool), "draft_p_min", p_min,
-                "a number")
+                "a number", field="p_min")
 
 
 @dataclass

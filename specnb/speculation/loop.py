@@ -380,9 +380,11 @@ class SpeculativeLoop:
     def summary(self) -> str:
         """The speculative-simple summary (speculative-simple.cpp:354-358), with its counters."""
         n_pred = sum(len(sl.generated) for sl in self.slots)
-        rate = 100.0 * self.n_accept_simple / self.n_drafted_simple if self.n_drafted_simple else 0.0
+        # nothing drafted: master divides 0 by 0 in float (:358), and glibc prints x86's default
+        # NaN, whose sign bit is set, as -nan
+        rate = f"{100.0 * self.n_accept_simple / self.n_drafted_simple:.3f}" if self.n_drafted_simple else "-nan"
         return (f"n_draft   = {self.params.draft_max}\nn_predict = {n_pred}\nn_drafted = {self.n_drafted_simple}\n"
-                f"n_accept  = {self.n_accept_simple}\naccept    = {rate:.3f}%\n"
+                f"n_accept  = {self.n_accept_simple}\naccept    = {rate}%\n"
                 + {"master": f"(stop as llama-speculative-simple at 34af94cd: one round past "
                              f"n_predict = {self.n_predict}, the last draft uncapped)",
                    "c392e50": f"(stop as llama-speculative-simple at c392e50: one round past "

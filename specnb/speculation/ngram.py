@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .impl import DraftParams, SpeculativeImpl
+from .impl import NGRAM_SIZE_LIMIT, DraftParams, SpeculativeImpl
 
 COMMON_NGRAM_MAX_VALUES = 4              # ngram-map.h:39
 COMMON_NGRAM_HASH_MAP_SIZE = 262144      # ngram-map.h:42
@@ -302,8 +302,8 @@ class _NgramImpl(SpeculativeImpl):
         from ..errors import check_param
         for name, v in (("spec_ngram_size_n", size_n), ("spec_ngram_size_m", size_m),
                         ("spec_ngram_min_hits", min_hits)):
-            check_param(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1024,
-                        name, v, "an integer in [1, 1024]")
+            check_param(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= NGRAM_SIZE_LIMIT,
+                        name, v, f"an integer in [1, {NGRAM_SIZE_LIMIT}]")
         # n_max: the longest draft this impl makes (size_m, as master; or a smaller cap, as
         # c392e50's llama-server cut every draft to --draft-max)
         super().__init__(n_seq, size_m if n_max is None else min(size_m, n_max))

@@ -49,7 +49,7 @@ import numpy as np
 
 from ..errors import check_param
 from .ngram import NgramTokenInfo
-from .impl import DraftParams, SpeculativeImpl
+from .impl import NGRAM_SIZE_LIMIT, DraftParams, SpeculativeImpl
 
 EMPTY = -1                                   # ngram-mod.h:16
 NGRAM_MOD_SIZE = 4 * 1024 * 1024             # speculative.cpp:1846: mod(n_match, 4*1024*1024)
@@ -153,12 +153,13 @@ class NgramMod(SpeculativeImpl):
                  mod_size: int = NGRAM_MOD_SIZE):
         check_param(_int(n_seq) and n_seq >= 1, "n_seq", n_seq, "an integer >= 1")
         # common/arg.cpp:4163-4192: the flags' ranges
-        check_param(_int(n_min) and 0 <= n_min <= 1024, "--spec-ngram-mod-n-min", n_min,
-                    "an integer in [0, 1024]")
-        check_param(_int(n_max) and 0 <= n_max <= 1024, "--spec-ngram-mod-n-max", n_max,
-                    "an integer in [0, 1024]")
-        check_param(_int(n_match) and 1 <= n_match <= 1024, "--spec-ngram-mod-n-match", n_match,
-                    "an integer in [1, 1024]")
+        lim = NGRAM_SIZE_LIMIT
+        check_param(_int(n_min) and 0 <= n_min <= lim, "--spec-ngram-mod-n-min", n_min,
+                    f"an integer in [0, {lim}]", field="ngram_mod_n_min")
+        check_param(_int(n_max) and 0 <= n_max <= lim, "--spec-ngram-mod-n-max", n_max,
+                    f"an integer in [0, {lim}]", field="ngram_mod_n_max")
+        check_param(_int(n_match) and 1 <= n_match <= lim, "--spec-ngram-mod-n-match", n_match,
+                    f"an integer in [1, {lim}]", field="ngram_mod_n_match")
         check_param(_int(mod_size) and mod_size >= 1, "mod_size", mod_size, "an integer >= 1")
         n_seq, n_match, n_min, n_max = int(n_seq), int(n_match), int(n_min), int(n_max)
         super().__init__(n_seq, n_max)

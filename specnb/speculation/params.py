@@ -27,7 +27,7 @@ import numpy as np
 
 from .draft_len import SCHEDULES, format_draft_max, parse_draft_max
 from ..errors import ParamError, UnsupportedError, check_param
-from .impl import check_draft_limits
+from .impl import MIN_HITS_LIMIT, NGRAM_SIZE_LIMIT, check_draft_limits
 from .verify import VERIFY_MODES, synth_len_to_p, synth_rates_resolve
 
 
@@ -126,7 +126,7 @@ class SpecParams:
 
     def validate(self) -> "SpecParams":
         check_param(self.schedule in SCHEDULES, "draft_schedule", self.schedule,
-                    " or ".join(SCHEDULES))
+                    " or ".join(SCHEDULES), field="schedule")
         check_draft_limits(self.n_max, self.n_min, self.p_min)
         check_param(isinstance(self.draft_vocab, (int, np.integer)) and not isinstance(self.draft_vocab, bool)
                     and self.draft_vocab >= 0, "draft_vocab", self.draft_vocab,
@@ -146,7 +146,7 @@ class SpecParams:
             lo = 0 if name in ("ngram_mod_n_min", "ngram_mod_n_max") else 1   # arg.cpp:4163-4192
             # min-hits: master checks >= 1 only and stores a uint16_t (common.h:361), so larger
             # values wrap there; the sizes are checked to 1024 there (arg.cpp:4194-4285)
-            hi = 65535 if name.endswith("min_hits") else 1024
+            hi = MIN_HITS_LIMIT if name.endswith("min_hits") else NGRAM_SIZE_LIMIT
             check_param(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and lo <= v <= hi,
                         name, v, f"an integer in [{lo}, {hi}]")
         self.synth_probs()

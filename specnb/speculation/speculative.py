@@ -154,9 +154,11 @@ class Speculative:
             return
         for impl, dparams in self._walk(dps):
             t0 = time.perf_counter()
-            impl.draft(dparams)
-            impl.t_draft_us += (time.perf_counter() - t0) * 1e6
-            impl.n_call_draft += 1
+            try:
+                impl.draft(dparams)
+            finally:            # a draft whose decode failed is counted too, as master counts
+                impl.t_draft_us += (time.perf_counter() - t0) * 1e6    # it (speculative.cpp:
+                impl.n_call_draft += 1                                 # 2643-2644 after :300-304)
             n_drafting = 0
             for s, dp in enumerate(dparams):
                 if not dp.drafting:

@@ -7,8 +7,11 @@ Anchors are llama.cpp c392e50.
   `llama-tokenize -f` reads the file this way (read_prompt_from_file,
   examples/tokenize/tokenize.cpp:46); llama-cli, llama-speculative-simple and llama-perplexity
   read `-f` the same way and then drop one final newline (common/arg.cpp:842), which
-  `keep_final_newline=False` does. specnb does not process backslash escapes (as llama.cpp
-  with `--no-escape`).
+  `keep_final_newline=False` does.
+- `process_escapes(data)`: llama.cpp's string_process_escapes (master 34af94cd common/common.cpp:
+  644-679), which the commands apply by default to `-p` and to `-f`'s contents (`-e`;
+  `--no-escape` keeps the bytes; perplexity leaves it off, as llama-perplexity does):
+  `\\n \\r \\t \\' \\" \\\\` and `\\xHH` become their byte, any other backslash stays as it is.
 - `prompt_text(s)`: a command-line or API string; one that holds bytes Python could not decode
   (command-line arguments arrive with those as lone surrogates) becomes those bytes again.
 - `llama_decode(data)`: bytes to code points as llama.cpp's BPE tokenizer sees them
@@ -53,6 +56,68 @@ def read_text_file(path, what: str = "prompt file",
     if not keep_final_newline and data.endswith(b"\n"):
         data = data[:-1]
     return SourcedBytes(data, name)
+
+
+# string_process_escapes' one-letter escapes (common/common.cpp:651-656)
+_ESCAPES = {ord("n"): 0x0A, ord("r"): 0x0D, ord("t"): 0x09, ord("'"): 0x27, ord('"'): 0x22,
+            ord("\\"): 0x5C}
+_C_SPACE = b" \t\n\v\f\r"           # isspace() in the "C" locale
+_HEX = b"0123456789abcdefABCDEF"
+
+
+def _hex_pair(a: int, b: int) -> int | None:
+    """strtol(x, &end, 16) over the two characters x = a b, when it reads both (end == x + 2,
+    common/common.cpp:659-666): two hex digits, or a space or a sign before one. None otherwise."""
+    if b not in _HEX:
+        return None
+    if a in _HEX:
+        return int(bytes([a, b]), 16)
+    if a in _C_SPACE or a == ord("+"):
+        return int(bytes([b]), 16)
+    if a == ord("-"):
+        return -int(bytes([b]), 16)
+    return None
+
+
+def process_escapes(data: bytes) -> bytes:
+    """llama.cpp's string_process_escapes (common/common.cpp:644-679) over bytes: a backslash and
+    n, r, t, ', " or a backslash make that one byte; `\\x` and two characters strtol reads whole
+    make the byte char(value) (`\\x41` is "A", `\\x-1` is 0xFF); anything else, a backslash that
+    ends the text included, stays as it is."""
+    out = bytearray()
+    i, n = 0, len(data)
+    while i < n:
+        c = data[i]
+        if c != 0x5C or i + 1 >= n:
+            out.append(c)
+            i += 1
+            continue
+        e = data[i + 1]
+        if e in _ESCAPES:
+            out.append(_ESCAPES[e])
+            i += 2
+            continue
+        if e == ord("x") and i + 3 < n:                    # (input_idx + 2 < input_len)
+            v = _hex_pair(data[i + 2], data[i + 3])
+            if v is not None:
+                out.append(v & 0xFF)                       # char(val)
+                i += 4
+                continue
+        out += data[i:i + 2]                               # default: the backslash and the char
+        i += 2
+    return bytes(out)
+
+
+def escaped_prompt(text: str | bytes, source: str = "-p") -> str | SourcedBytes:
+    """A prompt (str or bytes) with its escapes processed: a str again when the result is UTF-8,
+    else the bytes (`\\xff` makes a byte no UTF-8 text holds)."""
+    raw = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else bytes(text)
+    done = process_escapes(raw)
+    src = getattr(text, "source", "") or source
+    try:
+        return done.decode("utf-8") if isinstance(text, str) else SourcedBytes(done, src)
+    except UnicodeDecodeError:
+        return SourcedBytes(done, src)
 
 
 def prompt_text(text: str, source: str = "-p") -> str | SourcedBytes:

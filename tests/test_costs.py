@@ -168,3 +168,15 @@ def test_auto_starts_from_the_pairs_record_with_the_lines_head(tiny, cache, monk
     assert auto_prior(tiny, SpecParams(n_max="auto", draft_vocab=64)) == p   # the line's own head
     assert auto_prior(tiny, SpecParams(n_max="auto")) is None                 # another head: none recorded
     assert auto_prior(tiny, SpecParams(n_max=3, draft_vocab=64)) is None     # fixed lengths need none
+
+
+def test_speculative_simple_with_auto_starts_from_the_record(pair_paths, cache, monkeypatch, capsys):
+    from specnb.app.cli import main
+    from specnb.run.pair import open_pair
+    small(monkeypatch)
+    argv = ["speculative-simple", "-m", str(pair_paths[0]), "-md", str(pair_paths[1]), "-p", "once upon a time",
+            "-n", "8", "--spec-draft-n-max", "auto"]
+    assert main(argv) == 0 and "auto: each length" not in capsys.readouterr().err      # no record yet
+    rec = costs.machine_costs(open_pair(*pair_paths, n_ctx=96))
+    assert main(argv) == 0
+    assert f"auto: each length priced from the costs record {rec.id}" in capsys.readouterr().err

@@ -289,6 +289,17 @@ def _outside_draft_vocab(tokens, ctx_d) -> bool:
     return ctx_d is not None and any(not 0 <= t < ctx_d.model.n_vocab for t in tokens)
 
 
+def _auto_prior(a, params, tgt, dft, ctx_t, ctx_d):
+    """--spec-draft-n-max auto [specnb]: the pair's costs record (`specnb costs`), where one is
+    recorded, so that auto prices every length from the first round; said on stderr."""
+    from ..measure.turns import auto_prior
+    from ..run.pair import Pair
+    prior = auto_prior(Pair(tgt, dft, ctx_t, ctx_d), params) if ctx_d is not None else None
+    if prior is not None and not a.json:
+        print(f"auto: each length priced from the {prior.source}", file=sys.stderr)
+    return prior
+
+
 def cmd_speculative_simple(a):
     import warnings
     from .flags import build
@@ -311,7 +322,8 @@ def cmd_speculative_simple(a):
         # the example feeds its sampler no prompt token (speculative-simple.cpp); --penalize-prompt
         # does, as llama-cli and llama-server do
         loop = SpeculativeLoop(ctx_t, ctx_d, [ids] * max(1, a.parallel), _n_predict(a, ctx_t.n_ctx),
-                               smpl_params, params, penalize_prompt=a.penalize_prompt, stop_rule=a.stop)
+                               smpl_params, params, penalize_prompt=a.penalize_prompt, stop_rule=a.stop,
+                               costs_prior=_auto_prior(a, params, tgt, dft, ctx_t, ctx_d))
     if not a.json:
         sys.stdout.write(as_text(text, "replace"))
         sys.stdout.flush()

@@ -356,7 +356,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag(("--spec-draft-n-max",), "draft_max",
          "the draft model's tokens per round: N, its drafts cut to N. "
          f"{BEYOND}: auto[:CAP] chooses each round's length 0..CAP (default 16) from the costs this run "
-         "measures (specnb.speculation.draft_len); heuristic[:CAP] follows transformers' schedule "
+         "measures, starting from the pair's costs record where one is recorded (`specnb costs`; "
+         "specnb.speculation.auto); heuristic[:CAP] follows transformers' schedule "
          "(start 20, +2 after a fully accepted draft, else -1; CAP default 64)",
          type=_draft_max, group="speculative", field="spec.n_max",
          metavar="N|auto[:CAP]|heuristic[:CAP]", commands=SPEC, bounds=(0, DRAFT_N_MAX_LIMIT),

@@ -26,13 +26,15 @@ _API = {
     "REAL_TARGET": "model.registry", "REAL_DRAFT": "model.registry", "describe": "model.registry",
     "model_path": "model.registry", "default_target_path": "model.registry",
     "default_draft_path": "model.registry", "gemma_available": "model.registry",
-    "gemma_path": "model.registry",
+    "gemma_path": "model.registry", "gemma_vocab_recorded": "model.registry",
+    "same_text_ids": "vocab.recorded",
     # running
     "can_seq_rm": "run.context", "set_threads": "run.context", "Pair": "run.pair",
     # speculation beyond the loop
     "build_speculative": "speculation.speculative", "SPEC_TYPES": "speculation.params",
     "PRIORITY": "speculation.params", "SpeculativeImpl": "speculation.impl",
     "ngram_simple_draft": "speculation.ngram", "rejection_verify": "speculation.verify",
+    "format_impl_stats": "speculation.impl",
     "speculative_step": "speculation.verify", "AutoDraftLen": "speculation.draft_len",
     "CATCH_UP_WINDOW": "speculation.draft_len",
     # measuring
@@ -46,6 +48,7 @@ _API = {
     "machine_costs": "measure.costs", "open_costs": "measure.costs", "format_costs": "measure.costs",
     "interval": "measure.verdict", "said": "measure.verdict", "speedup_verdict": "measure.verdict",
     "compare": "measure.turns", "take_turns": "measure.turns", "chat_ids": "measure.turns",
+    "compare_all": "measure.turns",
     # the demo's waterfall: plain decoding, llama.cpp's defaults, then each specnb extension
     "waterfall": "measure.waterfall", "format_waterfall": "app.waterfall_report",
     "ceiling_lines": "app.waterfall_report", "CODE_PROMPTS": "app.demo",
@@ -91,23 +94,25 @@ if TYPE_CHECKING:       # for editors and type checkers: the same names, importe
     from .measure.experiments import measure_cost_ratio, sweep_draft_max
     from .measure.spec_bench import CODE_EDIT_REQUEST, code_edit_prompt
     from .measure.stats import event_stats, examined_counts, run_stats
-    from .measure.turns import chat_ids, compare, take_turns
+    from .measure.turns import chat_ids, compare, compare_all, take_turns
     from .measure.verdict import interval, said, speedup_verdict
     from .measure.verify_cost import flat_but_slow, measure_verify_cost, row_price, verify_cost_from, verify_verdict
     from .measure.waterfall import waterfall
     from .model import Model
     from .model.registry import (REAL_DRAFT, REAL_TARGET, default_draft_path, default_target_path,
-                                 describe, gemma_available, gemma_path, model_path)
+                                 describe, gemma_available, gemma_path, gemma_vocab_recorded,
+                                 model_path)
     from .run.context import can_seq_rm, set_threads
     from .run.pair import Pair
     from .speculation.draft_len import CATCH_UP_WINDOW, AutoDraftLen
-    from .speculation.impl import SpeculativeImpl
+    from .speculation.impl import SpeculativeImpl, format_impl_stats
     from .speculation.ngram import ngram_simple_draft
     from .speculation.params import PRIORITY, SPEC_TYPES
     from .speculation.speculative import build_speculative
     from .speculation.verify import rejection_verify, speculative_step
     from .view import MARK, kv_states, visible
     from .vocab.gate import SPEC_VOCAB_CHECK_START_TOKEN_ID, SPEC_VOCAB_MAX_SIZE_DIFFERENCE, are_compatible
+    from .vocab.recorded import same_text_ids
 
 __all__ = sorted(["say", "check", *_API, *_MODULES])
 

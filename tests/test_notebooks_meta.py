@@ -235,6 +235,48 @@ def test_said_sentences_were_shown(path):
             assert "text/markdown" in kinds, f"{path.name} cell {i}: calls say() but stored no Markdown output"
 
 
+def output_texts(cell: dict) -> list[str]:
+    """What a code cell printed and showed: its streams, and each display's Markdown and plain text."""
+    out = []
+    for o in cell.get("outputs", []):
+        if o.get("output_type") == "stream":
+            out.append(text_of(o))
+            continue
+        for kind in ("text/markdown", "text/plain"):
+            t = o.get("data", {}).get(kind)
+            if t is not None:
+                out.append("".join(t) if isinstance(t, list) else t)
+    return out
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_printed_verdicts_hold_on_their_intervals(path):
+    """Every speed-up verdict a notebook printed ('wins (1.43x; 1.38-1.49x over 5 pairs)', the form
+    measure.verdict.said() writes) is the one its own interval supports: "wins" only when the whole
+    interval lies above 1, "loses" only below, "within the noise" when it crosses 1. Read from the
+    committed outputs, so it holds for what a reader sees."""
+    from specnb.measure.verdict import check_said
+    bad = [f"cell {i}: {v}" for i, cell in enumerate(load(path)["cells"]) if cell["cell_type"] == "code"
+           for t in output_texts(cell) for v in check_said(t)]
+    assert not bad, f"{path.name}: verdicts their printed intervals do not support: {bad}"
+
+
+def test_the_notebooks_quote_one_costs_record():
+    """The costs every notebook prints come from one record of this machine's costs (measure/costs.py):
+    the executor stamps each notebook with the ids of the records it read (metadata.specnb.costs), at
+    least three notebooks name the same record, and every notebook that read a record read that one,
+    so they print the same c and the same bc(k)."""
+    from collections import Counter
+    read = {p.name: list(load(p)["metadata"].get("specnb", {}).get("costs") or []) for p in NOTEBOOKS}
+    counts = Counter(i for ids in read.values() for i in set(ids))
+    assert counts, "no notebook names a costs record in metadata.specnb.costs: re-execute them"
+    shared, n = counts.most_common(1)[0]
+    assert n >= 3, f"no costs record is named by three notebooks: {read}"
+    others = sorted(name for name, ids in read.items() if ids and shared not in ids)
+    assert not others, (f"{others} read costs records {[read[o] for o in others]}, not the record {shared} "
+                        f"the other notebooks read: they print other costs")
+
+
 EXERCISE_CELL = re.compile(r"^#\s*Exercise\s+(\d+)\b", re.I)
 
 

@@ -58,6 +58,26 @@ def test_alpha_and_the_loop_costs_come_from_the_rounds():
     assert x.tokens_per_round == pytest.approx(2.0) and x.rows_per_round == pytest.approx((4 + 4 + 1) / 3)
 
 
+def test_rounds_split_by_the_impl_that_drafted_them():
+    evs = [_event([], 0, impl="", t_round=0.05), _event([7] * 8, 0, impl="ngram-simple", t_round=0.2, t_process=0.1),
+           _event([1, 2, 3], 3, t_round=0.04), _event([], 0, impl="", t_round=0.05)]
+    spec = Run(tuple(range(7)), "", 0.34, None, tuple(evs))
+    plain = _run(0.35, n=7)                                  # 50 ms a token
+    slow = _run(3.5, n=7)                                    # a slow spell on one plain run
+    c = Comparison.of("p", "g", [plain, slow, plain], [spec, spec, spec])    # three passes, summed
+    parts = c.by_impl()
+    assert list(parts) == ["ngram-simple", "draft-simple", ""]      # the rounds nobody drafted last
+    ng, dm, none = parts["ngram-simple"], parts["draft-simple"], parts[""]
+    assert (ng.rounds, ng.rows, ng.drafted, ng.accepted, ng.committed) == (3, 27, 24, 0, 3)
+    # time in plain steps of the passes' median plain time per token (50 ms), the slow run left out
+    assert ng.steps == pytest.approx(3 * 0.2 / 0.05) and ng.tokens_per_step == pytest.approx(3 / 12)
+    assert ng.process_steps == pytest.approx(3 * 0.1 / 0.05) and parts[""].process_steps == 0.0
+    assert (dm.rounds, dm.rows, dm.committed) == (3, 12, 12) and dm.tokens_per_step == pytest.approx(12 / 2.4)
+    assert (none.rounds, none.rows, none.drafted, none.committed) == (6, 6, 0, 6)
+    assert c.coverage() == pytest.approx(0.5) and c.coverage("ngram-simple") == pytest.approx(0.25)
+    assert c.coverage("ngram-mod") == 0.0
+
+
 def test_c_in_parts_add_up():
     log = [(1, 0.01), (1, 0.012), (2, 0.015), (1, 0.011)]
     p = c_parts(0.5, log, 6, 0.02)
@@ -82,6 +102,20 @@ def test_compare_on_the_tiny_pair_is_lossless_and_logs_the_drafts_decodes(tiny):
     # n-gram types run without the draft model
     c = turns.compare(tiny, ids, SamplerParams(temp=0.0, seed=1), 12, SpecParams(types="ngram-simple"), 1)
     assert c.identical and not c.spec[0].decode_log
+
+
+def test_compare_all_pairs_every_configuration_with_the_same_plain_runs(tiny):
+    from specnb.run.sampling import SamplerParams
+    from specnb.speculation.params import SpecParams
+    ids = turns.chat_ids(tiny.target.vocab, "the cat sat on the mat, the cat sat on", False)
+    got = turns.compare_all(tiny, ids, SamplerParams(temp=0.0, seed=1), 12,
+                            {"dm 2": 2, "lookup": SpecParams(types="ngram-simple")}, 2)
+    assert list(got) == ["dm 2", "lookup"]
+    assert got["dm 2"].plain == got["lookup"].plain and len(got["dm 2"].plain) == 2
+    assert all(c.identical and c.speedup.n == 2 for c in got.values())
+    assert {r.impl for r in got["dm 2"].by_impl().values()} <= {"draft-simple", ""}
+    with pytest.raises(Exception, match="configs"):
+        turns.compare_all(tiny, ids, SamplerParams(temp=0.0, seed=1), 12, {"plain": 2}, 1)
 
 
 def test_chat_ids_wraps_as_one_user_message(default_model):

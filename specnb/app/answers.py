@@ -6,7 +6,33 @@ engine does (the recorded rounds, the cost model's closed forms, the loop's own 
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..measure import cost
+from ..vocab.gate import SPEC_VOCAB_MAX_SIZE_DIFFERENCE
+
+
+def vocab_size_passes(n_target: int, n_draft: int) -> bool:
+    """01, exercise 1: does the gate's size check pass two vocabs of these sizes? (at most
+    SPEC_VOCAB_MAX_SIZE_DIFFERENCE tokens apart, common_speculative_are_compatible)"""
+    return abs(int(n_target) - int(n_draft)) <= SPEC_VOCAB_MAX_SIZE_DIFFERENCE
+
+
+def top_k_p_bounds(logits, top_k: int) -> tuple:
+    """02, exercise 2: (the argmax's probability over the whole vocab, its probability after the
+    top-k sampler renormalizes over the k largest logits): any top-k' with k' > k gives a value
+    between the two, since a larger k keeps more of the tail in the denominator."""
+    x = np.asarray(logits, dtype=np.float64).ravel()
+    e = np.exp(x - x.max())
+    return float(1.0 / e.sum()), float(1.0 / np.sort(e)[::-1][:int(top_k)].sum())
+
+
+def acceptance(p, q) -> tuple:
+    """04, exercise 1: (the acceptance of llama.cpp's rule, a greedy proposal argmax q kept when
+    the target's sample equals it: p(argmax q); that of speculative sampling, a proposal drawn
+    from q kept by the ratio test: sum min(p, q) = 1 - TV(p, q))."""
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    return float(p[int(np.argmax(q))]), float(np.minimum(p, q).sum())
 
 
 def after_round(n_past: int, n_draft: int, n_accepted: int) -> tuple:
@@ -30,6 +56,12 @@ def tokens_limit(alpha: float) -> float:
     """08, exercise 1: the tokens a round commits as the draft grows without end: the geometric sum
     1 + α + α² + ... = 1 / (1 - α)."""
     return 1.0 / (1.0 - alpha)
+
+
+def rows_per_token(alpha: float, gamma: int) -> float:
+    """08, exercise 2: target rows a round computes per token it commits: γ + 1 rows for
+    E = (1 - α^(γ+1)) / (1 - α) tokens."""
+    return (gamma + 1) / cost.expected_tokens_per_call(alpha, gamma)
 
 
 def committed_on_branch(p_first: float, n_after: int, p_next: float) -> float:

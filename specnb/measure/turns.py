@@ -11,7 +11,12 @@ with their interval (measure/verdict.py).
     spec_run(pair, ids, sampler, n, params)    a Run of the speculative loop, with its events
     take_turns({name: fn}, passes)             name -> [Run per pass]
     compare(pair, ids, sampler, n, params)     a Comparison: plain against one configuration
+    compare_all(pair, ids, sampler, n, {name: params})   name -> Comparison, one plain run a pass
     Comparison.of(label, sampling, plains, specs)   the same from runs already taken
+
+`Comparison.by_impl()` splits a run's rounds by the impl that drafted them (the chain's n-gram
+lookup, its draft model, and the rounds nobody drafted): what each verified and committed, and
+what its rounds cost in plain decoding's steps, so that a chain's result is read off its parts.
 
 A Comparison also carries what the loop's own rounds measured, per pair of runs: acceptance
 (α: accepted over examined), tokens per round, and the loop's draft cost c_loop (drafting and
@@ -195,6 +200,52 @@ def _median(xs):
 
 
 @dataclass(frozen=True)
+class ImplRounds:
+    """The rounds one impl drafted over a comparison's passes (impl "": the rounds nobody
+    drafted, each a plain step of one row): the rows they verified, the tokens they drafted,
+    accepted and committed, and their time in plain decoding's time per token (the passes' median),
+    with the part of it the speculators' process() took (a draft model decoding the round's
+    verification batch too, whichever impl drafted it)."""
+    impl: str
+    rounds: int
+    rows: int
+    drafted: int
+    accepted: int
+    committed: int
+    steps: float
+    process_steps: float
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        """Tokens committed per plain step of time: above 1, these rounds beat plain decoding."""
+        return self.committed / self.steps if self.steps > 0 else None
+
+
+def impl_rounds(pairs) -> dict:
+    """impl -> ImplRounds over (plain Run, speculative Run) pairs, in the order impls first drafted
+    ("" last): each round's time (t_round, t_process) over plain decoding's time per token, the
+    median over the passes (one slow plain run on a shared machine would otherwise shrink every
+    round of its pass)."""
+    pairs = list(pairs)
+    u = statistics.median(p.s_per_token for p, _ in pairs) if pairs else 0.0
+    tot: dict = {}
+    for _, spec in pairs:
+        for ev in spec.events:
+            s = ev.slot
+            impl = s.impl if s.draft and not s.replay else ""
+            t = tot.setdefault(impl, [0, 0, 0, 0, 0, 0.0, 0.0])
+            t[0] += 1
+            t[1] += 1 + len(s.draft)
+            t[2] += len(s.draft) if impl else 0
+            t[3] += s.n_accepted if impl else 0
+            t[4] += len(s.committed)
+            t[5] += ev.t_round / u if u else 0.0
+            t[6] += ev.t_process / u if u else 0.0
+    order = [k for k in tot if k] + [k for k in tot if not k]
+    return {k: ImplRounds(k, *tot[k]) for k in order}
+
+
+@dataclass(frozen=True)
 class Comparison:
     """Plain decoding against one configuration on one prompt and sampling, over several passes."""
     label: str
@@ -237,6 +288,17 @@ class Comparison:
         d = sum(s.n_drafted for s in self.spec)
         return sum(s.n_accept for s in self.spec) / d if d else None
 
+    def by_impl(self) -> dict:
+        """impl -> ImplRounds over every pass (impl_rounds)."""
+        return impl_rounds(zip(self.plain, self.spec))
+
+    def coverage(self, impl: str | None = None) -> float:
+        """The share of rounds that drafted (by `impl` only, when named), over every pass."""
+        parts = self.by_impl()
+        n = sum(r.rounds for r in parts.values())
+        k = sum(r.rounds for name, r in parts.items() if name and (impl is None or name == impl))
+        return k / n if n else 0.0
+
     @property
     def loop_costs(self) -> list:
         return [LoopCosts.of(p, s) for p, s in zip(self.plain, self.spec)]
@@ -274,12 +336,28 @@ class Comparison:
                 "draft_len": self.spec[-1].draft_len if self.spec else None}
 
 
+PLAIN = "plain"
+
+
+def compare_all(pair, ids, sp, n_predict: int, configs: dict, passes: int = 3, label: str = "",
+                sampling: str = "", before_pass=None) -> dict:
+    """Plain decoding against each of `configs` (name -> a SpecParams, or a draft-max for
+    SpecParams(n_max=...)) on one prompt: plain decoding and every configuration take turns,
+    `passes` passes, each configuration paired with its pass's plain run. -> name -> Comparison."""
+    from ..errors import check_param
+    from ..speculation.params import SpecParams
+    check_param(bool(configs) and PLAIN not in configs, "configs", list(configs or ()),
+                f"one or more configurations, none named {PLAIN!r}")
+    fns = {PLAIN: plain_run(pair, ids, sp, n_predict)}
+    for name, params in configs.items():
+        params = params if isinstance(params, SpecParams) else SpecParams(n_max=params)
+        fns[name] = spec_run(pair, ids, sp, n_predict, params)
+    runs = take_turns(fns, passes, before_pass)
+    return {name: Comparison.of(label, sampling, runs[PLAIN], runs[name]) for name in configs}
+
+
 def compare(pair, ids, sp, n_predict: int, params, passes: int = 3, label: str = "", sampling: str = "",
             before_pass=None) -> Comparison:
     """Plain decoding against speculative decoding with `params` (a SpecParams, or a draft-max for
     SpecParams(n_max=...)) on one prompt, `passes` passes taken in turn."""
-    from ..speculation.params import SpecParams
-    params = params if isinstance(params, SpecParams) else SpecParams(n_max=params)
-    runs = take_turns({"plain": plain_run(pair, ids, sp, n_predict),
-                       "spec": spec_run(pair, ids, sp, n_predict, params)}, passes, before_pass)
-    return Comparison.of(label, sampling, runs["plain"], runs["spec"])
+    return compare_all(pair, ids, sp, n_predict, {"spec": params}, passes, label, sampling, before_pass)["spec"]

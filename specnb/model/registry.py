@@ -506,3 +506,26 @@ def gemma_available() -> bool:
 def gemma_path() -> str:
     """Path of the assembled Gemma 3 270M GGUF in specnb's cache (assembled on first use)."""
     return model_path(GEMMA)
+
+
+# what the vocab gate reads of Gemma 3 270M, recorded from its file (vocab/recorded.py) into the
+# repository's tests/data, for a reader without the `gemma` extra
+GEMMA_VOCAB_RECORD = "vocab_gemma3_gate.json"
+
+
+def gemma_vocab_file() -> Path:
+    """The recorded Gemma vocab's file in the repository's tests/data."""
+    return Path(__file__).resolve().parents[2] / "tests" / "data" / GEMMA_VOCAB_RECORD
+
+
+def gemma_vocab_recorded():
+    """Gemma 3 270M's vocab as the gate reads it (a vocab.recorded.RecordedVocab), from the file
+    recorded with the real model: the gate's report on it is the real one without the model."""
+    from ..vocab.recorded import RecordedVocab
+    f = gemma_vocab_file()
+    if not f.is_file():
+        raise FileNotFoundError(f"the recorded Gemma vocab is read from the repository's tests/data/"
+                                f"{GEMMA_VOCAB_RECORD}, which is not beside this specnb ({f.parent}): run it from "
+                                f"a checkout of the repository, or install the model: pip install \"specnb[gemma]\"")
+    return RecordedVocab.load(f)
+

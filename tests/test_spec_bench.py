@@ -82,3 +82,23 @@ def test_pair_waterfall_reports_the_demo_waterfall_its_costs_record_and_the_goal
     assert "| 0. plain decoding (the target alone)" in text and "goals (the pair's" in text
     assert text.count("[specnb, beyond llama.cpp]") >= 5 and "recommended: " in text
     assert "x llama.cpp's plain decoding" in text or "recommended: plain decoding" in text
+
+
+def test_compare_policies_runs_every_policy_with_a_waterfall_lines_flags(pair_paths, monkeypatch, tmp_path):
+    """demo --policies: every policy with line 4's fields (the draft requantized to Q4_0, its head
+    restricted, its rows kept); auto starts from that pair's costs record, measured once first."""
+    from specnb.measure import costs
+    from specnb.measure.spec_bench import compare_policies, format_policies
+    from specnb.measure.waterfall import DRAFT_Q4_0
+    from specnb.model.registry import requantized_draft
+    monkeypatch.setenv("SPECNB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(costs, "RECORD", None)
+    monkeypatch.setattr(costs, "BUSY", 1.0)
+    monkeypatch.setattr(costs, "BANDWIDTH_GIB", 0.02)
+    line = {"reeval": False, "draft_vocab": 64, "draft": DRAFT_Q4_0}
+    prompts = [("a", "the cat sat on the mat, the cat sat on", False, "greedy", SamplerParams(temp=0.0))]
+    r = compare_policies(*pair_paths, prompts, ("plain", "2", "auto:6"), n_predict=12, repeats=1, line=line)
+    assert r["identical"] and r["draft"] == requantized_draft(pair_paths[1]) and r["line"] == line
+    auto = r["rows"][0]["policies"]["auto:6"]
+    assert sum(auto["chosen"].values()) >= 1
+    assert "every run with {'reeval': False, 'draft_vocab': 64}" in format_policies(r)

@@ -533,7 +533,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(plain, N, heuristic[:CAP], auto[:CAP]; default plain,1,2,4,8,heuristic,auto; "
                    "heuristic and auto are specnb's, beyond llama.cpp, whose draft length is a "
                    "fixed N), "
-                   "tok/s and speed-up, code prompts greedy and the poem sampled")
+                   "tok/s and speed-up, every run with line 4's flags, code prompts greedy and two prose "
+                   "prompts sampled")
     p.add_argument("--full", action="store_true",
                    help="the waterfall on every code prompt, greedy and sampled (six runs of each line "
                         "and plain decoding a pass), not the first two greedy")
@@ -542,7 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "decoding and every configuration once, taking turns")
     p.add_argument("--prompts", default=None, metavar="LABEL,...",
                    help="--policies: only these prompts (write a function, edit a function, "
-                        "complete code, a poem)")
+                        "complete code, a poem, a story)")
     p.add_argument("--repeats", type=int, default=POLICY_REPEATS, metavar="N",
                    help="--policies: runs per cell, the policies taking turns; a cell is the "
                         f"median (default {POLICY_REPEATS})")

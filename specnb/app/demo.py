@@ -44,6 +44,9 @@ CODE_PROMPTS = [
                       "in the sorted list items, or -1.\"\"\"\n", False),
 ]
 LOW_ACCEPTANCE_PROMPT = ("a poem", "Write a short poem in English about the sea at night.", True)
+# a second prose prompt (demo --policies): a draft length must hold on prose it was not tuned on
+STORY_PROMPT = ("a story", "Tell a short story about a lighthouse keeper who finds a message in a bottle.", True)
+POLICY_LINE = 4                 # demo --policies runs every policy with this waterfall line's flags
 TEACHING_PROMPT = ("a sentence", "The capital of France is", False)
 
 
@@ -242,20 +245,23 @@ def policies(policy_names=None, n_predict: int = 64, n_threads=None, backend: st
              teaching_pair=(DEFAULT_TARGET, DEFAULT_DRAFT)) -> int:
     """`specnb demo --policies`: one table, prompt x draft-length policy (plain, fixed 1/2/4/8,
     transformers' heuristic, auto), tok/s and speed-up with its interval, on the code prompts
-    (greedy) and the poem (sampled); then the same for the teaching pair on its prompt
+    (greedy) and two prose prompts (sampled), every run with the flags of waterfall line
+    POLICY_LINE (the draft requantized to Q4_0 and its restricted vocabulary, keeping its rows);
+    then the same for the teaching pair on its prompt, with llama.cpp's defaults
     (teaching_pair=None leaves it out; a --prompts selection without its label too)."""
     from ..measure.spec_bench import POLICIES, compare_policies, format_policies
+    from ..measure.waterfall import stages
     echo = (lambda *a: None) if json_out else (lambda *a: print(*a, flush=True))
     smp = dict(samplings())
     prompts = [(lb, tx, ch, "greedy", smp["greedy"]) for lb, tx, ch in CODE_PROMPTS] + \
-        [(*LOW_ACCEPTANCE_PROMPT, "sampled", smp["sampled"])]
+        [(*p, "sampled", smp["sampled"]) for p in (LOW_ACCEPTANCE_PROMPT, STORY_PROMPT)]
     if prompt_labels:
         prompts = [p for p in prompts if p[0] in prompt_labels]
     pols = tuple(policy_names or POLICIES)
     results = []
     if prompts:
         results.append(compare_policies(*pair_names, prompts, pols, n_predict, n_threads, activations, backend,
-                                        repeats, echo))
+                                        repeats, echo, line=stages()[POLICY_LINE - 1].fields))
     label, text, chat = TEACHING_PROMPT
     if teaching_pair and (not prompt_labels or label in prompt_labels):
         results.append(compare_policies(*teaching_pair, [(label, text, chat, "greedy", smp["greedy"])],

@@ -266,24 +266,33 @@ POLICIES = ("plain", "1", "2", "4", "8", "heuristic", "auto")
 
 def compare_policies(target, draft, prompts, policies=POLICIES, n_predict: int = 64,
                      n_threads=None, activations: str | None = None, backend: str = "cpu",
-                     repeats: int = 3, say=None) -> dict:
+                     repeats: int = 3, say=None, line: dict | None = None) -> dict:
     """Per prompt (label, text, chat, sampling name, SamplerParams) and policy: tok/s, the speed-up
     over plain decoding with its interval, the lengths chosen, and whether the output equals plain
     decoding's. The policies take turns (measure/turns.take_turns: `repeats` passes, each running
     plain decoding and every policy once, the order rotated each pass); a cell's speed-up is the
-    median of its runs' speeds over the same pass's plain run (`specnb demo --policies`)."""
+    median of its runs' speeds over the same pass's plain run (`specnb demo --policies`). `line`: a
+    waterfall line's fields (measure/waterfall.py) every policy runs with, its "draft" included
+    (DRAFT_Q4_0: the draft requantized); `auto` starts from the pair's costs record, measured once."""
+    from .costs import machine_costs
     from .turns import Comparison, chat_ids, plain_run, spec_run, take_turns
+    from .waterfall import stage_pairs
     from ..run.pair import open_pair, warm_up
     say = say or (lambda *a: None)
-    pair = open_pair(target, draft, n_ctx=1024, backend=backend, n_threads=n_threads,
-                     activations=activations)
-    warm_up(pair.ctx_tgt, pair.ctx_dft)
+    line = dict(line or {})
+    base = open_pair(target, draft, n_ctx=1024, backend=backend, n_threads=n_threads, activations=activations)
+    warm_up(base.ctx_tgt, base.ctx_dft)
+    pair = stage_pairs(base, [("", line, False)])[line.get("draft")]
+    fields = {k: v for k, v in line.items() if k != "draft"}
     pols = [p for p in policies if p != "plain"]
+    params = {p: SpecParams(**{**fields, "n_max": p}).validate() for p in pols}
+    if any(p.schedule == "auto" for p in params.values()):
+        machine_costs(pair, fields.get("draft_vocab") or None, on_measure=say)
     rows = []
     for label, text, chat, sname, sp in prompts:
         ids = chat_ids(pair.target.vocab, text, chat)
         fns = {"plain": plain_run(pair, ids, sp, n_predict)}
-        fns.update({p: spec_run(pair, ids, sp, n_predict, SpecParams(n_max=p)) for p in pols})
+        fns.update({p: spec_run(pair, ids, sp, n_predict, params[p]) for p in pols})
         runs = take_turns(fns, max(repeats, 1))
         row = {"prompt": label, "sampling": sname, "policies": {}}
         plain_med = statistics.median(r.tok_s for r in runs["plain"])
@@ -304,7 +313,8 @@ def compare_policies(target, draft, prompts, policies=POLICIES, n_predict: int =
         fixed = [row["policies"][p]["speedup"] for p in pols if p.isdigit()]
         row["best_fixed"] = max(fixed) if fixed else None
         rows.append(row)
-    return {"target": str(target), "draft": str(draft), "n_predict": n_predict,
+    from ..model.registry import registry_name
+    return {"target": str(target), "draft": registry_name(pair.draft), "line": line, "n_predict": n_predict,
             "activations": pair.ctx_tgt.activations, "policies": list(policies), "rows": rows,
             "repeats": max(repeats, 1),
             "identical": all(p["identical"] for r in rows for p in r["policies"].values())}
@@ -312,8 +322,10 @@ def compare_policies(target, draft, prompts, policies=POLICIES, n_predict: int =
 
 def format_policies(r: dict) -> str:
     pols = r["policies"]
+    line = {k: v for k, v in (r.get("line") or {}).items() if k != "draft"}
     L = [f"draft-length policies, {r['draft']} drafting for {r['target']}, {r['n_predict']} tokens, "
-         f"activations {r['activations']}: median tok/s of {r.get('repeats', 1)} runs taking turns "
+         f"activations {r['activations']}" + (f", every run with {line}" if line else "") + ": median tok/s "
+         f"of {r.get('repeats', 1)} runs taking turns "
          f"(speed-up: the median over the passes of the run's speed / that pass's plain run)",
          f"{'prompt':<26} | " + " | ".join(f"{p:>13}" for p in pols) + " | auto / best fixed"]
     for row in r["rows"]:

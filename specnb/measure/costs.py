@@ -166,7 +166,7 @@ def costs_key(pair, draft_vocab: int | None = None) -> str:
     from ..kernels.machine import machine_key
     from ..kernels.simd import SIMD_LEVEL
     ctx = pair.ctx_tgt
-    names = "|".join(os.path.basename(m.path) for m in (pair.target, pair.draft))
+    names = "|".join(os.path.abspath(m.path) for m in (pair.target, pair.draft))      # the files measured
     return (f"{machine_key(ctx.n_threads)}|SIMD {SIMD_LEVEL}|{ctx.backend_name}|{ctx.activations}|{names}"
             f"|draft vocab {draft_vocab or 'all'}")
 

@@ -275,7 +275,7 @@ def compare_policies(target, draft, prompts, policies=POLICIES, n_predict: int =
     waterfall line's fields (measure/waterfall.py) every policy runs with, its "draft" included
     (DRAFT_Q4_0: the draft requantized); `auto` starts from the pair's costs record, measured once."""
     from .costs import machine_costs
-    from .turns import Comparison, chat_ids, plain_run, spec_run, take_turns
+    from .turns import Comparison, chat_ids, plain_run, spec_run, take_turns, warm_runs
     from .waterfall import stage_pairs
     from ..run.pair import open_pair, warm_up
     say = say or (lambda *a: None)
@@ -293,6 +293,7 @@ def compare_policies(target, draft, prompts, policies=POLICIES, n_predict: int =
         ids = chat_ids(pair.target.vocab, text, chat)
         fns = {"plain": plain_run(pair, ids, sp, n_predict)}
         fns.update({p: spec_run(pair, ids, sp, n_predict, params[p]) for p in pols})
+        warm_runs([(pair, ids, sp, params[p]) for p in pols])
         runs = take_turns(fns, max(repeats, 1))
         row = {"prompt": label, "sampling": sname, "policies": {}}
         plain_med = statistics.median(r.tok_s for r in runs["plain"])

@@ -122,6 +122,14 @@ def spec_run(pair, ids, sp, n_predict: int, params):
     return run
 
 
+def warm_runs(runs) -> None:
+    """Run each speculative configuration once for a few tokens, untimed: (pair, ids, sampler, params)
+    each. First-use costs (the draft vocabulary's ranking, a batch size's first call) stay out of
+    the timed runs that follow."""
+    for pair, ids, sp, params in runs:
+        spec_run(pair, ids, sp, 4, params)()
+
+
 def take_turns(runs: dict, passes: int = 3, before_pass=None) -> dict:
     """Run each of `runs` (name -> a function returning a Run) once per pass, `passes` passes, the
     order rotated by one each pass. before_pass(i), if given, is called before pass i.
@@ -343,15 +351,19 @@ def compare_all(pair, ids, sp, n_predict: int, configs: dict, passes: int = 3, l
                 sampling: str = "", before_pass=None) -> dict:
     """Plain decoding against each of `configs` (name -> a SpecParams, or a draft-max for
     SpecParams(n_max=...)) on one prompt: plain decoding and every configuration take turns,
-    `passes` passes, each configuration paired with its pass's plain run. -> name -> Comparison."""
+    `passes` passes, each configuration paired with its pass's plain run (each configuration first
+    run once for a few tokens, untimed: warm_runs). -> name -> Comparison."""
     from ..errors import check_param
     from ..speculation.params import SpecParams
     check_param(bool(configs) and PLAIN not in configs, "configs", list(configs or ()),
                 f"one or more configurations, none named {PLAIN!r}")
     fns = {PLAIN: plain_run(pair, ids, sp, n_predict)}
+    warm = []
     for name, params in configs.items():
         params = params if isinstance(params, SpecParams) else SpecParams(n_max=params)
         fns[name] = spec_run(pair, ids, sp, n_predict, params)
+        warm.append((pair, ids, sp, params))
+    warm_runs(warm)
     runs = take_turns(fns, passes, before_pass)
     return {name: Comparison.of(label, sampling, runs[PLAIN], runs[name]) for name in configs}
 

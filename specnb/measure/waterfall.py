@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from .turns import Comparison, chat_ids, plain_run, spec_run, take_turns
+from .turns import Comparison, chat_ids, plain_run, spec_run, take_turns, warm_runs
 from .verdict import Interval, interval
 from ..speculation.draft_vocab import DEFAULT_DRAFT_VOCAB
 
@@ -278,9 +278,7 @@ def waterfall(pair, prompts, samplings, n_predict: int, passes: int = 2, lines=W
     st = stages(lines)
     # every line once, untimed: first-use costs (the draft vocabulary's ranking) stay out of the runs
     warm = chat_ids(pair.target.vocab, *(prompts[0][1:] if prompts else prose[1:3]))
-    first_sp = samplings[0][1] if samplings else prose[4]
-    for s in st:
-        spec_run(pairs[s.draft], warm, first_sp, 4, s.params)()
+    warm_runs([(pairs[s.draft], warm, samplings[0][1] if samplings else prose[4], s.params) for s in st])
     jobs = [(label, text, chat, sname, sp) for label, text, chat in prompts for sname, sp in samplings]
     code = [[] for _ in range(len(st) + 1)]
     prose_comp = [None] * (len(st) + 1)

@@ -96,7 +96,7 @@ def _read_prompt(a, vocab, default=None, keep_final_newline=False):
     if a.escape:
         text = escaped_prompt(text)
     if getattr(a, "chat", False):
-        rendered = vocab.apply_chat_template([{"role": "user", "content": as_text(text)}])
+        rendered = vocab.user_message(as_text(text))
         text = prompt_text(rendered, source=f"{getattr(text, 'source', '') or '-p'} (chat)")
     return text
 

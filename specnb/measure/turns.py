@@ -37,7 +37,7 @@ from .verdict import Interval, interval, paired_ratios, said
 def chat_ids(vocab, text: str, chat: bool) -> list:
     """The prompt's token ids, wrapped as one user message in the model's chat template when `chat`."""
     if chat:
-        text = vocab.apply_chat_template([{"role": "user", "content": text}])
+        text = vocab.user_message(text)
     return vocab.tokenize(text)
 
 

@@ -525,3 +525,8 @@ class Vocab:
             bos_token=self.tokens[self.bos_id] if self.bos_id >= 0 else "",
             eos_token=self.tokens[self.eos_id] if self.eos_id >= 0 else "",
             source=self.source, **kwargs)
+
+    def user_message(self, text: str) -> str:
+        """`text` as one user message in the chat template, ready for the assistant's answer (what
+        --chat does to a prompt)."""
+        return self.apply_chat_template([{"role": "user", "content": text}])

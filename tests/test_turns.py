@@ -88,3 +88,15 @@ def test_chat_ids_wraps_as_one_user_message(default_model):
     v = default_model.vocab
     assert turns.chat_ids(v, "hi", False) == v.tokenize("hi")
     assert turns.chat_ids(v, "hi", True) == v.tokenize(v.apply_chat_template([{"role": "user", "content": "hi"}]))
+
+
+def test_compare_all_shares_its_plain_runs_between_the_configurations(tiny):
+    from specnb.run.sampling import SamplerParams
+    from specnb.speculation.params import SpecParams
+    ids = turns.chat_ids(tiny.target.vocab, "the cat sat on the mat, the cat sat on", False)
+    got = turns.compare_all(tiny, ids, SamplerParams(temp=0.0, seed=1), 12,
+                            {"dm 2": 2, "lookup": SpecParams(types="ngram-simple")}, 2)
+    assert list(got) == ["dm 2", "lookup"] and got["dm 2"].plain == got["lookup"].plain
+    assert all(c.identical and c.speedup.n == 2 for c in got.values())
+    with pytest.raises(Exception, match="configs"):
+        turns.compare_all(tiny, ids, SamplerParams(temp=0.0, seed=1), 12, {"plain": 2}, 1)

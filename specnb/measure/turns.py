@@ -262,12 +262,28 @@ class Comparison:
                 "draft_len": self.spec[-1].draft_len if self.spec else None}
 
 
+PLAIN = "plain"
+
+
+def compare_all(pair, ids, sp, n_predict: int, configs: dict, passes: int = 3, label: str = "",
+                sampling: str = "", before_pass=None) -> dict:
+    """Plain decoding against each of `configs` (name -> a SpecParams, or a draft-max for
+    SpecParams(n_max=...)) on one prompt: plain decoding and every configuration take turns,
+    `passes` passes, each configuration paired with its pass's plain run. -> name -> Comparison."""
+    from ..errors import check_param
+    from ..speculation.params import SpecParams
+    check_param(bool(configs) and PLAIN not in configs, "configs", list(configs or ()),
+                f"one or more configurations, none named {PLAIN!r}")
+    fns = {PLAIN: plain_run(pair, ids, sp, n_predict)}
+    for name, params in configs.items():
+        params = params if isinstance(params, SpecParams) else SpecParams(n_max=params)
+        fns[name] = spec_run(pair, ids, sp, n_predict, params)
+    runs = take_turns(fns, passes, before_pass)
+    return {name: Comparison.of(label, sampling, runs[PLAIN], runs[name]) for name in configs}
+
+
 def compare(pair, ids, sp, n_predict: int, params, passes: int = 3, label: str = "", sampling: str = "",
             before_pass=None) -> Comparison:
     """Plain decoding against speculative decoding with `params` (a SpecParams, or a draft-max for
     SpecParams(n_max=...)) on one prompt, `passes` passes taken in turn."""
-    from ..speculation.params import SpecParams
-    params = params if isinstance(params, SpecParams) else SpecParams(n_max=params)
-    runs = take_turns({"plain": plain_run(pair, ids, sp, n_predict),
-                       "spec": spec_run(pair, ids, sp, n_predict, params)}, passes, before_pass)
-    return Comparison.of(label, sampling, runs["plain"], runs["spec"])
+    return compare_all(pair, ids, sp, n_predict, {"spec": params}, passes, label, sampling, before_pass)["spec"]

@@ -46,9 +46,15 @@ _API = {
     "machine_costs": "measure.costs", "open_costs": "measure.costs", "format_costs": "measure.costs",
     "interval": "measure.verdict", "said": "measure.verdict", "speedup_verdict": "measure.verdict",
     "compare": "measure.turns", "take_turns": "measure.turns", "chat_ids": "measure.turns",
+    "compare_all": "measure.turns",
     # the demo's waterfall: plain decoding, llama.cpp's defaults, then each specnb extension
     "waterfall": "measure.waterfall", "format_waterfall": "app.waterfall_report",
     "ceiling_lines": "app.waterfall_report", "CODE_PROMPTS": "app.demo",
+    "LOW_ACCEPTANCE_PROMPT": "app.demo", "RECOMMENDED": "app.demo", "stages": "measure.waterfall",
+    "stage_pairs": "measure.waterfall", "spec_flags": "app.flags",
+    # what the cost notebook reads off its runs: the map's points and paragraph, run length
+    "map_point": "app.cost_story", "map_lines": "app.cost_story", "map_story": "app.cost_story",
+    "speedup_over_first": "app.cost_story",
     "CODE_EDIT_REQUEST": "measure.spec_bench", "code_edit_prompt": "measure.spec_bench",
     # figures
     "fig_acceptance_per_position": "figures.runs", "fig_tokens_per_call": "figures.runs",
@@ -71,7 +77,9 @@ _API = {
 _MODULES = {"cost": "measure.cost", "answers": "app.answers"}
 
 if TYPE_CHECKING:       # for editors and type checkers: the same names, imported statically
-    from .app.demo import CODE_PROMPTS
+    from .app.cost_story import map_lines, map_point, map_story, speedup_over_first
+    from .app.demo import CODE_PROMPTS, LOW_ACCEPTANCE_PROMPT, RECOMMENDED
+    from .app.flags import spec_flags
     from .app.waterfall_report import ceiling_lines, format_waterfall
     from .figures.cost_map import (best_speedup, break_even_alpha, c_from_bytes, coverage_speedup,
                                    decode_roofline, engine_speedup, fig_cost_map, round_cost,
@@ -91,10 +99,10 @@ if TYPE_CHECKING:       # for editors and type checkers: the same names, importe
     from .measure.experiments import measure_cost_ratio, sweep_draft_max
     from .measure.spec_bench import CODE_EDIT_REQUEST, code_edit_prompt
     from .measure.stats import event_stats, examined_counts, run_stats
-    from .measure.turns import chat_ids, compare, take_turns
+    from .measure.turns import chat_ids, compare, compare_all, take_turns
     from .measure.verdict import interval, said, speedup_verdict
     from .measure.verify_cost import flat_but_slow, measure_verify_cost, row_price, verify_cost_from, verify_verdict
-    from .measure.waterfall import waterfall
+    from .measure.waterfall import stage_pairs, stages, waterfall
     from .model import Model
     from .model.registry import (REAL_DRAFT, REAL_TARGET, default_draft_path, default_target_path,
                                  describe, gemma_available, gemma_path, model_path)

@@ -54,7 +54,7 @@ _API = {
     "stage_pairs": "measure.waterfall", "spec_flags": "app.flags",
     # what the cost notebook reads off its runs: the map's points and paragraph, run length
     "map_point": "app.cost_story", "map_lines": "app.cost_story", "map_story": "app.cost_story",
-    "speedup_over_first": "app.cost_story",
+    "speedup_over_first": "app.cost_story", "said_verb": "app.cost_story",
     "CODE_EDIT_REQUEST": "measure.spec_bench", "code_edit_prompt": "measure.spec_bench",
     # figures
     "fig_acceptance_per_position": "figures.runs", "fig_tokens_per_call": "figures.runs",
@@ -77,7 +77,7 @@ _API = {
 _MODULES = {"cost": "measure.cost", "answers": "app.answers"}
 
 if TYPE_CHECKING:       # for editors and type checkers: the same names, imported statically
-    from .app.cost_story import map_lines, map_point, map_story, speedup_over_first
+    from .app.cost_story import map_lines, map_point, map_story, said_verb, speedup_over_first
     from .app.demo import CODE_PROMPTS, LOW_ACCEPTANCE_PROMPT, RECOMMENDED
     from .app.flags import spec_flags
     from .app.waterfall_report import ceiling_lines, format_waterfall

@@ -99,6 +99,13 @@ def test_the_story_draws_a_conclusion_only_when_the_map_called_every_decided_run
     assert "lower c_loop" not in text and "lookups" not in text
 
 
+def test_said_as_a_verb_keeps_the_word_before_its_interval():
+    assert cost_story.said_verb(interval([1.2, 1.3])) == "wins (1.25x; 1.20-1.30x over 2 pairs)"
+    assert cost_story.said_verb(interval([0.9, 1.1])) == "was within the noise (1.00x; 0.90-1.10x over 2 pairs)"
+    assert cost_story.said_verb(interval([1.1])) == "gave no verdict from one pair (1.10x, one pair)"
+    assert all(check_said(cost_story.said_verb(interval(v))) == [] for v in ([0.8, 0.9], [0.9, 1.1], [1.1]))
+
+
 def test_speedup_over_the_first_tokens_reads_the_rounds():
     # plain: 50 ms a token; speculative rounds of 40 ms: two rounds committing 1, then two committing 4
     comp = _comparison([1.0], [(3, 0), (3, 0), (3, 3), (3, 3)])

@@ -9,6 +9,7 @@ map, the one paragraph the map says, and how a speed-up moves with the length of
     map_story(points, bc, c_record, base, best)   the paragraph: where the pair wins and why, in α
                                       and c_loop, each number from the points and every list complete
     speedup_over_first(comp, n)       the speed-up over the first n committed tokens of each pass
+    said_verb(iv)                     measure.verdict.said() as a sentence's verb: 'was within the noise (...)'
 
 The map is drawn with replay=False (figures/cost_map.py): c_loop already holds the draft's
 process() replay and catch-up, so a round costs γ c_loop + bc_t[γ+1] and every configuration, with
@@ -20,9 +21,16 @@ import statistics
 
 from ..figures.cost_map import GAMMAS, break_even_alpha, coverage_speedup
 from ..measure.stats import examined_counts
-from ..measure.verdict import NOISE, said, speedup_verdict
+from ..measure.verdict import NOISE, ONE, said, speedup_verdict
 
 LOOKUP, MODEL, CHAIN = "lookup", "model", "chain"       # what drafted: a lookup, a draft model, both
+
+
+def said_verb(iv) -> str:
+    """said(iv) as the verb of a sentence ("X wins (...)", "X was within the noise (...)", "X gave
+    no verdict from one pair (...)"), the verdict word still followed by its interval."""
+    word = speedup_verdict(iv)
+    return {NOISE: "was ", ONE: "gave "}.get(word, "") + said(iv)
 
 
 def _coverage(comp) -> float:
@@ -128,7 +136,7 @@ def map_story(points: dict, bc: dict, c_record, base: str, best: str | None = No
     if best is not None and best in points and points[best]["c"] < b["c"]:
         p = points[best]
         text += (f"specnb's additions lower c_loop to {p['c']:.2f} ({best}), where {_even(p['c'], bc)}; there, with "
-                 f"α = {p['alpha']:.2f}, it {said(p['measured'])}. ")
+                 f"α = {p['alpha']:.2f}, it {said_verb(p['measured'])}. ")
     looks = [n for n, p in points.items() if p["kind"] == LOOKUP]
     if looks:
         text += (f"The lookups cost nothing to draft (c_loop 0, where {_even(0.0, bc)}) but drafted only where the "

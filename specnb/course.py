@@ -84,6 +84,17 @@ if TYPE_CHECKING:
     from .app.waterfall_report import format_waterfall
     from .app.waterfall_report import ceiling_lines
     from .app.demo import CODE_PROMPTS
+    from .app.demo import LOW_ACCEPTANCE_PROMPT
+    from .app.demo import RECOMMENDED
+    from .measure.waterfall import stages
+    from .measure.waterfall import stage_pairs
+    from .app.flags import spec_flags
+    # what the cost notebook reads off its runs: the map's points and paragraph, run length
+    from .app.cost_story import map_point
+    from .app.cost_story import map_lines
+    from .app.cost_story import map_story
+    from .app.cost_story import speedup_over_first
+    from .app.cost_story import said_verb
     from .measure.spec_bench import CODE_EDIT_REQUEST
     from .measure.spec_bench import code_edit_prompt
     # figures

@@ -17,6 +17,14 @@ def test_after_round_is_what_the_loop_does(run_pair):
     assert answers.after_round(20, 4, 2) == (23, [23, 24])
 
 
+def test_best_gamma_is_where_leviathans_speedup_peaks():
+    g = answers.best_gamma(0.7, 0.05)
+    assert g == 6
+    assert cost.speedup(0.7, g, 0.05) > max(cost.speedup(0.7, g - 1, 0.05), cost.speedup(0.7, g + 1, 0.05))
+    assert answers.best_gamma(0.9, 1.0) == 1                       # a draft as dear as the target: the shortest
+    assert answers.best_gamma(0.99, 0.0, gammas=range(1, 9)) == 8   # free drafts, near-certain: the longest
+
+
 @pytest.mark.parametrize("alpha, gamma", [(0.8, 3), (0.95, 4), (0.5, 1)])
 def test_break_even_c_makes_the_round_pay_exactly_its_tokens(alpha, gamma):
     bc = {1: 1.0, **{k: 1 + 0.2 * (k - 1) for k in range(2, 10)}}

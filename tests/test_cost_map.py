@@ -79,3 +79,30 @@ def test_map_clips_its_colour_scale_at_zero():
     assert heat.zmin == 0.0 and heat.zmid == 1.0
     assert all(v >= 0 for row in heat.z for v in row)
     assert "measured 1.10x" in fig.data[2].text[0]
+
+
+def test_without_the_replay_the_round_is_the_draft_steps_and_the_batch():
+    """replay=False: c is the loop's c_loop, which holds the draft's replay already."""
+    assert math.isclose(cost_map.round_cost(3, 0.5, LINEAR, replay=False), 3 * 0.5 + 4.0)
+    assert math.isclose(cost_map.round_cost(3, 0.5, LINEAR), 3 * 0.5 + 4.0 + 0.5 * 4.0)
+    assert math.isclose(cost_map.engine_speedup(3.0, 3, 0.5, LINEAR, replay=False), 3.0 / (3 * 0.5 + 4.0))
+    s, g = cost_map.best_speedup(0.9, 0.2, FREE, replay=False)
+    assert math.isclose(s, max(cost.expected_tokens_per_call(0.9, k) / (k * 0.2 + 1) for k in cost_map.GAMMAS))
+    # without the replay a dearer draft breaks even sooner than with it
+    quarter = {k: 1 + 0.25 * (k - 1) for k in range(1, 18)}        # an extra row at a quarter of a step
+    assert cost_map.break_even_alpha(0.3, quarter, replay=False) < cost_map.break_even_alpha(0.3, quarter)
+
+
+def test_map_points_with_intervals_take_their_verdicts_colour_and_error_bars():
+    from specnb.measure.verdict import interval
+    pts = {"won": dict(alpha=0.9, c=0.2, measured=interval([1.2, 1.3]), alpha_range=(0.85, 0.95),
+                       c_range=(0.18, 0.25), short="w"),
+           "lost": dict(alpha=0.5, c=0.5, measured=interval([0.7, 0.8]), symbol="diamond"),
+           "unclear": dict(alpha=0.7, c=0.3, measured=interval([0.9, 1.1]))}
+    fig = cost_map.fig_cost_map(LINEAR, pts, n=8, replay=False, lines={"record c": 0.4})
+    won, lost, unclear = fig.data[2:5]
+    assert won.text[0] == "w" and "wins (1.25x; 1.20-1.30x over 2 pairs)" in won.hovertemplate
+    assert won.marker.color == cost_map.WIN and lost.marker.color == cost_map.LOSS
+    assert unclear.marker.color == cost_map.NOISE_GREY and lost.marker.symbol == "diamond"
+    assert won.error_x.array[0] == pytest.approx(0.05) and won.error_y.arrayminus[0] == pytest.approx(0.02)
+    assert [s.y0 for s in fig.layout.shapes] == [0.4]

@@ -63,6 +63,8 @@ def test_a_curve_from_the_costs_record(tiny_path, monkeypatch, tmp_path):
     v = verify_cost.verify_cost_from(rec)
     assert v.bc == rec.bc_table() and v.bc_range[9] == (rec.bc_target[9].low, rec.bc_target[9].high)
     assert v.extra_row_range == (rec.extra_row_target.low, rec.extra_row_target.high)
+    assert v.extra_row == rec.extra_row_target.estimate              # the number the record prints
+    assert v.extra_row_interval.low <= v.extra_row <= v.extra_row_interval.high
     assert v.gb_s == rec.bandwidth_gb_s.estimate and v.weight_bytes == bench.decode_bytes(p.target)
     assert v.seconds[1] == pytest.approx(rec.target_step_ms.estimate / 1e3)
     d = verify_cost.verify_cost_from(rec, "draft")

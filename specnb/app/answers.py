@@ -43,6 +43,12 @@ def after_round(n_past: int, n_draft: int, n_accepted: int) -> tuple:
     return new, list(range(new, n_past + n_draft + 1))
 
 
+def best_gamma(alpha: float, c: float, gammas=range(1, 20)) -> int:
+    """06, exercise 1: the draft length that maximizes Leviathan's speed-up (measure.cost.speedup)
+    at acceptance α and draft cost c (ties to the shorter)."""
+    return max(gammas, key=lambda g: (cost.speedup(alpha, g, c), -g))
+
+
 def break_even_c(alpha: float, gamma: int, bc: dict, bd: dict) -> float:
     """06, exercise 2: the draft cost c at which a round of γ tokens breaks even (figures.cost_map's
     round cost γc + bc_t[γ+1] + c·bc_d[γ+1] equals the tokens it commits, Leviathan's

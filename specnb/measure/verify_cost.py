@@ -49,6 +49,7 @@ class VerifyCost:
     gb_s: float | None          # the streaming bandwidth it is set against
     macs_per_row: int
     gmacs_s: float | None       # the int8 compute limit (q8 activations only)
+    recorded_extra_row: float | None = None   # a costs record's own extra-row median (verify_cost_from)
 
     @property
     def one_row_s(self) -> float:
@@ -61,8 +62,10 @@ class VerifyCost:
 
     @property
     def extra_row(self) -> float:
-        """What a row beyond the first costs, in one-row steps (median over the sizes)."""
-        return _extra_row(self.bc)
+        """What a row beyond the first costs, in one-row steps: the costs record's median (over its
+        repetitions of the median over drafts of 1..8 tokens) where the curve is a record's, so that
+        it is the number the record prints, else the median over this curve's sizes."""
+        return self.recorded_extra_row if self.recorded_extra_row is not None else _extra_row(self.bc)
 
     @property
     def ideal_extra_row(self) -> float | None:
@@ -95,7 +98,8 @@ def verify_cost_from(costs, model: str = "target", label: str | None = None) -> 
                       seconds={k: iv.estimate * step for k, iv in bc.items()},
                       bc={k: iv.estimate for k, iv in bc.items()},
                       bc_range={k: (iv.low, iv.high) for k, iv in bc.items()},
-                      extra_row_range=(er.low, er.high), weight_bytes=int(decode_bytes(m)),
+                      extra_row_range=(er.low, er.high), recorded_extra_row=er.estimate,
+                      weight_bytes=int(decode_bytes(m)),
                       gb_s=costs.bandwidth_gb_s.estimate, macs_per_row=int(macs_per_row(m)),
                       gmacs_s=costs.int8_gmacs_s.estimate if costs.int8_gmacs_s else None)
 

@@ -19,7 +19,7 @@ import warnings
 from dataclasses import dataclass, replace
 
 from ..errors import ParamError
-from ..speculation.impl import DRAFT_N_MAX_LIMIT, MIN_HITS_LIMIT, NGRAM_SIZE_LIMIT
+from ..speculation.limits import DRAFT_N_MAX_LIMIT, MIN_HITS_LIMIT, NGRAM_SIZE_LIMIT
 
 BEYOND = "[specnb, beyond llama.cpp]"
 SAME = "same"                  # Flag.master: master's default is specnb's

@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import ParamError
-from .impl import DRAFT_N_MAX_LIMIT
+from .limits import DRAFT_N_MAX_LIMIT
 
 SCHEDULES = ("fixed", "heuristic", "auto")
 AUTO_CAP = 16                 # `auto` without a cap: lengths 0..16 considered

@@ -44,11 +44,7 @@ from dataclasses import dataclass, field
 from ..errors import check_param
 
 
-# The limits of the speculators' parameters, defined here once (params.py, the n-gram impls,
-# draft_len.py and the flag table import them)
-DRAFT_N_MAX_LIMIT = 256     # specnb's: the per-position statistics are n_max long (master: none)
-NGRAM_SIZE_LIMIT = 1024     # master's --spec-ngram-*-size-n/-m and -mod-* (common/arg.cpp:4163-4285)
-MIN_HITS_LIMIT = 65535      # master stores min_hits in a uint16_t (common/common.h:361)
+from .limits import DRAFT_N_MAX_LIMIT
 
 
 def check_draft_limits(n_max, n_min, p_min) -> None:

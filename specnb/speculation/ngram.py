@@ -46,7 +46,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .impl import NGRAM_SIZE_LIMIT, DraftParams, SpeculativeImpl
+from .impl import DraftParams, SpeculativeImpl
+from .limits import NGRAM_SIZE_LIMIT
 
 COMMON_NGRAM_MAX_VALUES = 4              # ngram-map.h:39
 COMMON_NGRAM_HASH_MAP_SIZE = 262144      # ngram-map.h:42

@@ -49,7 +49,8 @@ import numpy as np
 
 from ..errors import check_param
 from .ngram import NgramTokenInfo
-from .impl import NGRAM_SIZE_LIMIT, DraftParams, SpeculativeImpl
+from .impl import DraftParams, SpeculativeImpl
+from .limits import NGRAM_SIZE_LIMIT
 
 EMPTY = -1                                   # ngram-mod.h:16
 NGRAM_MOD_SIZE = 4 * 1024 * 1024             # speculative.cpp:1846: mod(n_match, 4*1024*1024)

@@ -27,7 +27,8 @@ import numpy as np
 
 from .draft_len import SCHEDULES, format_draft_max, parse_draft_max
 from ..errors import ParamError, UnsupportedError, check_param
-from .impl import MIN_HITS_LIMIT, NGRAM_SIZE_LIMIT, check_draft_limits
+from .impl import check_draft_limits
+from .limits import MIN_HITS_LIMIT, NGRAM_SIZE_LIMIT
 from .verify import VERIFY_MODES, synth_len_to_p, synth_rates_resolve
 
 

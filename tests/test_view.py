@@ -381,8 +381,8 @@ def test_bad_settings_show_an_error(pair):
     assert view.counters["rounds"] == 0
     view.w_draft_min.value = 0               # fixed: the error goes away
     assert view.error == "" and view.w_error.value == "" and view.loop is not None
-    for name, value, word in [("w_draft_min", -1, "draft_min"), ("w_top_p", 0.0, "top_p"),
-                              ("w_temp", -1.0, "temp"), ("w_n_predict", 0, "n_predict"),
+    for name, value, word in [("w_draft_min", -1, "draft_min"), ("w_top_p", float("nan"), "top_p"),
+                              ("w_temp", float("nan"), "temp"), ("w_n_predict", 0, "n_predict"),
                               ("w_prompt", "   ", "prompt"), ("w_prompt", "ids: 1 99999", "token ids")]:
         getattr(view, name).value = value
         assert word in view.error, (name, view.error)

@@ -33,8 +33,12 @@ def test_a_batch_cost_reads_the_prior_rescaled_by_the_runs_own_timings():
         b.add(1, 2.0)                                    # this run is twice as slow as the record
     assert b.measured and b.scale() == pytest.approx(2.0)
     assert b(4) == pytest.approx(3.0) and b(8) == pytest.approx(6.0)
-    b.add(4, 9.0)                                        # one slow sample: capped by its neighbours
-    assert b(4) <= b(8) and b(4) == pytest.approx(2.0 * (1.1 + (3.0 - 1.1) * 2 / 6))
+    b.add(4, 9.0)                                        # one slow sample moves nothing: the
+    assert b(4) == pytest.approx(3.0) and b(8) == pytest.approx(6.0)   # scale is a median of all
+    for _ in range(4):
+        b.add(4, 6.0)                                    # a slow spell moves every size alike
+    assert b.scale() == pytest.approx(4.0)
+    assert [b(k) for k in (1, 2, 4, 8)] == pytest.approx([4.0, 4.4, 6.0, 12.0])
     # a draft's prior, rescaled as the target's until the draft model has decoded
     t = BatchCost(prior={1: 1.0})
     d = BatchCost(prior={1: 0.2, 2: 0.3}, fallback_scale=t.scale)

@@ -20,15 +20,16 @@ its terms) over the lengths the run may try, and decides when a round drafts at 
     when fewer tokens remain than those rounds.
 With a costs prior (auto_costs.CostPrior, from the machine's costs record) every length is priced
 from the first round: no start-up round or draft, no reach (every size is priced, none guessed),
-and the acceptance starts from PRIOR_ACCEPT, so a run drafts at once and settles on its length
-within a few rounds (a short run would otherwise spend a third of itself finding it).
+and the acceptance starts from PRIOR_ACCEPT (held by PRIOR_ACCEPT_STRENGTH pseudo-counts), so a
+run drafts at once and settles on its length within a few rounds (a short run would otherwise
+spend a third of itself finding it).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
 
-from .auto_costs import Acceptance, BatchCost, CostPrior
+from .auto_costs import PRIOR_STRENGTH, Acceptance, BatchCost, CostPrior
 from .draft_len import Decision, DraftLenPolicy, expected_tokens, expected_tokens_upto, shortest_best
 
 PROBE_FIRST = 8               # rounds of d = 0 before the first probe ...
@@ -39,7 +40,9 @@ NO_GAIN_RECHECK = 8           # a "no gain" verdict is read again from the costs
 CATCH_UP_WINDOW = 4           # a probe's draft model decodes at most this many of the rows it missed
 GROW = 1                      # a draft at most this many tokens longer than the longest one verified
 CATCH_UP_ROUNDS = 8           # a draft after idle rounds: its catch-up charged over this many rounds
-PRIOR_ACCEPT = 0.75           # the pooled acceptance a run with a costs prior starts from
+PRIOR_ACCEPT = 0.9            # the pooled acceptance a run with a costs prior starts from ...
+PRIOR_ACCEPT_STRENGTH = 8.0   # ... held by this many pseudo-counts a position, each position's
+                              # centred on the one before's estimate (auto_costs.Acceptance.chain)
 
 
 @dataclass
@@ -78,6 +81,7 @@ class AutoDraftLen(DraftLenPolicy):
         # the pooled acceptance before any draft is verified: PRIOR_ACCEPT with a costs prior (which
         # starts the run drafting at once), else one half
         self.accept_mean = accept_mean if accept_mean is not None else PRIOR_ACCEPT if prior else 0.5
+        self.accept_strength = PRIOR_ACCEPT_STRENGTH if prior else PRIOR_STRENGTH
         self.acc: dict[str, Acceptance] = {}
         self.probe_first, self.probe_max, self.probe_len = probe_first, probe_max, probe_len
         self._probe: dict[str, ProbeClock] = {}   # per source
@@ -98,7 +102,8 @@ class AutoDraftLen(DraftLenPolicy):
     def _acceptance(self, source: str) -> Acceptance:
         a = self.acc.get(source)
         if a is None:
-            a = self.acc[source] = Acceptance(mean=self.accept_mean)
+            a = self.acc[source] = Acceptance(prior=self.accept_strength, mean=self.accept_mean,
+                                              chain=self.prior is not None)
         return a
 
     def draft_cost(self, d: int, source: str = "draft-simple", accept=None,

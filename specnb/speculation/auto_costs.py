@@ -9,10 +9,11 @@ A BatchCost keeps the last WINDOW times of each size k it measured, and reads an
     untried size gets tried and measured), with a smaller size measured too no cheaper than the
     step below continued (`onward`); the cautious reading is the straight line (`chord`);
   - above the largest: the slope of the last two; below the smallest: its value.
-With a prior (`CostPrior`: a machine's costs record, read before the run), every size the run has
-not measured reads the record's step, rescaled by what the run measured against the record at its
-smallest measured size, and counts as measured TRUSTED times (so a size measured once is capped by
-the record's neighbours, and every size is known from the first round).
+With a prior (`CostPrior`: a machine's costs record, read before the run), every size reads the
+record's step times one scale, the median of the run's own times over the record's at the sizes it
+measured: the record gives the curve's shape (every size timed in turn on a quiet machine), the run
+its level, so every size is known from the first round and a slow spell in the run moves every
+size alike instead of one against the others.
 An Acceptance keeps the counts per draft position, decayed by DECAY per observed round, under a
 Beta prior of PRIOR_STRENGTH pseudo-counts centred on the pooled rate (the pooled rate itself
 starts from `mean`, 1/2 unless a prior says otherwise).
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from .draft_len import expected_tokens_upto
 
 PRIOR_STRENGTH = 2.0          # Beta prior pseudo-counts per position, centred on the pooled rate
+CHAIN_STEP = 0.98             # Acceptance.chain: a position's prior, the one before's estimate times this
 DECAY = 0.97                  # per observed round: older acceptance counts fade (prompts change)
 WINDOW = 15                   # running median over the last WINDOW timings per batch size
 TRUSTED = 3                   # a size with fewer timings is capped by its better-measured neighbours
@@ -202,20 +204,25 @@ class BatchCost:
         return bool(self.samples)
 
     def scale(self) -> float:
-        """This run's time over the prior's at the smallest size both have (1 without either)."""
-        for k in sorted(self.samples):
-            if k in self.prior:
-                return _median(self.samples[k]) / self.prior[k]
+        """This run's time over the prior's: the median, over every time this run measured at a
+        size the prior has, of time / prior (1 without either; the fallback's where none)."""
+        ratios = [t / self.prior[k] for k, ts in self.samples.items() if k in self.prior for t in ts]
+        if ratios:
+            return _median(ratios)
         return self.fallback_scale() if self.fallback_scale is not None else 1.0
 
     def points(self) -> list[tuple[int, float]]:
         if self._points is None:
-            f = self.scale() if self.prior else 1.0
-            ks = sorted(set(self.samples) | set(self.prior))
-            n = [len(self.samples[k]) if k in self.samples else self.trusted for k in ks]
-            med = [_median(self.samples[k]) if k in self.samples else f * self.prior[k] for k in ks]
-            med = cap_few_samples(ks, med, n, self.trusted)
-            self._points = list(zip(ks, monotone(med, n)))
+            if self.prior:
+                # the record's shape (every size timed in turn, on a quiet machine), the run's level:
+                # a slow spell in the run moves every size alike, never one against the others
+                f = self.scale()
+                self._points = [(k, f * t) for k, t in sorted(self.prior.items())]
+            else:
+                ks = sorted(self.samples)
+                n = [len(self.samples[k]) for k in ks]
+                med = cap_few_samples(ks, [_median(self.samples[k]) for k in ks], n, self.trusted)
+                self._points = list(zip(ks, monotone(med, n)))
         return self._points
 
     def __call__(self, k: int) -> float:
@@ -233,6 +240,7 @@ class Acceptance:
     decay: float = DECAY
     prior: float = PRIOR_STRENGTH
     mean: float = 0.5                 # the pooled rate before anything is observed
+    chain: bool = False               # each position's prior centred on the position before's estimate
     _cache: tuple | None = field(default=None, repr=False, compare=False)
 
     def observe(self, n_draft: int, n_accepted: int) -> None:
@@ -256,9 +264,14 @@ class Acceptance:
         c = self._cache                              # (n, rates, E(0..n)) until the next observe
         if c is not None and c[0] == n and c[3] == (self.prior, self.decay):
             return c[1]
-        m = self.pooled()
-        r = [((self.acc[i] if i < len(self.acc) else 0.0) + self.prior * m) /
-             ((self.exa[i] if i < len(self.exa) else 0.0) + self.prior) for i in range(n)]
+        m, r = self.pooled(), []
+        for i in range(n):
+            # chain: a position nobody has reached yet reads as the one before it times CHAIN_STEP
+            # (code's drafts are accepted nearly alike at every position, a little less as the draft
+            # goes on; the pooled rate would carry an answer's first misses to every position)
+            centre = (r[-1] * CHAIN_STEP if r else self.mean) if self.chain else m
+            r.append(((self.acc[i] if i < len(self.acc) else 0.0) + self.prior * centre) /
+                     ((self.exa[i] if i < len(self.exa) else 0.0) + self.prior))
         self._cache = (n, r, expected_tokens_upto(r, n), (self.prior, self.decay))
         return r
 

@@ -75,7 +75,7 @@ def test_choices_are_the_librarys():
 
 @pytest.mark.parametrize("f", [f for f in F.FLAGS if f.bounds], ids=lambda f: f.names[0])
 def test_bounds_are_what_the_validators_accept(f):
-    """The table's bounds are the validators' (both import the limits from speculation/impl.py), and
+    """The table's bounds are the validators' (both import the limits from speculation/limits.py), and
     a refusal names its field (ParamError.field), which build() maps to the flag."""
     lo, hi = f.bounds
     SpecParams(**{f.field_name: lo}).validate()
@@ -90,13 +90,14 @@ def test_bounds_are_what_the_validators_accept(f):
 
 
 def test_limits_are_defined_once():
-    """256, 1024 and 65535 are written in speculation/impl.py only: no comparison and no flag's
+    """256, 1024 and 65535 are written in speculation/limits.py only: no comparison and no flag's
     bounds elsewhere spells one out; the table and the validators import them."""
     import ast
-    from specnb.speculation import impl
-    limits = {impl.DRAFT_N_MAX_LIMIT: 256, impl.NGRAM_SIZE_LIMIT: 1024, impl.MIN_HITS_LIMIT: 65535}
+    from specnb.speculation import limits as L
+    limits = {L.DRAFT_N_MAX_LIMIT: 256, L.NGRAM_SIZE_LIMIT: 1024, L.MIN_HITS_LIMIT: 65535}
     assert set(limits) == set(limits.values())
     for path in ("specnb/app/flag_table.py", "specnb/app/flags.py", "specnb/speculation/params.py",
+                 "specnb/speculation/impl.py",
                  "specnb/speculation/draft_len.py", "specnb/speculation/ngram.py",
                  "specnb/speculation/ngram_mod.py"):
         for node in ast.walk(ast.parse((ROOT / path).read_text())):

@@ -67,6 +67,7 @@ def test_measured_once_then_read_by_everyone(tiny, cache, monkeypatch):
     said = []
     c1 = costs.machine_costs(tiny, on_measure=said.append)
     assert len(said) == 1 and costs.READ_IDS == [c1.id]
+    assert f"for {c1.target} with {c1.draft} once" in said[0]                  # the names the record prints
     monkeypatch.setattr(costs, "RECORD", None)                                  # a new process
     monkeypatch.setattr(costs, "measure_costs", lambda *a, **kw: pytest.fail("measured again"))
     assert costs.machine_costs(tiny, on_measure=said.append) == c1 == costs.recorded_costs(tiny)
@@ -76,7 +77,9 @@ def test_measured_once_then_read_by_everyone(tiny, cache, monkeypatch):
 def test_another_head_activation_or_thread_count_is_another_record(tiny, cache, monkeypatch):
     small(monkeypatch)
     assert costs.costs_key(tiny, None) != costs.costs_key(tiny, 64)
-    full, head = costs.machine_costs(tiny), costs.machine_costs(tiny, draft_vocab=64)
+    said = []
+    full, head = costs.machine_costs(tiny), costs.machine_costs(tiny, draft_vocab=64, on_measure=said.append)
+    assert "(head of 64 tokens) once" in said[0]                                 # two records, told apart
     assert full.id != head.id and head.draft_vocab == 64 and full.draft_vocab is None
     assert head.draft_gb == pytest.approx(draft_decode_bytes(tiny.draft, 64) / 1e9) and head.draft_gb < full.draft_gb
     assert tiny.ctx_dft.output_ids is None                                      # the draft's head as it was

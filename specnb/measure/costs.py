@@ -285,9 +285,11 @@ def machine_costs(pair, draft_vocab: int | None = None, refresh: bool = False, o
     """The record of `pair`: recorded and valid, else measured now and recorded (one process at a
     time: a second one waits and reads it). refresh=True measures again. on_measure(text) is
     called before a measurement."""
+    from ..model.registry import registry_name
     rec, key = _the_record(), costs_key(pair, draft_vocab)
-    text = (f"measuring this machine's costs for {pair.target.name} and {pair.draft.name} once "
-            f"(about 20 s; kept for {CLASS_DAY_S // 3600} hours)")
+    head = f" (head of {draft_vocab} tokens)" if draft_vocab else ""
+    text = (f"measuring this machine's costs for {registry_name(pair.target)} with "
+            f"{registry_name(pair.draft)}{head} once (about 20 s; kept for {CLASS_DAY_S // 3600} hours)")
     if refresh:
         if on_measure is not None:
             on_measure(text)

@@ -83,6 +83,7 @@ if TYPE_CHECKING:
     from .measure.waterfall import waterfall
     from .app.waterfall_report import format_waterfall
     from .app.waterfall_report import ceiling_lines
+    from .app.waterfall_report import above_ceiling
     from .app.demo import CODE_PROMPTS
     from .app.demo import LOW_ACCEPTANCE_PROMPT
     from .app.demo import RECOMMENDED

@@ -135,5 +135,16 @@ def test_the_ceiling_prices_draft_tokens_by_their_bytes_and_rows_by_the_int8_lim
     line = rep.ceiling_lines(cl)[0]
     assert line.startswith(f"  this CPU's ceiling for line 3: {cl.speedup:.2f}x")
     assert rep.ceiling_lines(None) == [] and wf.ceiling(w.rows[0], tiny) is None
-    above = wf.Ceiling(3, 1.2, 2.0, 1.5, 0.2, 0.1, 100.0, 30.0, 1.05)
-    assert "above it" in rep.ceiling_lines(above)[0]
+    assert (cl.c_loop, cl.verify_row) == (row.loop("c_loop"), row.loop("verify_row"))
+    # a line above its ceiling is told which of the ceiling's prices its own loop undercut
+    above = wf.Ceiling(3, 1.2, 2.0, 1.5, 0.2, 0.1, 100.0, 30.0, 1.05, c_loop=0.25, verify_row=0.02)
+    assert above.undercut() == [("verification row", 0.02, 0.1)]
+    text = rep.ceiling_lines(above)[0]
+    assert ("105% of it (above it: its verification rows cost 0.02 of a plain step in the loop against the "
+            "ceiling's 0.10, a batch running faster per row") in text and text.endswith(")")
+    assert "draft tokens cost" not in text
+    both = wf.Ceiling(3, 1.2, 2.0, 1.5, 0.2, 0.1, 100.0, 30.0, 1.05, c_loop=0.15, verify_row=0.02)
+    assert [w for w, _, _ in both.undercut()] == ["draft token", "verification row"]
+    neither = wf.Ceiling(3, 1.2, 2.0, 1.5, 0.2, 0.1, 100.0, 30.0, 1.05, c_loop=0.3, verify_row=0.2)
+    assert neither.undercut() == [] and "paid every price in full" in rep.above_ceiling(neither)
+    assert "above it" not in rep.ceiling_lines(wf.Ceiling(3, 1.2, 2.0, 1.5, 0.2, 0.1, 100.0, 30.0, 0.9))[0]

@@ -91,11 +91,19 @@ def ceiling_lines(cl: Ceiling | None) -> list:
             f"bytes (c = {cl.c_bytes:.2f}) and each verification row beyond the first at the int8 limit "
             f"({cl.row:.2f} of a {cl.t_step_ms:.1f} ms step at {cl.gmacs_s:.0f} G/s)")
     if cl.reached is not None:
-        line += f"; the line reached {100 * cl.reached:.0f}% of it"
-        if cl.reached > 1.0:
-            line += (" (above it: its draft steps ran below their share of the bytes, or its rows beat the "
-                     "recorded int8 limit, which then understated this machine)")
+        line += f"; the line reached {100 * cl.reached:.0f}% of it" + (f" ({above_ceiling(cl)})" if cl.reached > 1.0 else "")
     return [line]
+
+
+def above_ceiling(cl: Ceiling) -> str:
+    """Why a line ran above its ceiling, from its own loop's prices (Ceiling.undercut): the bound
+    holds only at the prices it assumes."""
+    cut = [f"its {what}s cost {mine:.2f} of a plain step in the loop against the ceiling's {theirs:.2f}, "
+           + ("a batch running faster per row than the plain step it is priced from"
+              if what == "verification row" else "their share of the bytes")
+           for what, mine, theirs in cl.undercut()]
+    return "above it: " + ("; ".join(cut) if cut else "its rounds paid every price in full, so the plain runs it is "
+                           "divided by ran slower than the rounds' own steps (timed at other moments)")
 
 
 def headline_lines(w: Waterfall, target: str, lc: dict | None = None) -> list:

@@ -195,9 +195,21 @@ class Ceiling:
     gmacs_s: float
     t_step_ms: float
     reached: float | None         # the line's speed-up over this
+    c_loop: float | None = None   # the line's own prices in its loop (Row.loop), beside the two above
+    verify_row: float | None = None
 
     def as_json(self) -> dict:
         return dict(self.__dict__)
+
+    def undercut(self) -> list:
+        """Which of the ceiling's prices the line's own loop paid less than, as (what, the loop's,
+        the ceiling's): why a line can sit above its ceiling. Empty when it paid both in full."""
+        out = []
+        if self.c_loop is not None and self.c_loop < self.c_bytes:
+            out.append(("draft token", self.c_loop, self.c_bytes))
+        if self.verify_row is not None and self.verify_row < self.row:
+            out.append(("verification row", self.verify_row, self.row))
+        return out
 
 
 def ceiling(row: Row, pair, costs=None) -> Ceiling | None:
@@ -224,7 +236,8 @@ def ceiling(row: Row, pair, costs=None) -> Ceiling | None:
     c_b = c_from_bytes(pair.draft, pair.target, row.stage.params.draft_vocab or None)
     r = ideal_row_cost(macs_per_row(pair.target), gmacs, t_step)
     s = tokens / (1.0 + drafted * (c_b + r))
-    return Ceiling(row.index, s, tokens, drafted, c_b, r, gmacs, 1e3 * t_step, row.speedup.estimate / s)
+    return Ceiling(row.index, s, tokens, drafted, c_b, r, gmacs, 1e3 * t_step, row.speedup.estimate / s,
+                   row.loop("c_loop"), row.loop("verify_row"))
 
 
 @dataclass(frozen=True)

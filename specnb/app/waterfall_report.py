@@ -91,7 +91,8 @@ def ceiling_lines(cl: Ceiling | None) -> list:
             f"bytes (c = {cl.c_bytes:.2f}) and each verification row beyond the first at the int8 limit "
             f"({cl.row:.2f} of a {cl.t_step_ms:.1f} ms step at {cl.gmacs_s:.0f} G/s)")
     if cl.reached is not None:
-        line += f"; the line reached {100 * cl.reached:.0f}% of it" + (f" ({above_ceiling(cl)})" if cl.reached > 1.0 else "")
+        line += (f"; the line reached {100 * cl.reached:.0f}% of it"
+                 + (f" ({above_ceiling(cl)})" if cl.reached > 1.0 else ""))
     return [line]
 
 

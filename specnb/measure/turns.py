@@ -202,7 +202,9 @@ class LoopCosts:
                    parts=c_parts(c, spec.decode_log, n_dft, u))
 
 
-def _median(xs):
+def median_known(xs):
+    """The median of the values that are not None; None when there are none (a run's loop costs
+    may be missing, e.g. a lookup that never drafted)."""
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
 
@@ -313,7 +315,7 @@ class Comparison:
 
     def loop_median(self, name: str):
         """The median over the passes of one LoopCosts field."""
-        return _median(getattr(x, name) for x in self.loop_costs)
+        return median_known(getattr(x, name) for x in self.loop_costs)
 
     @property
     def busy(self) -> float | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from .turns import Comparison, chat_ids, plain_run, spec_run, take_turns, warm_runs
+from .turns import Comparison, chat_ids, median_known, plain_run, spec_run, take_turns, warm_runs
 from .verdict import Interval, interval
 from ..speculation.draft_vocab import DEFAULT_DRAFT_VOCAB
 
@@ -103,11 +103,6 @@ def _pooled(comps) -> Interval | None:
     return interval(ratios) if ratios else None
 
 
-def _median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
 @dataclass(frozen=True)
 class Row:
     """One line of the waterfall, measured: its code comparisons (one per prompt and sampling) and
@@ -133,7 +128,7 @@ class Row:
 
     @property
     def tok_s(self) -> float:
-        return _median(c.spec_tok_s for c in self.code) or self.plain_tok_s
+        return median_known(c.spec_tok_s for c in self.code) or self.plain_tok_s
 
     @property
     def identical(self) -> bool:
@@ -157,7 +152,7 @@ class Row:
 
     def loop(self, name: str):
         """The median over the code comparisons of a LoopCosts field's per-comparison median."""
-        return _median(c.loop_median(name) for c in self.code)
+        return median_known(c.loop_median(name) for c in self.code)
 
     @property
     def busy(self) -> float | None:

@@ -1,5 +1,7 @@
 """measure/waterfall.py and app/waterfall_report.py: the waterfall's lines, the recommended line
 (fastest lossless line that holds on prose), the ceiling, the table, the JSON and bench's goals."""
+import statistics
+
 import pytest
 
 from specnb.app import waterfall_report as rep
@@ -116,6 +118,17 @@ def test_the_waterfall_on_the_tiny_pair_is_lossless(tiny):
     j = rep.waterfall_json(w, "t.gguf")
     assert [s["stage"] for s in j["stages"]] == list(range(7)) and j["headline"]["stage"] == w.headline.index
     assert j["stages"][2]["flags"] == ["--no-reeval"] and j["stages"][4]["step"] == ["-md", q4]
+    # c_loop's parts: each key's median over the comparisons' own medians over their passes
+    for r, js in zip(w.rows[1:], j["stages"][1:]):
+        per = [c.as_json()["c_parts"] for c in r.code]
+        per = [p for p in per if p]
+        want = {k: statistics.median(p[k] for p in per) for k in ("steps", "rows", "other", "step_ms")} if per else None
+        assert r.c_parts() == js["c_parts"] == want
+    assert any(r.c_parts() for r in w.rows[1:])                 # the draft model's lines have parts
+    h = w.headline
+    if h.index and h.c_parts():
+        assert any(ln.startswith(f"  its draft cost in the loop c_loop = {h.loop('c_loop'):.2f}")
+                   for ln in rep.headline_lines(w, "t.gguf"))
 
 
 def test_the_ceiling_prices_draft_tokens_by_their_bytes_and_rows_by_the_int8_limit(tiny):

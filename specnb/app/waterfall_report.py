@@ -125,7 +125,7 @@ def headline_lines(w: Waterfall, target: str, lc: dict | None = None) -> list:
                     f"{PROSE_FLOOR}: a fixed draft length pays for rejected drafts on prose"
                     if best.prose is not None else "was not measured on prose"))
     if h.index and h.loop("c_loop") is not None:
-        p = h.as_json()["c_parts"]
+        p = h.c_parts()
         if p:
             L.append(f"  its draft cost in the loop c_loop = {h.loop('c_loop'):.2f} of a plain step per drafted "
                      f"token: one-row steps {p['steps']:.2f} ({p['step_ms']:.1f} ms each), catch-up rows "

@@ -202,6 +202,12 @@ class LoopCosts:
                    parts=c_parts(c, spec.decode_log, n_dft, u))
 
 
+def median_parts(parts) -> dict | None:
+    """Each c_parts key's median over the parts given (None entries skipped); None without any."""
+    parts = [p for p in parts if p]
+    return {k: statistics.median(p[k] for p in parts) for k in ("steps", "rows", "other", "step_ms")} if parts else None
+
+
 def median_known(xs):
     """The median of the values that are not None; None when there are none (a run's loop costs
     may be missing, e.g. a lookup that never drafted)."""
@@ -334,16 +340,17 @@ class Comparison:
         """'wins (1.43x; 1.38-1.49x over 3 pairs)'"""
         return said(self.speedup)
 
+    def c_parts(self) -> dict | None:
+        """The median over the passes of c_loop's parts (c_parts), None where no pass has them."""
+        return median_parts(x.parts for x in self.loop_costs)
+
     def as_json(self) -> dict:
-        parts = [x.parts for x in self.loop_costs if x.parts]
         return {"prompt": self.label, "sampling": self.sampling, "speedup": self.speedup.as_json(),
                 "ratios": self.ratios, "identical": self.identical, "alpha": self.alpha,
                 "accept_rate": self.accept_rate, "plain_tok_s": self.plain_tok_s, "spec_tok_s": self.spec_tok_s,
                 "c_loop": self.loop_median("c_loop"), "verify_row": self.loop_median("verify_row"),
                 "tokens_per_round": self.loop_median("tokens_per_round"), "busy": self.busy,
-                "c_parts": ({k: statistics.median(p[k] for p in parts) for k in ("steps", "rows", "other", "step_ms")}
-                            if parts else None),
-                "draft_len": self.spec[-1].draft_len if self.spec else None}
+                "c_parts": self.c_parts(), "draft_len": self.spec[-1].draft_len if self.spec else None}
 
 
 PLAIN = "plain"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from .turns import Comparison, chat_ids, median_known, plain_run, spec_run, take_turns, warm_runs
+from .turns import Comparison, chat_ids, median_known, median_parts, plain_run, spec_run, take_turns, warm_runs
 from .verdict import Interval, interval
 from ..speculation.draft_vocab import DEFAULT_DRAFT_VOCAB
 
@@ -159,15 +159,16 @@ class Row:
         b = [c.busy for c in self.code if c.busy is not None]
         return max(b) if b else None
 
+    def c_parts(self) -> dict | None:
+        """The median over the code comparisons of c_loop's parts (Comparison.c_parts)."""
+        return median_parts(c.c_parts() for c in self.code)
+
     def as_json(self) -> dict:
-        parts = [c.as_json()["c_parts"] for c in self.code]
-        parts = [p for p in parts if p]
         return {"stage": self.index, "label": self.label, "beyond": bool(self.stage and self.stage.beyond),
                 "fields": self.stage.fields if self.stage else None, "draft": self.draft_name,
                 "speedup": self.speedup.as_json(),
                 "tok_s": self.tok_s, "c_loop": self.loop("c_loop"), "verify_row": self.loop("verify_row"),
-                "c_parts": ({k: statistics.median(p[k] for p in parts) for k in ("steps", "rows", "other", "step_ms")}
-                            if parts else None),
+                "c_parts": self.c_parts(),
                 "accept_rate": self.accept_rate, "alpha": self.alpha, "identical": self.identical,
                 "busy": self.busy, "holds_on_prose": self.holds_on_prose,
                 "prose": None if self.prose is None else self.prose.as_json(),

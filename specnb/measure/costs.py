@@ -233,14 +233,13 @@ def measure_costs(pair, draft_vocab: int | None = None, reps: int = REPS, sizes=
     if draft_vocab:
         ctx_d.set_output_ids(draft_output_ids(pair.draft.vocab, int(draft_vocab)))
     try:
-        load = OtherLoad().__enter__()
-        bw, g8 = _bandwidth_rounds(ctx_t.n_threads), _int8_rounds(ctx_t)
-        prefix = pair.target.vocab.tokenize(PREFIX)[:64]
-        t = _batch_cost_samples({"target": ctx_t, "draft": ctx_d}, prefix, sizes, reps)
-        bw += _bandwidth_rounds(ctx_t.n_threads)
-        if g8 is not None and len(g8) > 1:
-            g8 += _int8_rounds(ctx_t)
-        load.__exit__(None, None, None)
+        with OtherLoad() as load:
+            bw, g8 = _bandwidth_rounds(ctx_t.n_threads), _int8_rounds(ctx_t)
+            prefix = pair.target.vocab.tokenize(PREFIX)[:64]
+            t = _batch_cost_samples({"target": ctx_t, "draft": ctx_d}, prefix, sizes, reps)
+            bw += _bandwidth_rounds(ctx_t.n_threads)
+            if g8 is not None and len(g8) > 1:
+                g8 += _int8_rounds(ctx_t)
     finally:
         ctx_d.set_output_ids(before_ids)
         ctx_t.clear()
@@ -287,9 +286,8 @@ def machine_costs(pair, draft_vocab: int | None = None, refresh: bool = False, o
     called before a measurement."""
     from ..model.registry import registry_name
     rec, key = _the_record(), costs_key(pair, draft_vocab)
-    head = f" (head of {draft_vocab} tokens)" if draft_vocab else ""
-    text = (f"measuring this machine's costs for {registry_name(pair.target)} with "
-            f"{registry_name(pair.draft)}{head} once (about 20 s; kept for {CLASS_DAY_S // 3600} hours)")
+    names = pair_label(registry_name(pair.target), registry_name(pair.draft), draft_vocab)
+    text = f"measuring this machine's costs for {names} once (about 20 s; kept for {CLASS_DAY_S // 3600} hours)"
     if refresh:
         if on_measure is not None:
             on_measure(text)
@@ -316,14 +314,20 @@ def open_costs(target=None, draft=None, draft_vocab: int | None = None, activati
 
 
 # ---- printing --------------------------------------------------------------------------------
+def pair_label(target: str, draft: str, draft_vocab: int | None) -> str:
+    """'qwen2.5-coder-1.5b with qwen2.5-coder-0.5b-q4_0 (head of 32768 tokens)': how a record and
+    its measuring name the pair."""
+    return f"{target} with {draft}" + (f" (head of {draft_vocab} tokens)" if draft_vocab else "")
+
+
 def _iv(x: Interval, fmt: str = "{:.2f}", unit: str = "") -> str:
     return f"{fmt.format(x.estimate)}{unit} ({fmt.format(x.low)}-{fmt.format(x.high)})"
 
 
 def format_costs(c: Costs, ks=(2, 3, 5, 9, 17)) -> str:
     """The record as a few lines of text: when and where, the steps, c, bc(k) with their spread."""
-    head = f"{c.draft}" + (f" (head of {c.draft_vocab} tokens)" if c.draft_vocab else "")
-    L = [f"costs record {c.id}: {c.target} with {head}, activations {c.activations}, measured {c.date} on "
+    L = [f"costs record {c.id}: {pair_label(c.target, c.draft, c.draft_vocab)}, activations {c.activations}, "
+         f"measured {c.date} on "
          f"{c.cpu} ({c.simd}, {c.n_threads} thread{'s' * (c.n_threads != 1)}), medians (min-max) over {c.reps} "
          f"interleaved repetitions"
          + (f"; other processes took {100 * c.busy:.0f}% of the CPU meanwhile: not kept, measured again next time"

@@ -16,7 +16,8 @@ its level, so every size is known from the first round and a slow spell in the r
 size alike instead of one against the others.
 An Acceptance keeps the counts per draft position, decayed by DECAY per observed round, under a
 Beta prior of PRIOR_STRENGTH pseudo-counts centred on the pooled rate (the pooled rate itself
-starts from `mean`, 1/2 unless a prior says otherwise).
+starts from `mean`, 1/2 unless a prior says otherwise); with `chain` (a costs prior) each position's
+prior is centred on the estimate of the position before it times CHAIN_STEP instead.
 """
 from __future__ import annotations
 
